@@ -1,0 +1,245 @@
+/**
+ * Single-node Redis backend (ioredis). One Lua script per operation, so acquire and release each
+ * take one round trip; the fencing token is `INCR` of a per-key counter in the granting script.
+ * Keys of one lock share a hash slot (`<prefix>:{<key>}:…`) so the scripts also run on Cluster.
+ *
+ * Waiting: one shared subscriber connection per backend listens on each contended key's release
+ * channel and wakes one local waiter per release message. Pub/sub is lossy, so the core also
+ * polls, bounded by the holder's remaining TTL.
+ *
+ * Failover caveat (redis-doc, "Distributed locks with Redis"): replication is asynchronous, so
+ * a promoted replica may not have the key and grant it again. The fencing token counter can be
+ * lost the same way; use a consensus store where tokens must be strict.
+ */
+import { Redis } from 'ioredis';
+import type {
+  AttemptRequest,
+  AttemptResult,
+  Backend,
+  LeaseRef,
+  LockInfo,
+  ReleaseOutcome,
+  RenewResult,
+} from '../../core/backend.js';
+import { BackendError } from '../../errors.js';
+import { MAX_TIMER_MS } from '../../options.js';
+import {
+  abandonScript,
+  acquireScript,
+  inspectScript,
+  releaseScript,
+  renewScript,
+} from './scripts.js';
+import type { RedisUrlConfig } from './url.js';
+
+/** Options of `createRedisBackend`. */
+export interface RedisBackendOptions {
+  /** An ioredis client to use; it stays open after `close()`. Give this or `url`. */
+  readonly client?: Redis;
+  /** A `redis://` or `rediss://` URL to connect to. Give this or `client`. */
+  readonly url?: string;
+  /** Key prefix. @default 'fencelock' */
+  readonly prefix?: string;
+  /** Wait on release notifications (pub/sub); `false` polls with backoff only. @default true */
+  readonly notifications?: boolean;
+  /** Timeout of one command on connections this backend opens, ms. @default 5000 */
+  readonly commandTimeoutMs?: number;
+}
+
+/** How long an idle release-channel subscription is kept for the next waiter, ms. */
+const SUBSCRIPTION_LINGER_MS = 5_000;
+
+interface Waiter {
+  wake(): void;
+}
+
+interface Channel {
+  readonly waiters: Set<Waiter>;
+  linger: NodeJS.Timeout | undefined;
+}
+
+/** The Redis backend. Build it with `createRedisBackend`. */
+export class RedisBackend implements Backend {
+  readonly name = 'redis';
+  readonly maxTtlMs = MAX_TIMER_MS;
+  readonly #client: Redis;
+  readonly #ownsClient: boolean;
+  readonly #prefix: string;
+  readonly #notifications: boolean;
+  #subscriber: Redis | undefined;
+  readonly #channels = new Map<string, Channel>();
+  #closed = false;
+
+  constructor(client: Redis, ownsClient: boolean, prefix: string, notifications: boolean) {
+    this.#client = client;
+    this.#ownsClient = ownsClient;
+    this.#prefix = prefix;
+    this.#notifications = notifications;
+  }
+
+  /** The Redis keys of a lock: its lease, its fencing counter and its release channel. */
+  keysOf(key: string): { lock: string; fence: string; channel: string } {
+    const base = `${this.#prefix}:{${key}}`;
+    return { lock: `${base}:lock`, fence: `${base}:fence`, channel: `${base}:released` };
+  }
+
+  async attempt(request: AttemptRequest): Promise<AttemptResult> {
+    const k = this.keysOf(request.key);
+    const reply = await this.#call('acquire', () =>
+      acquireScript.run(this.#client, [k.lock, k.fence], [request.owner, request.ttlMs]),
+    );
+    if (reply[0] === 1) return { granted: true, token: BigInt(reply[1]), ttlMs: request.ttlMs };
+    const holderTtlMs = Math.max(reply[1], 0);
+    if (!this.#notifications) return { granted: false, holderTtlMs };
+    return {
+      granted: false,
+      holderTtlMs,
+      waitForChange: (signal, maxMs) => this.#waitForRelease(k.channel, signal, maxMs),
+    };
+  }
+
+  async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    const k = this.keysOf(lease.key);
+    const reply = await this.#call('renew', () =>
+      renewScript.run(this.#client, [k.lock], [lease.owner, String(lease.fencingToken), ttlMs]),
+    );
+    if (reply === 1) return { ok: true, ttlMs };
+    return { ok: false, reason: reply === 0 ? 'not-held' : 'not-owner' };
+  }
+
+  async release(lease: LeaseRef): Promise<ReleaseOutcome> {
+    const k = this.keysOf(lease.key);
+    const reply = await this.#call('release', () =>
+      releaseScript.run(
+        this.#client,
+        [k.lock, k.channel],
+        [lease.owner, String(lease.fencingToken)],
+      ),
+    );
+    return reply === 1 ? 'released' : reply === 0 ? 'not-held' : 'not-owner';
+  }
+
+  async abandon(request: AttemptRequest): Promise<void> {
+    const k = this.keysOf(request.key);
+    await this.#call('abandon', () =>
+      abandonScript.run(this.#client, [k.lock, k.channel], [request.owner]),
+    );
+  }
+
+  async inspect(key: string): Promise<LockInfo> {
+    const k = this.keysOf(key);
+    const [value, pttl, last] = await this.#call('inspect', () =>
+      inspectScript.run(this.#client, [k.lock, k.fence], []),
+    );
+    let holder: LockInfo['holder'] = null;
+    if (value !== null) {
+      const sep = value.indexOf(':');
+      holder = {
+        owner: value.slice(0, sep),
+        fencingToken: BigInt(value.slice(sep + 1)),
+        ttlMs: Math.max(0, pttl),
+      };
+    }
+    return { key, holder, lastFencingToken: last === null ? 0n : BigInt(last) };
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const channel of this.#channels.values()) {
+      clearTimeout(channel.linger);
+      for (const waiter of channel.waiters) waiter.wake();
+    }
+    this.#channels.clear();
+    const clients = [this.#subscriber, this.#ownsClient ? this.#client : undefined];
+    await Promise.all(clients.map((c) => (c ? quit(c) : undefined)));
+  }
+
+  async #call<T>(operation: string, run: () => Promise<T>): Promise<T> {
+    if (this.#closed) throw new BackendError(this.name, operation, new Error('backend is closed'));
+    try {
+      return await run();
+    } catch (error) {
+      throw new BackendError(this.name, operation, error);
+    }
+  }
+
+  /** Wait for one release message on `channel` (woken alone: one waiter per message). */
+  #waitForRelease(channel: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    if (this.#closed || signal.aborted) return Promise.resolve();
+    const entry = this.#subscribe(channel);
+    return new Promise<void>((resolve) => {
+      const waiter: Waiter = {
+        wake: () => {
+          clearTimeout(timer);
+          signal.removeEventListener('abort', waiter.wake);
+          entry.waiters.delete(waiter);
+          if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
+          resolve();
+        },
+      };
+      const timer = setTimeout(waiter.wake, Math.max(0, maxMs));
+      signal.addEventListener('abort', waiter.wake, { once: true });
+      clearTimeout(entry.linger);
+      entry.linger = undefined;
+      entry.waiters.add(waiter);
+    });
+  }
+
+  #subscribe(channel: string): Channel {
+    const existing = this.#channels.get(channel);
+    if (existing) return existing;
+    const entry: Channel = { waiters: new Set(), linger: undefined };
+    this.#channels.set(channel, entry);
+    const subscriber = this.#getSubscriber();
+    // A failed SUBSCRIBE only costs latency: the core's poll still runs.
+    subscriber.subscribe(channel).catch(() => undefined);
+    return entry;
+  }
+
+  #scheduleUnsubscribe(channel: string, entry: Channel): void {
+    if (this.#closed) return;
+    entry.linger = setTimeout(() => {
+      if (entry.waiters.size > 0 || this.#channels.get(channel) !== entry) return;
+      this.#channels.delete(channel);
+      this.#subscriber?.unsubscribe(channel).catch(() => undefined);
+    }, SUBSCRIPTION_LINGER_MS);
+    entry.linger.unref();
+  }
+
+  #getSubscriber(): Redis {
+    if (this.#subscriber) return this.#subscriber;
+    const subscriber = this.#client.duplicate({ commandTimeout: undefined });
+    subscriber.on('error', () => undefined);
+    subscriber.on('message', (channel: string) => {
+      // Wake the longest-waiting local waiter only (a Set iterates in insertion order).
+      const first = this.#channels.get(channel)?.waiters.values().next();
+      if (first && !first.done) first.value.wake();
+    });
+    this.#subscriber = subscriber;
+    return subscriber;
+  }
+}
+
+async function quit(client: Redis): Promise<void> {
+  try {
+    if (client.status === 'end' || client.status === 'wait') client.disconnect();
+    else await client.quit();
+  } catch {
+    client.disconnect();
+  }
+}
+
+/**
+ * Create a Redis backend from a URL or an existing ioredis client.
+ * @throws InvalidArgumentError (from the URL check) when the URL is malformed.
+ */
+export function createRedisBackendFromConfig(config: RedisUrlConfig): RedisBackend {
+  const client = new Redis(config.url, {
+    commandTimeout: config.commandTimeoutMs,
+    maxRetriesPerRequest: 2,
+    connectTimeout: 5_000,
+  });
+  client.on('error', () => undefined);
+  return new RedisBackend(client, true, config.prefix, config.notifications);
+}

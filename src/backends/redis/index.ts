@@ -1,0 +1,61 @@
+/**
+ * `fencelock/redis`: the single-node Redis backend (ioredis).
+ *
+ * @example
+ * import { createLocker } from 'fencelock';
+ * import { createRedisBackend } from 'fencelock/redis';
+ * const locker = createLocker(createRedisBackend({ client: myIoredisClient }));
+ */
+import { Redis } from 'ioredis';
+import { InvalidArgumentError } from '../../errors.js';
+import { createRedisBackendFromConfig, RedisBackend, type RedisBackendOptions } from './backend.js';
+import { parseRedisUrl, type RedisUrlConfig } from './url.js';
+
+export { RedisBackend, type RedisBackendOptions } from './backend.js';
+export { parseRedisUrl, type RedisUrlConfig } from './url.js';
+
+/**
+ * Create a Redis backend from `{ url }` or `{ client }` (an ioredis client, left open on close),
+ * or from a checked URL config.
+ * @throws InvalidArgumentError when neither or both of `url` and `client` are given, when the
+ *   client is not an ioredis client, or when an option is out of range. No connection is made
+ *   before the first lock operation.
+ */
+export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig): RedisBackend {
+  if (typeof options !== 'object' || options === null) {
+    throw new InvalidArgumentError('options', '{ url } or { client }', options);
+  }
+  const o = options as RedisBackendOptions;
+  if ((o.url === undefined) === (o.client === undefined)) {
+    throw new InvalidArgumentError(
+      'options',
+      'exactly one of url or client',
+      Object.keys(o).join(','),
+    );
+  }
+  const params = new URLSearchParams();
+  if (o.prefix !== undefined) params.set('prefix', String(o.prefix));
+  if (o.notifications !== undefined) params.set('notifications', String(o.notifications));
+  if (o.commandTimeoutMs !== undefined) params.set('commandTimeoutMs', String(o.commandTimeoutMs));
+  const query = params.size > 0 ? `?${params}` : '';
+  if (o.url !== undefined) {
+    if (typeof o.url !== 'string')
+      throw new InvalidArgumentError('url', 'a redis:// URL string', o.url);
+    let parsed: URL;
+    try {
+      parsed = new URL(o.url);
+    } catch {
+      throw new InvalidArgumentError('url', 'a redis:// or rediss:// URL', o.url);
+    }
+    if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
+      throw new InvalidArgumentError('url', 'a redis:// or rediss:// URL', o.url);
+    }
+    for (const [k, v] of params) parsed.searchParams.set(k, v);
+    return createRedisBackendFromConfig(parseRedisUrl(parsed));
+  }
+  if (!(o.client instanceof Redis)) {
+    throw new InvalidArgumentError('client', 'an ioredis Redis client', o.client);
+  }
+  const config = parseRedisUrl(new URL(`redis://client${query}`));
+  return new RedisBackend(o.client, false, config.prefix, config.notifications);
+}

@@ -1,0 +1,69 @@
+/**
+ * The Lua scripts, one per operation in `scripts/*.lua`, behind a typed loader: each script is
+ * hashed once, run by EVALSHA, and sent with EVAL only when the server answers NOSCRIPT (after a
+ * restart or SCRIPT FLUSH). Shape after redis-semaphore's `createEval`.
+ */
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type { Redis } from 'ioredis';
+
+/** A Lua script with `K` keys and `A` arguments, answering `R`. */
+export interface Script<K extends readonly string[], A extends readonly (string | number)[], R> {
+  readonly name: string;
+  readonly sha1: string;
+  readonly source: string;
+  run(client: Redis, keys: K, args: A): Promise<R>;
+}
+
+/** Load `scripts/<name>.lua` next to this module. */
+export function defineScript<
+  K extends readonly string[],
+  A extends readonly (string | number)[],
+  R,
+>(name: string): Script<K, A, R> {
+  const source = readFileSync(new URL(`./scripts/${name}.lua`, import.meta.url), 'utf8');
+  const sha1 = createHash('sha1').update(source).digest('hex');
+  return {
+    name,
+    sha1,
+    source,
+    async run(client, keys, args) {
+      try {
+        return (await client.evalsha(sha1, keys.length, ...keys, ...args)) as R;
+      } catch (error) {
+        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+        return (await client.eval(source, keys.length, ...keys, ...args)) as R;
+      }
+    },
+  };
+}
+
+type LockKeys = readonly [lockKey: string, fenceKey: string];
+type ChannelKeys = readonly [lockKey: string, channel: string];
+
+/** Grant: `[1, token]` or `[0, holder PTTL]`. */
+export const acquireScript = defineScript<
+  LockKeys,
+  readonly [owner: string, ttlMs: number],
+  [1, string] | [0, number]
+>('acquire');
+/** Renew: 1 renewed, 0 not held, -1 not owner. */
+export const renewScript = defineScript<
+  readonly [lockKey: string],
+  readonly [owner: string, token: string, ttlMs: number],
+  1 | 0 | -1
+>('renew');
+/** Release: 1 released, 0 not held, -1 not owner. */
+export const releaseScript = defineScript<
+  ChannelKeys,
+  readonly [owner: string, token: string],
+  1 | 0 | -1
+>('release');
+/** Abandon: 1 deleted this owner's key, 0 nothing to delete. */
+export const abandonScript = defineScript<ChannelKeys, readonly [owner: string], 1 | 0>('abandon');
+/** Inspect: `[value | null, PTTL, last token | null]`. */
+export const inspectScript = defineScript<
+  LockKeys,
+  readonly [],
+  [string | null, number, string | null]
+>('inspect');

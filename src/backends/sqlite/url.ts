@@ -1,0 +1,36 @@
+/**
+ * Parse `sqlite:<path>` store URLs without importing the engine client. An empty path means the
+ * default file `./.fencelock/locks.db`. Query parameter: `busyTimeoutMs` (default 5000).
+ */
+import { InvalidArgumentError } from '../../errors.js';
+
+/** Default database file of the embedded store. */
+export const DEFAULT_SQLITE_PATH = './.fencelock/locks.db';
+
+/** A checked SQLite store URL. */
+export interface SqliteUrlConfig {
+  /** Database file path (`:memory:` for a private in-process store). */
+  readonly path: string;
+  /** How long a writer waits for another process's transaction, ms. */
+  readonly busyTimeoutMs: number;
+}
+
+/** @throws InvalidArgumentError for a bad parameter. */
+export function parseSqliteUrl(url: URL): SqliteUrlConfig {
+  for (const name of url.searchParams.keys()) {
+    if (name !== 'busyTimeoutMs') {
+      throw new InvalidArgumentError(`store parameter ${name}`, 'busyTimeoutMs', name);
+    }
+  }
+  const busyTimeoutMs = Number(url.searchParams.get('busyTimeoutMs') ?? 5000);
+  if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0 || busyTimeoutMs > 600_000) {
+    throw new InvalidArgumentError(
+      'store parameter busyTimeoutMs',
+      'an integer in [0, 600000]',
+      busyTimeoutMs,
+    );
+  }
+  // `sqlite:/abs/path`, `sqlite:./rel/path`, `sqlite:rel/path`; `sqlite://` forms keep the host.
+  const raw = decodeURIComponent(url.host ? `${url.host}${url.pathname}` : url.pathname);
+  return { path: raw === '' ? DEFAULT_SQLITE_PATH : raw, busyTimeoutMs };
+}

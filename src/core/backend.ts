@@ -1,0 +1,112 @@
+/**
+ * The backend contract: the only thing an engine adapter implements. The core owns the wait
+ * loop, deadlines, retries, renewal, reentrancy and events; a backend answers single questions
+ * atomically on its engine.
+ *
+ * The shape follows Apache Curator's lock driver (`LockInternalsDriver` / `PredicateResults`):
+ * an attempt is answered with either "granted, with this fencing token" or "not yet, and here is
+ * what to wait on", so queue-based engines (etcd, ZooKeeper) can keep a waiter's place in line
+ * while key-value engines (Redis, SQLite) simply report how long the current holder may still
+ * hold the key.
+ */
+
+/** One contender's request for a key. All durations are milliseconds. */
+export interface AttemptRequest {
+  /** Validated lock key. */
+  readonly key: string;
+  /** Unique id of this contender (one per acquisition), >= 128 random bits, hex. */
+  readonly owner: string;
+  /** Requested lease length in whole milliseconds, >= 1 and <= the backend's `maxTtlMs`. */
+  readonly ttlMs: number;
+}
+
+/** The engine granted the key. */
+export interface Granted {
+  readonly granted: true;
+  /** Fencing token: strictly increasing over all grants of this key. */
+  readonly token: bigint;
+  /** Lease length the engine actually applied (may be rounded up to its granularity), ms. */
+  readonly ttlMs: number;
+}
+
+/** The key is held by someone else (or this contender is queued behind others). */
+export interface NotGranted {
+  readonly granted: false;
+  /**
+   * Upper bound, in ms, on how long the current holder can keep the key without renewing it
+   * (Redis PTTL, SQLite expiry). The core never sleeps past it. Undefined when unknown.
+   */
+  readonly holderTtlMs?: number;
+  /**
+   * Resolves when something changed that may let this contender in (a release notification, or
+   * the predecessor's deletion). It must settle by itself no later than `maxMs`, and promptly
+   * when `signal` aborts. Absent when the engine cannot notify: the core then backs off.
+   */
+  readonly waitForChange?: (signal: AbortSignal, maxMs: number) => Promise<void>;
+}
+
+/** Answer to an attempt. */
+export type AttemptResult = Granted | NotGranted;
+
+/** Identifies a granted lease on the engine. */
+export interface LeaseRef {
+  readonly key: string;
+  readonly owner: string;
+  readonly fencingToken: bigint;
+}
+
+/** Result of a renewal. */
+export type RenewResult =
+  | { readonly ok: true /** Lease length applied by the engine, ms. */; readonly ttlMs: number }
+  | { readonly ok: false; readonly reason: 'not-held' | 'not-owner' };
+
+/**
+ * Result of a release: `released` (this owner's lease was deleted), `not-held` (the key has no
+ * holder) or `not-owner` (another owner holds it; nothing was deleted).
+ */
+export type ReleaseOutcome = 'released' | 'not-held' | 'not-owner';
+
+/** What the engine says about a key right now. */
+export interface LockInfo {
+  readonly key: string;
+  /** Current holder, or null when the key is free. */
+  readonly holder: {
+    readonly owner: string;
+    readonly fencingToken: bigint;
+    /** Remaining engine TTL, ms. */
+    readonly ttlMs: number;
+  } | null;
+  /** Highest fencing token ever issued for this key (0n if none). */
+  readonly lastFencingToken: bigint;
+}
+
+/**
+ * A backend. Every method must be atomic on the engine for its key, and must reject with a
+ * `BackendError` (engine error as `cause`) when the engine cannot answer; it never resolves with
+ * a guess. Input is validated by the core before any method is called.
+ */
+export interface Backend {
+  /** Short engine name for messages and events, e.g. `redis`. */
+  readonly name: string;
+  /** Largest `ttlMs` the engine accepts. */
+  readonly maxTtlMs: number;
+  /**
+   * Try to become the holder of `key` (idempotent for the same owner: a repeated attempt by the
+   * current holder returns its existing token and refreshes its TTL, so a lost reply is safe).
+   */
+  attempt(request: AttemptRequest): Promise<AttemptResult>;
+  /** Extend a held lease to `ttlMs` from now, only if `owner` and `token` still hold it. */
+  renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult>;
+  /** Compare-and-delete by owner and token. Never deletes another owner's lease. */
+  release(lease: LeaseRef): Promise<ReleaseOutcome>;
+  /**
+   * Withdraw a contender that gave up (timeout, abort, error, or a grant that came too late to
+   * be valid): delete the key if `owner` holds it, whatever the token, and any waiter entry it
+   * has. A reply lost after the engine applied an attempt leaves nothing behind this way.
+   */
+  abandon(request: AttemptRequest): Promise<void>;
+  /** Current state of `key`. */
+  inspect(key: string): Promise<LockInfo>;
+  /** Close connections and timers this backend opened. Clients passed in by the user stay open. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,276 @@
+/**
+ * A granted lock: fencing token, validity on the monotonic clock, watchdog renewal, the
+ * lease-loss `AbortSignal`, hold count and release.
+ *
+ * Validity follows the Redlock spec's rule, applied to every engine: a lease granted by an
+ * attempt that started at `t0` is believed valid only until `t0 + ttlMs − drift`, with
+ * `drift = ttlMs × driftFactor + 2 ms`, all on `performance.now()`. Renewals move that bound
+ * the same way from the start of the renewal. Loss is reported through `signal`, never by a
+ * throw from a timer (node-redlock's `using()` idea, with `AbortSignal.reason` as the error).
+ */
+import { LockLostError, type LockLostReason, NotLockOwnerError } from '../errors.js';
+import { driftMs, validateTtl } from '../options.js';
+import type { Backend, LeaseRef, ReleaseOutcome } from './backend.js';
+import { monotonicNow } from './clock.js';
+import { publish } from './events.js';
+import type { Watchdog, WatchdogTask } from './watchdog.js';
+
+/** What a lease needs from its locker. */
+export interface LeaseContext {
+  readonly backend: Backend;
+  readonly watchdog: Watchdog;
+  readonly driftFactor: number;
+  /** Called once when the lease stops being held (released or lost). */
+  readonly onEnd: (lease: Lease) => void;
+}
+
+/** Grant details the locker hands to a new lease. */
+export interface LeaseGrant {
+  readonly key: string;
+  readonly owner: string;
+  readonly fencingToken: bigint;
+  /** Lease length the engine applied, ms. */
+  readonly ttlMs: number;
+  /** Requested lease length the watchdog renews to, ms. */
+  readonly renewTtlMs: number;
+  /** Monotonic time the winning attempt started. */
+  readonly attemptStartedAt: number;
+  readonly autoRenew: boolean;
+  /** Hard cap on holding, ms from `attemptStartedAt`; undefined for none. */
+  readonly maxHoldMs: number | undefined;
+}
+
+/**
+ * A granted lock. Use `signal` to stop work when the lease is lost, pass `fencingToken` to the
+ * resource with every write, and `release()` (or `await using`) when done.
+ */
+export class Lease implements LeaseRef, AsyncDisposable {
+  /** Locked key. */
+  readonly key: string;
+  /** Owner id of this lease (128 random bits, hex). */
+  readonly owner: string;
+  /** Fencing token: a `bigint` strictly increasing over all grants of `key`. */
+  readonly fencingToken: bigint;
+  /** Aborted with a `LockLostError` as `reason` when the lease is lost. */
+  readonly signal: AbortSignal;
+
+  readonly #ctx: LeaseContext;
+  readonly #abort = new AbortController();
+  readonly #grantedAt: number;
+  readonly #maxHoldUntil: number;
+  readonly #autoRenew: boolean;
+  #ttlMs: number;
+  #renewTtlMs: number;
+  #expiresAt: number;
+  #holdCount = 1;
+  #state: 'held' | 'lost' | 'released' = 'held';
+  #renewing: Promise<unknown> | undefined;
+  readonly #task: WatchdogTask = { run: () => this.#onWatchdog() };
+
+  /** @internal created by the locker when an attempt is granted. */
+  constructor(ctx: LeaseContext, grant: LeaseGrant) {
+    this.#ctx = ctx;
+    this.key = grant.key;
+    this.owner = grant.owner;
+    this.fencingToken = grant.fencingToken;
+    this.signal = this.#abort.signal;
+    this.#grantedAt = grant.attemptStartedAt;
+    this.#maxHoldUntil =
+      grant.maxHoldMs === undefined
+        ? Number.POSITIVE_INFINITY
+        : grant.attemptStartedAt + grant.maxHoldMs;
+    this.#autoRenew = grant.autoRenew;
+    this.#ttlMs = grant.ttlMs;
+    this.#renewTtlMs = grant.renewTtlMs;
+    this.#expiresAt = this.#validUntil(grant.attemptStartedAt, grant.ttlMs);
+    this.#scheduleNext();
+  }
+
+  /** Lease length last applied by the engine, ms. */
+  get ttlMs(): number {
+    return this.#ttlMs;
+  }
+
+  /**
+   * End of believed validity on the monotonic clock (`performance.now()` ms): start of the last
+   * successful grant or renewal + ttlMs − drift.
+   */
+  get expiresAt(): number {
+    return this.#expiresAt;
+  }
+
+  /** Milliseconds of believed validity left (0 when expired, lost or released). */
+  get remainingMs(): number {
+    return this.#state === 'held' ? Math.max(0, this.#expiresAt - monotonicNow()) : 0;
+  }
+
+  /** Reentrant holds on this lease; 0 once released or lost. */
+  get holdCount(): number {
+    return this.#holdCount;
+  }
+
+  /** True while the lease is neither released nor lost and its validity has not run out. */
+  get isHeld(): boolean {
+    return this.#state === 'held' && monotonicNow() < this.#expiresAt;
+  }
+
+  /** @internal reentrant acquire: one more hold of the same lease (same token). */
+  reenter(): boolean {
+    if (!this.isHeld) return false;
+    this.#holdCount += 1;
+    return true;
+  }
+
+  /**
+   * Extend the lease to `ttlMs` from now (capped by `maxHoldMs`); the watchdog, if on, renews to
+   * this length from then on.
+   * @throws InvalidArgumentError for a bad `ttlMs` (before any network call).
+   * @throws LockLostError when the engine no longer has this owner's lease (the signal aborts).
+   * @throws NotLockOwnerError after `release()`.
+   * @throws BackendError when the engine cannot answer.
+   */
+  async extend(ttlMs: number): Promise<void> {
+    const ttl = validateTtl(ttlMs, 'ttlMs', this.#ctx.backend.maxTtlMs);
+    if (this.#state === 'released') {
+      throw new NotLockOwnerError(this.key, 'extend', 'the lease was already released');
+    }
+    if (this.#state === 'lost') throw this.signal.reason as LockLostError;
+    this.#renewTtlMs = ttl;
+    await this.#renew('extend');
+    if (this.signal.aborted) throw this.signal.reason as LockLostError;
+  }
+
+  /**
+   * Release one hold. When the hold count reaches 0 the watchdog stops (after any renewal in
+   * flight settles) and the engine deletes the lease by compare-and-delete of owner and token.
+   * Over-release returns `not-held` without an engine call; the count never goes negative.
+   * @returns `released`, `not-held` or `not-owner` (the engine's answer; never deletes another
+   * owner's lease).
+   * @throws BackendError when the engine cannot answer (the lease then expires by its TTL).
+   */
+  async release(): Promise<ReleaseOutcome> {
+    if (this.#holdCount === 0) return 'not-held';
+    this.#holdCount -= 1;
+    if (this.#holdCount > 0) return 'released';
+    const wasHeld = this.#state === 'held';
+    if (wasHeld) this.#end('released');
+    this.#ctx.watchdog.cancel(this.#task);
+    await this.#renewing;
+    const { backend } = this.#ctx;
+    const holdMs = monotonicNow() - this.#grantedAt;
+    try {
+      const outcome = await backend.release(this);
+      publish('release', () => ({ ...this.#eventBase(), outcome, holdMs }));
+      return outcome;
+    } catch (error) {
+      publish('release', () => ({ ...this.#eventBase(), outcome: 'error', holdMs, error }));
+      throw error;
+    }
+  }
+
+  /** `await using lease = await lock.acquire()` releases one hold at scope exit. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  /** @internal declare the lease lost (engine says so, session ended). Idempotent. */
+  lose(reason: LockLostReason, cause?: unknown): void {
+    if (this.#state !== 'held') return;
+    const error = new LockLostError(this.key, this.fencingToken, reason, { cause });
+    this.#end('lost');
+    this.#ctx.watchdog.cancel(this.#task);
+    publish('lost', () => ({ ...this.#eventBase(), reason, error }));
+    this.#abort.abort(error);
+  }
+
+  #end(state: 'lost' | 'released'): void {
+    this.#state = state;
+    this.#ctx.onEnd(this);
+  }
+
+  #eventBase() {
+    return {
+      backend: this.#ctx.backend.name,
+      key: this.key,
+      owner: this.owner,
+      fencingToken: this.fencingToken,
+    };
+  }
+
+  #validUntil(startedAt: number, ttlMs: number): number {
+    return Math.min(startedAt + ttlMs - driftMs(ttlMs, this.#ctx.driftFactor), this.#maxHoldUntil);
+  }
+
+  /** Next watchdog wake-up: a renewal at ttl/3, or the validity end if no renewal will happen. */
+  #scheduleNext(): void {
+    if (this.#state !== 'held') return;
+    const now = monotonicNow();
+    const renewable = this.#autoRenew && now < this.#maxHoldUntil;
+    const renewAt = renewable ? now + this.#ttlMs / 3 : Number.POSITIVE_INFINITY;
+    this.#ctx.watchdog.schedule(this.#task, Math.min(renewAt, this.#expiresAt));
+  }
+
+  #onWatchdog(): void {
+    if (this.#state !== 'held') return;
+    const now = monotonicNow();
+    if (now >= this.#expiresAt) {
+      this.lose(now >= this.#maxHoldUntil ? 'max-hold' : 'expired');
+      return;
+    }
+    if (this.#renewing !== undefined) {
+      // A renewal is in flight and has not answered; check again when validity runs out.
+      this.#ctx.watchdog.schedule(this.#task, this.#expiresAt);
+      return;
+    }
+    void this.#renew('watchdog');
+  }
+
+  /** Renew once; never rejects for the watchdog, rethrows engine errors for `extend`. */
+  async #renew(operation: 'watchdog' | 'extend'): Promise<void> {
+    const startedAt = monotonicNow();
+    const ttlMs = Math.max(
+      1,
+      Math.min(this.#renewTtlMs, Math.ceil(this.#maxHoldUntil - startedAt)),
+    );
+    const pending = this.#ctx.backend.renew(this, ttlMs);
+    this.#renewing = pending.catch(() => undefined);
+    if (operation === 'watchdog') {
+      // Wake up at the validity end even if the engine never answers.
+      this.#ctx.watchdog.schedule(this.#task, this.#expiresAt);
+    }
+    try {
+      const result = await pending;
+      publish('renew', () => ({ ...this.#eventBase(), ok: result.ok }));
+      if (this.#state !== 'held') return;
+      if (!result.ok) {
+        this.lose(result.reason);
+        return;
+      }
+      if (monotonicNow() >= this.#expiresAt) {
+        // The answer came too late to prove anything: validity already ran out.
+        this.lose('expired');
+        return;
+      }
+      this.#ttlMs = result.ttlMs;
+      this.#expiresAt = this.#validUntil(startedAt, result.ttlMs);
+      this.#scheduleNext();
+    } catch (error) {
+      publish('renew', () => ({ ...this.#eventBase(), ok: false, error }));
+      if (operation === 'extend') throw error;
+      this.#retryAfterFailure(error);
+    } finally {
+      this.#renewing = undefined;
+    }
+  }
+
+  #retryAfterFailure(error: unknown): void {
+    if (this.#state !== 'held') return;
+    const now = monotonicNow();
+    if (now >= this.#expiresAt) {
+      this.lose('expired', error);
+      return;
+    }
+    const retryAt = Math.min(now + Math.max(10, this.#ttlMs / 10), this.#expiresAt);
+    this.#ctx.watchdog.schedule(this.#task, retryAt);
+  }
+}

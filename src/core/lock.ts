@@ -1,0 +1,250 @@
+/**
+ * The Lock handle and the wait loop the core owns for every backend: attempt, then wait on what
+ * the backend offers (a release notification or the predecessor's deletion) bounded by a
+ * full-jitter backoff, the holder's remaining TTL and the caller's deadline; withdraw on
+ * timeout, abort or error. The loop shape is Curator's `LockInternals.internalLockLoop`.
+ */
+import { randomBytes } from 'node:crypto';
+import { BackendError, FencelockError, LockTimeoutError } from '../errors.js';
+import { driftMs, type ResolvedLockOptions, validateTtl } from '../options.js';
+import type { AttemptRequest, Backend } from './backend.js';
+import { monotonicNow } from './clock.js';
+import { publish } from './events.js';
+import { Lease, type LeaseContext } from './lease.js';
+import { heldInContext } from './reentry.js';
+import { backoffDelayMs, sleep } from './retry.js';
+
+/** What a lock handle needs from its locker. */
+export interface LockContext extends Omit<LeaseContext, 'backend'> {
+  /** The backend, once loaded (loading it makes no network call). */
+  readonly backend: () => Promise<Backend>;
+  /** Called with every new lease (not with reentered ones). */
+  readonly onGrant: (lease: Lease) => void;
+  /** Prefix that makes reentrancy scopes per locker. */
+  readonly scopePrefix: string;
+}
+
+/** A new owner id: 128 random bits as hex. */
+export function newOwnerId(): string {
+  return randomBytes(16).toString('hex');
+}
+
+/**
+ * A handle on one key with fixed options. Create with `locker.lock(key, options)`. A handle
+ * may be acquired many times in sequence; with `reentrant: true`, acquiring it while it holds a
+ * live lease returns that lease with its hold count incremented.
+ */
+export class Lock {
+  /** The locked key. */
+  readonly key: string;
+  /** The options in force, defaults applied. */
+  readonly options: ResolvedLockOptions;
+  readonly #ctx: LockContext;
+  #lease: Lease | null = null;
+
+  /** @internal use `locker.lock()`. */
+  constructor(ctx: LockContext, key: string, options: ResolvedLockOptions) {
+    this.#ctx = ctx;
+    this.key = key;
+    this.options = options;
+  }
+
+  /** True while this handle's latest lease is held and valid. */
+  get isHeld(): boolean {
+    return this.#lease?.isHeld ?? false;
+  }
+
+  /** This handle's latest lease, held or not; null before the first grant. */
+  get lease(): Lease | null {
+    return this.#lease;
+  }
+
+  /**
+   * Wait until the lock is granted and return the lease.
+   * @throws LockTimeoutError when `waitMs` passes or `signal` aborts first (`cause` has the
+   *   abort reason or the last engine error).
+   * @throws InvalidArgumentError when `ttlMs` exceeds the engine's maximum (before any network call).
+   * @throws BackendError when the engine cannot answer.
+   */
+  acquire(): Promise<Lease> {
+    return this.#acquire(false) as Promise<Lease>;
+  }
+
+  /**
+   * One attempt: the lease, or null when another owner holds the key.
+   * @throws BackendError when the engine cannot answer.
+   */
+  tryAcquire(): Promise<Lease | null> {
+    return this.#acquire(true);
+  }
+
+  async #acquire(once: boolean): Promise<Lease | null> {
+    const startedAt = monotonicNow();
+    const backend = await this.#ctx.backend();
+    const options = this.options;
+    const ttlMs = validateTtl(options.ttlMs, 'ttlMs', backend.maxTtlMs);
+    const scopeKey = this.#ctx.scopePrefix + this.key;
+    if (options.reentrant) {
+      const held = heldInContext(scopeKey) ?? this.#lease;
+      if (held?.key === this.key && held.reenter()) {
+        publish('acquire', () => ({
+          backend: backend.name,
+          key: this.key,
+          owner: held.owner,
+          outcome: 'reentered',
+          fencingToken: held.fencingToken,
+          waitMs: monotonicNow() - startedAt,
+          attempts: 0,
+        }));
+        return held;
+      }
+    }
+    const request: AttemptRequest = {
+      key: this.key,
+      owner: newOwnerId(),
+      ttlMs: options.maxHoldMs === undefined ? ttlMs : Math.min(ttlMs, options.maxHoldMs),
+    };
+    const deadline = once ? startedAt : startedAt + options.waitMs;
+    let attempts = 0;
+    const event = (outcome: 'granted' | 'busy' | 'timeout' | 'error', extra = {}) =>
+      publish('acquire', () => ({
+        backend: backend.name,
+        key: this.key,
+        owner: request.owner,
+        outcome,
+        waitMs: monotonicNow() - startedAt,
+        attempts,
+        ...extra,
+      }));
+    try {
+      for (;;) {
+        this.#throwIfAborted(startedAt);
+        const attemptStartedAt = monotonicNow();
+        const result = await this.#untilDeadline(
+          backend.attempt(request),
+          deadline,
+          request,
+          backend,
+        );
+        attempts += 1;
+        if (result === undefined) {
+          this.#throwIfAborted(startedAt);
+          throw new LockTimeoutError(this.key, monotonicNow() - startedAt);
+        }
+        if (result.granted) {
+          const validUntil =
+            attemptStartedAt + result.ttlMs - driftMs(result.ttlMs, this.#ctx.driftFactor);
+          const aborted = options.signal?.aborted === true;
+          if (aborted || monotonicNow() >= validUntil) {
+            // Granted too late to be of use (slow engine) or after the caller gave up.
+            await backend.abandon(request);
+            this.#throwIfAborted(startedAt);
+            if (once || monotonicNow() >= deadline) {
+              throw new LockTimeoutError(this.key, monotonicNow() - startedAt, {
+                reason: 'granted with no validity left',
+              });
+            }
+            continue;
+          }
+          const lease = new Lease(
+            { ...this.#ctx, backend },
+            {
+              key: this.key,
+              owner: request.owner,
+              fencingToken: result.token,
+              ttlMs: result.ttlMs,
+              renewTtlMs: ttlMs,
+              attemptStartedAt,
+              autoRenew: options.autoRenew,
+              maxHoldMs: options.maxHoldMs,
+            },
+          );
+          this.#lease = lease;
+          this.#ctx.onGrant(lease);
+          event('granted', { fencingToken: result.token });
+          return lease;
+        }
+        if (once) {
+          event('busy');
+          return null;
+        }
+        const left = deadline - monotonicNow();
+        if (left <= 0) throw new LockTimeoutError(this.key, monotonicNow() - startedAt);
+        const backoff = backoffDelayMs(attempts - 1, options.retry);
+        // The holder's key cannot outlive its TTL; a little jitter keeps waiters apart then.
+        const holderBound =
+          result.holderTtlMs === undefined
+            ? Number.POSITIVE_INFINITY
+            : result.holderTtlMs + Math.random() * options.retry.initialDelayMs;
+        if (result.waitForChange) {
+          // Event-driven: the notification usually comes first; the poll covers lost messages.
+          const pollMs = Math.min(holderBound, left, backoff + options.retry.maxDelayMs * 4);
+          await result.waitForChange(options.signal ?? neverAborted, pollMs);
+        } else {
+          await sleep(Math.min(holderBound, left, backoff), options.signal);
+        }
+      }
+    } catch (error) {
+      const timedOut = error instanceof LockTimeoutError;
+      event(timedOut ? 'timeout' : 'error', { error });
+      if (attempts > 0 || timedOut) await this.#withdraw(backend, request, error);
+      if (error instanceof FencelockError) throw error;
+      throw new BackendError(backend.name, `acquire of "${this.key}"`, error);
+    }
+  }
+
+  #throwIfAborted(startedAt: number): void {
+    const signal = this.options.signal;
+    if (signal?.aborted) {
+      throw new LockTimeoutError(this.key, monotonicNow() - startedAt, {
+        reason: 'was aborted',
+        cause: signal.reason,
+      });
+    }
+  }
+
+  /** Await an engine call, but give up at the caller's deadline; a late grant is withdrawn. */
+  async #untilDeadline<T>(
+    pending: Promise<T>,
+    deadline: number,
+    request: AttemptRequest,
+    backend: Backend,
+  ): Promise<T | undefined> {
+    const left = deadline - monotonicNow();
+    if (left === Number.POSITIVE_INFINITY && this.options.signal === undefined) return pending;
+    const gaveUp = new AbortController();
+    const stop = () => gaveUp.abort();
+    this.options.signal?.addEventListener('abort', stop, { once: true });
+    // A tryAcquire (deadline = start) still waits for its one answer.
+    const wait =
+      left > 0 ? sleep(left, gaveUp.signal).then(() => undefined) : new Promise<never>(() => {});
+    try {
+      const result = await Promise.race([pending, wait]);
+      if (result === undefined) {
+        pending
+          .then(
+            () => backend.abandon(request),
+            () => undefined,
+          )
+          .catch(() => undefined);
+      }
+      return result;
+    } finally {
+      gaveUp.abort();
+      this.options.signal?.removeEventListener('abort', stop);
+    }
+  }
+
+  /** Remove whatever this contender may hold or queue; keep the original error on top. */
+  async #withdraw(backend: Backend, request: AttemptRequest, original: unknown): Promise<void> {
+    try {
+      await backend.abandon(request);
+    } catch (cleanupError) {
+      if (original instanceof Error && original.cause === undefined) {
+        Object.defineProperty(original, 'cause', { value: cleanupError, configurable: true });
+      }
+    }
+  }
+}
+
+const neverAborted = new AbortController().signal;

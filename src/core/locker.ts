@@ -1,0 +1,179 @@
+/**
+ * The Locker: one backend, one watchdog, lock defaults, and the leases it has granted.
+ */
+import { randomBytes } from 'node:crypto';
+import { BackendError, InvalidArgumentError, type LockLostError } from '../errors.js';
+import {
+  type LockOptions,
+  type ResolvedLockOptions,
+  resolveLockOptions,
+  validateKey,
+} from '../options.js';
+import type { Backend, LockInfo } from './backend.js';
+import type { Lease } from './lease.js';
+import { Lock, type LockContext } from './lock.js';
+import { runHolding } from './reentry.js';
+import { Watchdog } from './watchdog.js';
+
+/** Per-call options of `withLock` / `acquire` (the same as a lock's). */
+export type AcquireOptions = LockOptions;
+
+/**
+ * Hands out locks on one store. Create with `createLocker(store, options)`; `close()` when done.
+ */
+export class Locker implements AsyncDisposable {
+  readonly #backend: Promise<Backend>;
+  readonly #defaults: ResolvedLockOptions;
+  readonly #ctx: LockContext;
+  readonly #watchdog = new Watchdog();
+  readonly #leases = new Set<Lease>();
+  #closed = false;
+
+  /**
+   * @param backend the store, or a promise of it (a URL's backend module loads lazily).
+   * @param defaults validated lock defaults.
+   * @param driftFactor validated drift factor.
+   */
+  constructor(
+    backend: Backend | Promise<Backend>,
+    defaults: ResolvedLockOptions,
+    driftFactor: number,
+  ) {
+    this.#backend = Promise.resolve(backend);
+    // Keep a failed load from being an unhandled rejection; it surfaces at first use.
+    this.#backend.catch(() => undefined);
+    this.#defaults = defaults;
+    this.#ctx = {
+      backend: () => this.#getBackend(),
+      watchdog: this.#watchdog,
+      driftFactor,
+      scopePrefix: `${randomBytes(6).toString('hex')}\0`,
+      onGrant: (lease) => this.#leases.add(lease),
+      onEnd: (lease) => this.#leases.delete(lease),
+    };
+  }
+
+  /** Leases granted by this locker and not yet released or lost. */
+  get activeLeases(): number {
+    return this.#leases.size;
+  }
+
+  /**
+   * A handle on `key` with these options merged over the locker's defaults.
+   * @throws InvalidArgumentError for a bad key or option (no network call is made).
+   */
+  lock(key: string, options?: LockOptions): Lock {
+    this.#assertOpen();
+    return new Lock(this.#ctx, validateKey(key), resolveLockOptions(this.#defaults, options));
+  }
+
+  /**
+   * Wait for `key` and return the lease; `await using lease = await locker.acquire(key)`.
+   * @throws InvalidArgumentError, LockTimeoutError, BackendError (see `Lock.acquire`).
+   */
+  acquire(key: string, options?: LockOptions): Promise<Lease> {
+    return this.lock(key, options).acquire();
+  }
+
+  /**
+   * One attempt at `key`: the lease, or null when it is held by another owner.
+   * @throws InvalidArgumentError, BackendError
+   */
+  tryAcquire(key: string, options?: LockOptions): Promise<Lease | null> {
+    return this.lock(key, options).tryAcquire();
+  }
+
+  /**
+   * Run `fn(lease)` while holding `key`, then release (always, also when `fn` throws).
+   * Inside `fn`, a nested acquire of `key` with `reentrant: true` reuses the lease.
+   * @returns what `fn` returns.
+   * @throws `fn`'s own error, rethrown after release.
+   * @throws LockLostError as soon as the lease is lost (`lease.signal` aborts with the same
+   *   error; `fn` should watch it and stop).
+   * @throws InvalidArgumentError, LockTimeoutError, BackendError from acquiring.
+   */
+  async withLock<T>(
+    key: string,
+    fn: (lease: Lease) => Promise<T> | T,
+    options?: LockOptions,
+  ): Promise<T> {
+    if (typeof fn !== 'function') throw new InvalidArgumentError('fn', 'a function', fn);
+    const lock = this.lock(key, options);
+    const lease = await lock.acquire();
+    const work = Promise.resolve().then(() =>
+      runHolding(this.#ctx.scopePrefix + key, lease, () => fn(lease)),
+    );
+    // If the lease is lost first, `work` may still settle later: never leave it unhandled.
+    work.catch(() => undefined);
+    let onAbort: (() => void) | undefined;
+    const lost = new Promise<never>((_, reject) => {
+      onAbort = () => reject(lease.signal.reason as LockLostError);
+      if (lease.signal.aborted) onAbort();
+      else lease.signal.addEventListener('abort', onAbort, { once: true });
+    });
+    lost.catch(() => undefined);
+    let result: T;
+    try {
+      result = await Promise.race([work, lost]);
+    } catch (error) {
+      await lease.release().catch(() => undefined);
+      throw error;
+    } finally {
+      if (onAbort) lease.signal.removeEventListener('abort', onAbort);
+    }
+    await lease.release();
+    return result;
+  }
+
+  /**
+   * What the engine says about `key` now: holder (owner, token, remaining TTL) and last token.
+   * @throws InvalidArgumentError, BackendError
+   */
+  async inspect(key: string): Promise<LockInfo> {
+    this.#assertOpen();
+    const k = validateKey(key);
+    return (await this.#getBackend()).inspect(k);
+  }
+
+  /** The backend in use (loads it if given as a URL). */
+  backend(): Promise<Backend> {
+    return this.#getBackend();
+  }
+
+  /**
+   * Stop the watchdog, release every lease still held (best effort, each by compare-and-delete),
+   * and close the backend's own connections. Idempotent.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#watchdog.stop();
+    const leases = [...this.#leases];
+    await Promise.allSettled(
+      leases.map(async (lease) => {
+        while (lease.holdCount > 0) await lease.release();
+      }),
+    );
+    this.#leases.clear();
+    const backend = await this.#backend.catch(() => undefined);
+    await backend?.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new InvalidArgumentError('locker', 'an open locker', 'closed');
+  }
+
+  async #getBackend(): Promise<Backend> {
+    try {
+      return await this.#backend;
+    } catch (error) {
+      throw error instanceof InvalidArgumentError || error instanceof BackendError
+        ? error
+        : new BackendError('store', 'load', error);
+    }
+  }
+}

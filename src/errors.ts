@@ -1,0 +1,176 @@
+/**
+ * Every error fencelock throws. Each class has a stable `code` (safe to match on across
+ * versions), keeps the engine's error as `cause`, and carries context fields such as `key`.
+ * Messages start with the domain (`fencelock:`), as etcd's sentinel errors do.
+ */
+
+/** Stable machine-readable codes, one per error class. */
+export type FencelockErrorCode =
+  | 'ERR_INVALID_ARGUMENT'
+  | 'ERR_LOCK_TIMEOUT'
+  | 'ERR_LOCK_LOST'
+  | 'ERR_NOT_LOCK_OWNER'
+  | 'ERR_QUORUM'
+  | 'ERR_BACKEND'
+  | 'ERR_STALE_TOKEN';
+
+/** Base class of every fencelock error. Check with `instanceof` or by `code`. */
+export class FencelockError extends Error {
+  /** Stable code of this error class. */
+  readonly code: FencelockErrorCode;
+
+  constructor(code: FencelockErrorCode, message: string, options?: { cause?: unknown }) {
+    super(`fencelock: ${message}`, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/**
+ * Bad input, found before any network call. `argument` names the offending argument,
+ * `allowed` describes the accepted range and `received` is what was passed.
+ */
+export class InvalidArgumentError extends FencelockError {
+  readonly argument: string;
+  readonly allowed: string;
+  readonly received: unknown;
+
+  constructor(argument: string, allowed: string, received: unknown) {
+    super(
+      'ERR_INVALID_ARGUMENT',
+      `invalid ${argument}: expected ${allowed}, received ${describe(received)}`,
+    );
+    this.argument = argument;
+    this.allowed = allowed;
+    this.received = received;
+  }
+}
+
+/** `acquire()` waited `waitMs` (or was aborted by its signal) without being granted the lock. */
+export class LockTimeoutError extends FencelockError {
+  readonly key: string;
+  readonly waitedMs: number;
+
+  constructor(key: string, waitedMs: number, options?: { cause?: unknown; reason?: string }) {
+    super(
+      'ERR_LOCK_TIMEOUT',
+      `acquire of "${key}" ${options?.reason ?? 'timed out'} after ${Math.round(waitedMs)} ms`,
+      options,
+    );
+    this.key = key;
+    this.waitedMs = waitedMs;
+  }
+}
+
+/** Why a lease was lost. */
+export type LockLostReason =
+  | 'expired' // could not be renewed before its validity ran out
+  | 'not-owner' // the engine reports another owner holds the key
+  | 'not-held' // the engine no longer has the key
+  | 'max-hold' // the maxHoldMs cap was reached
+  | 'session-lost'; // the engine session carrying the lease ended
+
+/**
+ * A lease ended while its holder still believed it held the lock. Used as `lease.signal.reason`
+ * and thrown by `extend()` and `withLock()`.
+ */
+export class LockLostError extends FencelockError {
+  readonly key: string;
+  readonly fencingToken: bigint;
+  readonly reason: LockLostReason;
+
+  constructor(
+    key: string,
+    fencingToken: bigint,
+    reason: LockLostReason,
+    options?: { cause?: unknown; operation?: string },
+  ) {
+    const op = options?.operation ? `${options.operation}: ` : '';
+    super(
+      'ERR_LOCK_LOST',
+      `${op}lease on "${key}" (token ${fencingToken}) lost: ${reason}`,
+      options,
+    );
+    this.key = key;
+    this.fencingToken = fencingToken;
+    this.reason = reason;
+  }
+}
+
+/** An operation needed the caller to own the lease, and it does not. */
+export class NotLockOwnerError extends FencelockError {
+  readonly key: string;
+  readonly operation: string;
+
+  constructor(key: string, operation: string, detail: string) {
+    super('ERR_NOT_LOCK_OWNER', `${operation} of "${key}": ${detail}`);
+    this.key = key;
+    this.operation = operation;
+  }
+}
+
+/** Outcome of one node in a quorum operation (Redlock). */
+export interface NodeOutcome {
+  readonly node: string;
+  readonly outcome: 'ok' | 'locked' | 'error' | 'timeout';
+  readonly error?: unknown;
+}
+
+/** A quorum operation (Redlock) did not reach a majority. `nodes` lists every node's outcome. */
+export class QuorumError extends FencelockError {
+  readonly key: string;
+  readonly nodes: readonly NodeOutcome[];
+
+  constructor(key: string, operation: string, nodes: readonly NodeOutcome[]) {
+    const summary = nodes.map((n) => `${n.node}=${n.outcome}`).join(', ');
+    super('ERR_QUORUM', `${operation} of "${key}" reached no quorum (${summary})`);
+    this.key = key;
+    this.nodes = nodes;
+  }
+}
+
+/** The engine was unreachable or answered with a protocol error; the engine's error is `cause`. */
+export class BackendError extends FencelockError {
+  readonly backend: string;
+  readonly operation: string;
+
+  constructor(backend: string, operation: string, cause: unknown) {
+    super('ERR_BACKEND', `${backend} ${operation} failed: ${messageOf(cause)}`, { cause });
+    this.backend = backend;
+    this.operation = operation;
+  }
+}
+
+/**
+ * A fencing guard refused a write: the resource has already seen `currentToken`, newer than the
+ * writer's `attemptedToken` (Kleppmann, "How to do distributed locking", 2016).
+ */
+export class StaleTokenError extends FencelockError {
+  readonly resource: string;
+  readonly attemptedToken: bigint;
+  readonly currentToken: bigint;
+
+  constructor(resource: string, attemptedToken: bigint, currentToken: bigint) {
+    super(
+      'ERR_STALE_TOKEN',
+      `write to "${resource}" rejected: fencing token ${attemptedToken} is older than ${currentToken}`,
+    );
+    this.resource = resource;
+    this.attemptedToken = attemptedToken;
+    this.currentToken = currentToken;
+  }
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'string')
+    return JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);
+  if (typeof value === 'bigint') return `${value}n`;
+  if (typeof value === 'number' || typeof value === 'boolean' || value == null)
+    return String(value);
+  if (typeof value === 'function') return 'a function';
+  return Array.isArray(value) ? 'an array' : `an object`;
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,49 @@
+/**
+ * fencelock: distributed locks with a fencing token on every lease.
+ *
+ * Core entry point; engines live in subpaths (`fencelock/redis`, `fencelock/sqlite`).
+ */
+export type {
+  AttemptRequest,
+  AttemptResult,
+  Backend,
+  Granted,
+  LeaseRef,
+  LockInfo,
+  NotGranted,
+  ReleaseOutcome,
+  RenewResult,
+} from './core/backend.js';
+export {
+  type AcquireEvent,
+  CHANNELS,
+  type LostEvent,
+  type ReleaseEvent,
+  type RenewEvent,
+} from './core/events.js';
+export { Lease } from './core/lease.js';
+export { Lock } from './core/lock.js';
+export { type AcquireOptions, Locker } from './core/locker.js';
+export {
+  BackendError,
+  FencelockError,
+  type FencelockErrorCode,
+  InvalidArgumentError,
+  LockLostError,
+  type LockLostReason,
+  LockTimeoutError,
+  type NodeOutcome,
+  NotLockOwnerError,
+  QuorumError,
+  StaleTokenError,
+} from './errors.js';
+export { createLocker } from './locker.js';
+export {
+  DEFAULTS,
+  type LockerOptions,
+  type LockOptions,
+  MAX_KEY_BYTES,
+  MAX_TIMER_MS,
+  type RetryOptions,
+} from './options.js';
+export { STORE_SCHEMES } from './stores.js';

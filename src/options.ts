@@ -1,0 +1,247 @@
+/**
+ * Option types, their frozen defaults and their validation, in one place. Every public entry
+ * point validates here before any network call and throws `InvalidArgumentError` naming the
+ * argument, the allowed range and the value received.
+ */
+import { InvalidArgumentError } from './errors.js';
+
+/** Largest delay a Node.js timer accepts (2^31 − 1 ms, about 24.8 days). */
+export const MAX_TIMER_MS = 2_147_483_647;
+/** Longest accepted key, in UTF-8 bytes. */
+export const MAX_KEY_BYTES = 1024;
+
+/** Backoff between attempts while waiting for a lock (full jitter, AWS Architecture Blog 2015). */
+export interface RetryOptions {
+  /** Upper bound of the first backoff, ms. @default 20 */
+  readonly initialDelayMs?: number;
+  /** Upper bound of any single backoff, ms. @default 500 */
+  readonly maxDelayMs?: number;
+  /** Growth of the upper bound per attempt. @default 2 */
+  readonly factor?: number;
+}
+
+/** Options of one lock; per-call values merge over the locker's defaults. */
+export interface LockOptions {
+  /**
+   * Lease length in ms. The engine drops the lease this long after the last grant or renewal.
+   * Non-integers are rounded up to the next whole millisecond. @default 30000
+   */
+  readonly ttlMs?: number;
+  /**
+   * How long `acquire()` waits for the lock, ms (`Infinity`: until granted or aborted; `0`: one
+   * attempt). @default Infinity
+   */
+  readonly waitMs?: number;
+  /** Renew the lease every `ttlMs / 3` while it is held (the watchdog). @default true */
+  readonly autoRenew?: boolean;
+  /**
+   * Hard cap on how long one lease may be held, ms, renewals included. Independent of `ttlMs`:
+   * setting it never turns the watchdog off. @default undefined (no cap)
+   */
+  readonly maxHoldMs?: number;
+  /**
+   * A nested acquire of the same key in the same async context (inside `withLock`) or on the
+   * same `Lock` handle returns the held lease and increments its hold count. @default false
+   */
+  readonly reentrant?: boolean;
+  /** Cancels a pending `acquire()`; it then rejects with `LockTimeoutError`. */
+  readonly signal?: AbortSignal;
+  /** Backoff while waiting. */
+  readonly retry?: RetryOptions;
+}
+
+/** Options of a locker. */
+export interface LockerOptions extends Omit<LockOptions, 'signal'> {
+  /**
+   * Clock drift allowance as a fraction of the TTL: a lease is believed valid only until
+   * `start + ttlMs − (ttlMs × driftFactor + 2 ms)` (Redlock spec). @default 0.01
+   */
+  readonly driftFactor?: number;
+}
+
+/** Lock options with every default applied. */
+export interface ResolvedLockOptions {
+  readonly ttlMs: number;
+  readonly waitMs: number;
+  readonly autoRenew: boolean;
+  readonly maxHoldMs: number | undefined;
+  readonly reentrant: boolean;
+  readonly signal: AbortSignal | undefined;
+  readonly retry: Required<RetryOptions>;
+}
+
+/** Defaults of every option. */
+export const DEFAULTS = Object.freeze({
+  ttlMs: 30_000,
+  waitMs: Number.POSITIVE_INFINITY,
+  autoRenew: true,
+  reentrant: false,
+  driftFactor: 0.01,
+  retry: Object.freeze({ initialDelayMs: 20, maxDelayMs: 500, factor: 2 }),
+});
+
+/**
+ * Check a lock key: a string of 1 to 1024 UTF-8 bytes.
+ * @throws InvalidArgumentError
+ */
+export function validateKey(key: unknown, argument = 'key'): string {
+  if (typeof key !== 'string' || key.length === 0 || Buffer.byteLength(key) > MAX_KEY_BYTES) {
+    throw new InvalidArgumentError(argument, `a string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes`, key);
+  }
+  return key;
+}
+
+/**
+ * Check a TTL in ms: a finite number > 0 and <= `maxMs`; non-integers are rounded up.
+ * @throws InvalidArgumentError
+ */
+export function validateTtl(value: unknown, argument = 'ttlMs', maxMs = MAX_TIMER_MS): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0 || value > maxMs) {
+    throw new InvalidArgumentError(argument, `a number of milliseconds in (0, ${maxMs}]`, value);
+  }
+  return Math.ceil(value);
+}
+
+function validateWait(value: unknown): number {
+  if (value === Number.POSITIVE_INFINITY) return value;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || value > MAX_TIMER_MS) {
+    throw new InvalidArgumentError(
+      'waitMs',
+      `a number of milliseconds in [0, ${MAX_TIMER_MS}] or Infinity`,
+      value,
+    );
+  }
+  return value;
+}
+
+function validateBoolean(value: unknown, argument: string): boolean {
+  if (typeof value !== 'boolean') throw new InvalidArgumentError(argument, 'a boolean', value);
+  return value;
+}
+
+function validatePositive(value: unknown, argument: string, min: number, max: number): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < min || value > max) {
+    throw new InvalidArgumentError(argument, `a number in [${min}, ${max}]`, value);
+  }
+  return value;
+}
+
+function validateRetry(value: unknown, base: Required<RetryOptions>): Required<RetryOptions> {
+  if (value === undefined) return base;
+  if (typeof value !== 'object' || value === null) {
+    throw new InvalidArgumentError(
+      'retry',
+      'an object { initialDelayMs, maxDelayMs, factor }',
+      value,
+    );
+  }
+  const r = value as RetryOptions;
+  const initialDelayMs = validatePositive(
+    r.initialDelayMs ?? base.initialDelayMs,
+    'retry.initialDelayMs',
+    1,
+    MAX_TIMER_MS,
+  );
+  const maxDelayMs = validatePositive(
+    r.maxDelayMs ?? base.maxDelayMs,
+    'retry.maxDelayMs',
+    initialDelayMs,
+    MAX_TIMER_MS,
+  );
+  const factor = validatePositive(r.factor ?? base.factor, 'retry.factor', 1, 100);
+  return { initialDelayMs, maxDelayMs, factor };
+}
+
+const LOCK_OPTION_NAMES = new Set([
+  'ttlMs',
+  'waitMs',
+  'autoRenew',
+  'maxHoldMs',
+  'reentrant',
+  'signal',
+  'retry',
+]);
+
+/**
+ * Merge per-call options over a base (already resolved) and validate the result.
+ * @throws InvalidArgumentError on an unknown option name or a value out of range.
+ */
+export function resolveLockOptions(
+  base: ResolvedLockOptions,
+  overrides: unknown,
+  allowed: ReadonlySet<string> = LOCK_OPTION_NAMES,
+): ResolvedLockOptions {
+  if (overrides === undefined) return base;
+  if (typeof overrides !== 'object' || overrides === null) {
+    throw new InvalidArgumentError('options', 'an options object', overrides);
+  }
+  for (const name of Object.keys(overrides)) {
+    if (!allowed.has(name)) {
+      throw new InvalidArgumentError(`options.${name}`, `one of ${[...allowed].join(', ')}`, name);
+    }
+  }
+  const o = overrides as LockOptions;
+  const ttlMs = o.ttlMs === undefined ? base.ttlMs : validateTtl(o.ttlMs);
+  const maxHoldMs =
+    o.maxHoldMs === undefined ? base.maxHoldMs : validateTtl(o.maxHoldMs, 'maxHoldMs');
+  const signal = o.signal ?? base.signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new InvalidArgumentError('signal', 'an AbortSignal', signal);
+  }
+  return {
+    ttlMs,
+    waitMs: o.waitMs === undefined ? base.waitMs : validateWait(o.waitMs),
+    autoRenew:
+      o.autoRenew === undefined ? base.autoRenew : validateBoolean(o.autoRenew, 'autoRenew'),
+    maxHoldMs,
+    reentrant:
+      o.reentrant === undefined ? base.reentrant : validateBoolean(o.reentrant, 'reentrant'),
+    signal,
+    retry: validateRetry(o.retry, base.retry),
+  };
+}
+
+/** The defaults as resolved options. */
+export const DEFAULT_LOCK_OPTIONS: ResolvedLockOptions = Object.freeze({
+  ttlMs: DEFAULTS.ttlMs,
+  waitMs: DEFAULTS.waitMs,
+  autoRenew: DEFAULTS.autoRenew,
+  maxHoldMs: undefined,
+  reentrant: DEFAULTS.reentrant,
+  signal: undefined,
+  retry: DEFAULTS.retry,
+});
+
+/**
+ * Validate locker options: lock defaults plus `driftFactor`.
+ * @throws InvalidArgumentError
+ */
+export function resolveLockerOptions(options: unknown): {
+  defaults: ResolvedLockOptions;
+  driftFactor: number;
+} {
+  if (options !== undefined && (typeof options !== 'object' || options === null)) {
+    throw new InvalidArgumentError('options', 'an options object', options);
+  }
+  const o = (options ?? {}) as LockerOptions & { signal?: unknown };
+  if (o.signal !== undefined) {
+    throw new InvalidArgumentError(
+      'options.signal',
+      'a per-lock option, not a locker option',
+      'signal',
+    );
+  }
+  const { driftFactor, ...lock } = o;
+  return {
+    defaults: resolveLockOptions(DEFAULT_LOCK_OPTIONS, lock),
+    driftFactor:
+      driftFactor === undefined
+        ? DEFAULTS.driftFactor
+        : validatePositive(driftFactor, 'driftFactor', 0, 0.5),
+  };
+}
+
+/** Drift allowance for a lease of `ttlMs` (Redlock spec): `ttlMs × driftFactor + 2` ms. */
+export function driftMs(ttlMs: number, driftFactor: number): number {
+  return ttlMs * driftFactor + 2;
+}
