@@ -1,5 +1,5 @@
-// Copy non-TypeScript runtime files (Lua scripts) from src/ into dist/ after tsc.
-import { cpSync, readdirSync } from 'node:fs';
+// Copy non-TypeScript runtime files (Lua scripts) from src/ into dist/ after tsc, and mark the bin executable.
+import { chmodSync, cpSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 for (const backend of readdirSync('src/backends')) {
@@ -10,3 +10,6 @@ for (const backend of readdirSync('src/backends')) {
     if (error.code !== 'ENOENT') throw error;
   }
 }
+
+// The `fencelock` bin must be executable when run directly from dist/.
+chmodSync('dist/cli/main.js', 0o755);

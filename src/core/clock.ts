@@ -3,9 +3,8 @@
  * and manual changes; `performance.now()` does not, so a lease's validity never depends on it
  * (DESIGN.md semantics 4).
  */
-import { performance } from 'node:perf_hooks';
 
-/** Milliseconds on the process's monotonic clock. */
+/** Milliseconds on the process's monotonic clock (`performance.now()`). */
 export function monotonicNow(): number {
   return performance.now();
 }

@@ -65,6 +65,9 @@ export class Lease implements LeaseRef, AsyncDisposable {
   #holdCount = 1;
   #state: 'held' | 'lost' | 'released' = 'held';
   #renewing: Promise<unknown> | undefined;
+  #lastRenewError: unknown;
+  /** The engine TTL was cut to end at the maxHoldMs cap: no renewal goes past it. */
+  #capped: boolean;
   readonly #task: WatchdogTask = { run: () => this.#onWatchdog() };
 
   /** @internal created by the locker when an attempt is granted. */
@@ -82,6 +85,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.#autoRenew = grant.autoRenew;
     this.#ttlMs = grant.ttlMs;
     this.#renewTtlMs = grant.renewTtlMs;
+    this.#capped = grant.ttlMs < grant.renewTtlMs;
     this.#expiresAt = this.#validUntil(grant.attemptStartedAt, grant.ttlMs);
     this.#scheduleNext();
   }
@@ -155,7 +159,9 @@ export class Lease implements LeaseRef, AsyncDisposable {
     const wasHeld = this.#state === 'held';
     if (wasHeld) this.#end('released');
     this.#ctx.watchdog.cancel(this.#task);
-    await this.#renewing;
+    // Let a renewal in flight land first so it cannot extend a key after its release; a lost
+    // lease has nothing to protect, so its release does not wait on a stuck engine call.
+    if (wasHeld) await this.#renewing;
     const { backend } = this.#ctx;
     const holdMs = monotonicNow() - this.#grantedAt;
     try {
@@ -174,9 +180,9 @@ export class Lease implements LeaseRef, AsyncDisposable {
   }
 
   /** @internal declare the lease lost (engine says so, session ended). Idempotent. */
-  lose(reason: LockLostReason, cause?: unknown): void {
+  lose(reason: LockLostReason, cause?: unknown, operation = 'watchdog'): void {
     if (this.#state !== 'held') return;
-    const error = new LockLostError(this.key, this.fencingToken, reason, { cause });
+    const error = new LockLostError(this.key, this.fencingToken, reason, { cause, operation });
     this.#end('lost');
     this.#ctx.watchdog.cancel(this.#task);
     publish('lost', () => ({ ...this.#eventBase(), reason, error }));
@@ -205,7 +211,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
   #scheduleNext(): void {
     if (this.#state !== 'held') return;
     const now = monotonicNow();
-    const renewable = this.#autoRenew && now < this.#maxHoldUntil;
+    const renewable = this.#autoRenew && !this.#capped;
     const renewAt = renewable ? now + this.#ttlMs / 3 : Number.POSITIVE_INFINITY;
     this.#ctx.watchdog.schedule(this.#task, Math.min(renewAt, this.#expiresAt));
   }
@@ -214,7 +220,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
     if (this.#state !== 'held') return;
     const now = monotonicNow();
     if (now >= this.#expiresAt) {
-      this.lose(now >= this.#maxHoldUntil ? 'max-hold' : 'expired');
+      this.lose(this.#capped ? 'max-hold' : 'expired', this.#lastRenewError);
       return;
     }
     if (this.#renewing !== undefined) {
@@ -228,10 +234,8 @@ export class Lease implements LeaseRef, AsyncDisposable {
   /** Renew once; never rejects for the watchdog, rethrows engine errors for `extend`. */
   async #renew(operation: 'watchdog' | 'extend'): Promise<void> {
     const startedAt = monotonicNow();
-    const ttlMs = Math.max(
-      1,
-      Math.min(this.#renewTtlMs, Math.ceil(this.#maxHoldUntil - startedAt)),
-    );
+    const untilCap = Math.ceil(this.#maxHoldUntil - startedAt);
+    const ttlMs = Math.max(1, Math.min(this.#renewTtlMs, untilCap));
     const pending = this.#ctx.backend.renew(this, ttlMs);
     this.#renewing = pending.catch(() => undefined);
     if (operation === 'watchdog') {
@@ -240,10 +244,13 @@ export class Lease implements LeaseRef, AsyncDisposable {
     }
     try {
       const result = await pending;
+      // An answer that lands after the lease was declared lost reports nothing: `lost` was the
+      // lease's last event and its watchdog has stopped.
+      if (this.#state === 'lost') return;
       publish('renew', () => ({ ...this.#eventBase(), ok: result.ok }));
       if (this.#state !== 'held') return;
       if (!result.ok) {
-        this.lose(result.reason);
+        this.lose(result.reason, undefined, operation);
         return;
       }
       if (monotonicNow() >= this.#expiresAt) {
@@ -251,11 +258,16 @@ export class Lease implements LeaseRef, AsyncDisposable {
         this.lose('expired');
         return;
       }
+      this.#lastRenewError = undefined;
+      this.#capped = ttlMs >= untilCap;
       this.#ttlMs = result.ttlMs;
       this.#expiresAt = this.#validUntil(startedAt, result.ttlMs);
       this.#scheduleNext();
     } catch (error) {
+      // Lost meanwhile: `extend()` then throws the LockLostError from the signal instead.
+      if (this.#state === 'lost') return;
       publish('renew', () => ({ ...this.#eventBase(), ok: false, error }));
+      this.#lastRenewError = error;
       if (operation === 'extend') throw error;
       this.#retryAfterFailure(error);
     } finally {

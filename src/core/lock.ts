@@ -5,7 +5,7 @@
  * timeout, abort or error. The loop shape is Curator's `LockInternals.internalLockLoop`.
  */
 import { randomBytes } from 'node:crypto';
-import { BackendError, FencelockError, LockTimeoutError } from '../errors.js';
+import { BackendError, FencelockError, InvalidArgumentError, LockTimeoutError } from '../errors.js';
 import { driftMs, type ResolvedLockOptions, validateTtl } from '../options.js';
 import type { AttemptRequest, Backend } from './backend.js';
 import { monotonicNow } from './clock.js';
@@ -104,6 +104,15 @@ export class Lock {
       owner: newOwnerId(),
       ttlMs: options.maxHoldMs === undefined ? ttlMs : Math.min(ttlMs, options.maxHoldMs),
     };
+    if (request.ttlMs <= driftMs(request.ttlMs, this.#ctx.driftFactor)) {
+      // No grant could ever be believed valid: without this, acquire would abandon every grant
+      // and retry forever.
+      throw new InvalidArgumentError(
+        request.ttlMs < ttlMs ? 'maxHoldMs' : 'ttlMs',
+        'more milliseconds than the drift allowance (ttlMs × driftFactor + 2 ms)',
+        request.ttlMs,
+      );
+    }
     const deadline = once ? startedAt : startedAt + options.waitMs;
     let attempts = 0;
     const event = (outcome: 'granted' | 'busy' | 'timeout' | 'error', extra = {}) =>
@@ -212,12 +221,16 @@ export class Lock {
   ): Promise<T | undefined> {
     const left = deadline - monotonicNow();
     if (left === Number.POSITIVE_INFINITY && this.options.signal === undefined) return pending;
-    const gaveUp = new AbortController();
-    const stop = () => gaveUp.abort();
-    this.options.signal?.addEventListener('abort', stop, { once: true });
-    // A tryAcquire (deadline = start) still waits for its one answer.
-    const wait =
-      left > 0 ? sleep(left, gaveUp.signal).then(() => undefined) : new Promise<never>(() => {});
+    const signal = this.options.signal;
+    let timer: NodeJS.Timeout | undefined;
+    let stop: (() => void) | undefined;
+    // Ends at the deadline (a tryAcquire, whose deadline is its start, still waits for its one
+    // answer; an infinite wait never times out) or when the caller's signal aborts.
+    const wait = new Promise<undefined>((resolve) => {
+      stop = () => resolve(undefined);
+      if (left > 0 && Number.isFinite(left)) timer = setTimeout(stop, left);
+      signal?.addEventListener('abort', stop, { once: true });
+    });
     try {
       const result = await Promise.race([pending, wait]);
       if (result === undefined) {
@@ -230,8 +243,8 @@ export class Lock {
       }
       return result;
     } finally {
-      gaveUp.abort();
-      this.options.signal?.removeEventListener('abort', stop);
+      clearTimeout(timer);
+      if (stop) signal?.removeEventListener('abort', stop);
     }
   }
 

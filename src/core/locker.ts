@@ -71,7 +71,7 @@ export class Locker implements AsyncDisposable {
    * Wait for `key` and return the lease; `await using lease = await locker.acquire(key)`.
    * @throws InvalidArgumentError, LockTimeoutError, BackendError (see `Lock.acquire`).
    */
-  acquire(key: string, options?: LockOptions): Promise<Lease> {
+  async acquire(key: string, options?: LockOptions): Promise<Lease> {
     return this.lock(key, options).acquire();
   }
 
@@ -79,7 +79,7 @@ export class Locker implements AsyncDisposable {
    * One attempt at `key`: the lease, or null when it is held by another owner.
    * @throws InvalidArgumentError, BackendError
    */
-  tryAcquire(key: string, options?: LockOptions): Promise<Lease | null> {
+  async tryAcquire(key: string, options?: LockOptions): Promise<Lease | null> {
     return this.lock(key, options).tryAcquire();
   }
 
@@ -116,7 +116,13 @@ export class Locker implements AsyncDisposable {
     try {
       result = await Promise.race([work, lost]);
     } catch (error) {
-      await lease.release().catch(() => undefined);
+      if (lease.signal.aborted) {
+        // Lost: report it now. The best-effort release must not hold the caller until an
+        // engine that may be gone answers (up to the command timeout, after a renewal's).
+        void lease.release().catch(() => undefined);
+      } else {
+        await lease.release().catch(() => undefined);
+      }
       throw error;
     } finally {
       if (onAbort) lease.signal.removeEventListener('abort', onAbort);

@@ -46,6 +46,31 @@ interface LeaseRow {
   remaining: bigint;
 }
 
+const sleepCell = new Int32Array(new SharedArrayBuffer(4));
+
+/**
+ * Set the connection up and create the tables. Switching a new file to WAL can answer
+ * SQLITE_BUSY at once, without waiting for the busy timeout, while another process opens the
+ * same file; so the set-up is retried with a short jittered pause, within `busyTimeoutMs`.
+ */
+function initialize(db: Database.Database, config: SqliteUrlConfig): void {
+  db.defaultSafeIntegers(true);
+  db.pragma(`busy_timeout = ${config.busyTimeoutMs}`);
+  const deadline = performance.now() + Math.max(config.busyTimeoutMs, 1000);
+  for (;;) {
+    try {
+      if (config.path !== ':memory:') db.pragma('journal_mode = WAL');
+      db.pragma('synchronous = NORMAL');
+      db.exec(SCHEMA);
+      return;
+    } catch (error) {
+      const busy = (error as { code?: string }).code?.startsWith('SQLITE_BUSY') === true;
+      if (!busy || performance.now() >= deadline) throw error;
+      Atomics.wait(sleepCell, 0, 0, 5 + Math.random() * 20);
+    }
+  }
+}
+
 /** The SQLite backend. Build it with `createSqliteBackend`. */
 export class SqliteBackend implements Backend {
   readonly name = 'sqlite';
@@ -66,11 +91,12 @@ export class SqliteBackend implements Backend {
       throw new BackendError('sqlite', `open of ${config.path}`, error);
     }
     this.#db = db;
-    db.defaultSafeIntegers(true);
-    db.pragma(`busy_timeout = ${config.busyTimeoutMs}`);
-    if (config.path !== ':memory:') db.pragma('journal_mode = WAL');
-    db.pragma('synchronous = NORMAL');
-    db.exec(SCHEMA);
+    try {
+      initialize(db, config);
+    } catch (error) {
+      db.close();
+      throw new BackendError('sqlite', `open of ${config.path}`, error);
+    }
 
     const read = db.prepare<[string], LeaseRow>(
       `SELECT owner, token, expires_at - ${NOW} AS remaining FROM fencelock_leases WHERE key = ?`,
@@ -128,8 +154,11 @@ export class SqliteBackend implements Backend {
       .transaction((lease: LeaseRef): ReleaseOutcome => {
         const row = read.get(lease.key);
         const state = holds(row, lease);
-        // An expired row of this owner is cleaned up too; the answer is still `not-held`.
-        if (state === 'yes' || (row && row.owner === lease.owner)) remove.run(lease.key);
+        // An expired row of this owner is cleaned up too; the answer is still `not-held`. A live
+        // row with this owner but another token is not this lease's: it stays (`not-owner`).
+        if (state === 'yes' || (state === 'not-held' && row?.owner === lease.owner)) {
+          remove.run(lease.key);
+        }
         return state === 'yes' ? 'released' : state;
       })
       .immediate.bind(null);

@@ -1,0 +1,194 @@
+/**
+ * The flash-sale demo end to end: spawn the built CLI (`node dist/cli/main.js demo flash-sale …
+ * --json`), parse the JSON on the last stdout line, and check the figures. Runs against the
+ * embedded store and the Redis started by `scripts/services.sh`; no engine is mocked.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLocker } from '../../src/index.js';
+import { REDIS_URL } from '../helpers/engines.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const CLI = join(ROOT, 'dist/cli/main.js');
+const KEY = 'flash-sale:stock';
+const SMALL = ['--workers', '4', '--stock', '30', '--attempts', '300'];
+
+interface CliRun {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+interface Figures {
+  store: string;
+  workers: number;
+  lock: boolean;
+  attempts: number;
+  stock: number;
+  sold: number;
+  stockLeft: number;
+  oversold: number;
+  soldMatchesStockDrop: boolean;
+  staleRejected: number;
+  throughputPerSec: number;
+  waitP50Ms: number | null;
+  waitP99Ms: number | null;
+  tokensIncreasing: boolean | null;
+  ok: boolean;
+}
+
+function runDemo(args: readonly string[], timeoutMs = 45_000): Promise<CliRun> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(process.execPath, [CLI, 'demo', 'flash-sale', ...args], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk;
+    });
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+      stderr += chunk;
+    });
+    const timer = setTimeout(() => {
+      child.kill('SIGINT');
+      reject(new Error(`demo ${args.join(' ')} did not finish in ${timeoutMs} ms\n${stderr}`));
+    }, timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolvePromise({ code, stdout, stderr });
+    });
+  });
+}
+
+function lastJson(run: CliRun): Figures {
+  const lines = run.stdout.trimEnd().split('\n');
+  const last = lines.at(-1) ?? '';
+  try {
+    return JSON.parse(last) as Figures;
+  } catch {
+    throw new Error(`last stdout line is not JSON: ${JSON.stringify(last)}\nstderr: ${run.stderr}`);
+  }
+}
+
+async function lastToken(store: string): Promise<bigint> {
+  const locker = createLocker(store);
+  try {
+    return (await locker.inspect(KEY)).lastFencingToken;
+  } finally {
+    await locker.close();
+  }
+}
+
+/** What every correct locked run of SMALL must show. */
+function expectCorrectLockedRun(run: CliRun, store: string): Figures {
+  expect(run.code, run.stderr).toBe(0);
+  const r = lastJson(run);
+  expect(r.store).toBe(store);
+  expect(r.lock).toBe(true);
+  expect(r.workers).toBe(4);
+  expect(r.attempts).toBe(300);
+  expect(r.stock).toBe(30);
+  expect(r.oversold).toBe(0);
+  expect(r.sold).toBe(30);
+  expect(r.stockLeft).toBe(0);
+  expect(r.soldMatchesStockDrop).toBe(true);
+  expect(r.tokensIncreasing).toBe(true);
+  // One lease per attempt and a generous TTL: no lease can go stale, so nothing is refused.
+  expect(r.staleRejected).toBe(0);
+  expect(r.throughputPerSec).toBeGreaterThan(0);
+  expect(r.waitP50Ms).toEqual(expect.any(Number));
+  expect(r.waitP99Ms).toBeGreaterThanOrEqual(r.waitP50Ms!);
+  expect(r.ok).toBe(true);
+  return r;
+}
+
+let dir: string;
+
+beforeAll(() => {
+  if (!existsSync(CLI)) execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'inherit' });
+  dir = mkdtempSync(join(tmpdir(), 'fencelock-flash-sale-test-'));
+}, 120_000);
+
+afterAll(() => {
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe('demo flash-sale', () => {
+  it('sells exactly the stock on the embedded store, with strictly increasing tokens', async () => {
+    const path = join(dir, 'embedded', 'locks.db');
+    const store = `sqlite:${path}`;
+    const run = await runDemo([...SMALL, '--store', store, '--json']);
+    expectCorrectLockedRun(run, store);
+    // The workers really locked through the given store: one grant (token) per attempt.
+    expect(existsSync(path)).toBe(true);
+    expect(await lastToken(store)).toBeGreaterThanOrEqual(300n);
+  });
+
+  it('sells exactly the stock on Redis, with strictly increasing tokens', async () => {
+    const before = await lastToken(REDIS_URL);
+    const run = await runDemo([...SMALL, '--store', REDIS_URL, '--json']);
+    expectCorrectLockedRun(run, REDIS_URL);
+    expect((await lastToken(REDIS_URL)) - before).toBeGreaterThanOrEqual(300n);
+  });
+
+  it('oversells with --no-lock, and says so', async () => {
+    const run = await runDemo([
+      ...SMALL,
+      '--store',
+      `sqlite:${join(dir, 'nolock.db')}`,
+      '--no-lock',
+      '--json',
+    ]);
+    expect(run.code, run.stderr).toBe(0);
+    const r = lastJson(run);
+    expect(r.lock).toBe(false);
+    expect(r.attempts).toBe(300);
+    expect(r.oversold).toBeGreaterThan(0);
+    expect(r.sold).toBe(30 + r.oversold);
+    expect(r.soldMatchesStockDrop).toBe(false);
+    expect(r.tokensIncreasing).toBeNull();
+    expect(r.waitP50Ms).toBeNull();
+    expect(run.stderr).toMatch(/OVERSOLD by \d+/);
+  });
+
+  it('prints a table and a verdict without --json', async () => {
+    const run = await runDemo(['--workers', '2', '--stock', '5', '--attempts', '20']);
+    expect(run.code, run.stderr).toBe(0);
+    for (const row of ['attempts', 'sold', 'stock left', 'oversold', 'stale writes rejected']) {
+      expect(run.stdout).toContain(row);
+    }
+    expect(run.stdout).toMatch(/│ oversold\s+│ 0\s+│/);
+    expect(run.stdout).toMatch(/│ fencing tokens strictly increasing\s+│ yes\s+│/);
+    expect(run.stdout.trimEnd().split('\n').at(-1)).toMatch(/^Correct: sold 5 of 5/);
+  });
+
+  it.each([
+    [['--workers', '0'], '--workers'],
+    [['--stock', '-3'], '--stock'],
+    [['--attempts', '1.5'], '--attempts'],
+    [['--ttl', 'soon'], '--ttl'],
+    [['--store', 'ftp://x'], '--store'],
+    [['--store', 'redis://127.0.0.1:6390?bogus=1'], '--store'],
+  ])('rejects %j with exit code 2 and a message naming %s', async (args, option) => {
+    const run = await runDemo([...args, '--json']);
+    expect(run.code).toBe(2);
+    expect(run.stdout).toBe('');
+    const lines = run.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toContain(option);
+  });
+
+  it("exits non-zero with the worker's error when the store is unreachable", async () => {
+    const run = await runDemo(['--workers', '3', '--store', 'redis://127.0.0.1:1', '--json']);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toBe('');
+    expect(run.stderr).toMatch(/worker \d+ failed: redis/);
+  });
+});

@@ -1,0 +1,202 @@
+/**
+ * Store harnesses for the handed.md scenario tests: lockers on a real engine plus a raw view of
+ * the engine that bypasses fencelock (a separate ioredis client, or a separate SQLite
+ * connection on the same file), so tests can assert engine state and change it directly.
+ */
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { Redis } from 'ioredis';
+import { createRedisBackend, type RedisBackend } from '../../../src/backends/redis/index.js';
+import { createSqliteBackend } from '../../../src/backends/sqlite/index.js';
+import { createLocker, type Locker, type LockerOptions } from '../../../src/index.js';
+import { REDIS_PORT, REDIS_URL } from '../../helpers/engines.js';
+
+/** A lease as the engine stores it. */
+export interface RawLease {
+  readonly owner: string;
+  readonly token: bigint;
+  /** Remaining engine TTL, ms (Redis PTTL; SQLite expires_at − now, may be <= 0 if expired). */
+  readonly ttlMs: number;
+}
+
+export interface StoreHarness {
+  readonly name: 'redis' | 'sqlite';
+  /** A new locker (its own engine connection); closed by `close()`. */
+  locker(options?: LockerOptions): Locker;
+  /** The lease record of `key` in the engine, or null when the engine has none. */
+  rawLease(key: string): Promise<RawLease | null>;
+  /** The engine's fencing counter of `key`, or null when it was never created. */
+  rawFence(key: string): Promise<bigint | null>;
+  /** Delete the lease record of `key` directly in the engine. */
+  deleteLease(key: string): Promise<void>;
+  /** Close every locker and raw connection, and drop the keys/files this harness used. */
+  close(): Promise<void>;
+}
+
+/** A key no other test (or engineer sharing the engine) uses. */
+export function uniqueKey(tag: string): string {
+  return `handed:${tag}:${randomUUID()}`;
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Redis: lockers on `REDIS_URL`, raw view through a separate ioredis client. */
+export function redisHarness(): StoreHarness & {
+  readonly raw: Redis;
+  keysOf(key: string): ReturnType<RedisBackend['keysOf']>;
+} {
+  const raw = new Redis(REDIS_URL, { maxRetriesPerRequest: 2 });
+  // Only used for keysOf (same default prefix as the lockers); never runs a lock operation.
+  const layout = createRedisBackend({ client: raw });
+  const lockers: Locker[] = [];
+  const used = new Set<string>();
+  const keysOf = (key: string) => {
+    used.add(key);
+    return layout.keysOf(key);
+  };
+  return {
+    name: 'redis',
+    raw,
+    keysOf,
+    locker(options) {
+      const locker = createLocker(REDIS_URL, options);
+      lockers.push(locker);
+      return locker;
+    },
+    async rawLease(key) {
+      const { lock } = keysOf(key);
+      const [value, pttl] = await Promise.all([raw.get(lock), raw.pttl(lock)]);
+      if (value === null) return null;
+      const sep = value.indexOf(':');
+      return { owner: value.slice(0, sep), token: BigInt(value.slice(sep + 1)), ttlMs: pttl };
+    },
+    async rawFence(key) {
+      const value = await raw.get(keysOf(key).fence);
+      return value === null ? null : BigInt(value);
+    },
+    async deleteLease(key) {
+      await raw.del(keysOf(key).lock);
+    },
+    async close() {
+      await Promise.allSettled(lockers.map((l) => l.close()));
+      const keys = [...used].flatMap((k) => {
+        const { lock, fence } = layout.keysOf(k);
+        return [lock, fence];
+      });
+      if (keys.length > 0) await raw.del(...keys);
+      await raw.quit();
+    },
+  };
+}
+
+/** SQLite: lockers on a fresh temporary file, raw view through a separate connection. */
+export function sqliteHarness(): StoreHarness & { readonly db: Database.Database } {
+  const dir = mkdtempSync(join(tmpdir(), 'fencelock-handed-'));
+  const path = join(dir, 'locks.db');
+  const lockers: Locker[] = [];
+  // Let the backend create its schema, so the raw connection can read the tables at once.
+  void createSqliteBackend({ path }).close();
+  const db = new Database(path);
+  db.defaultSafeIntegers(true);
+  db.pragma('busy_timeout = 5000');
+  const rawDb = () => db;
+  return {
+    name: 'sqlite',
+    db,
+    locker(options) {
+      const locker = createLocker(`sqlite:${path}`, options);
+      lockers.push(locker);
+      return locker;
+    },
+    async rawLease(key) {
+      const row = rawDb()
+        .prepare<[string], { owner: string; token: bigint; remaining: bigint }>(
+          `SELECT owner, token, expires_at - CAST(unixepoch('subsec') * 1000 AS INTEGER) AS remaining
+           FROM fencelock_leases WHERE key = ?`,
+        )
+        .get(key);
+      return row ? { owner: row.owner, token: row.token, ttlMs: Number(row.remaining) } : null;
+    },
+    async rawFence(key) {
+      const row = rawDb()
+        .prepare<[string], { last_token: bigint }>(
+          'SELECT last_token FROM fencelock_fences WHERE key = ?',
+        )
+        .get(key);
+      return row ? row.last_token : null;
+    },
+    async deleteLease(key) {
+      rawDb().prepare('DELETE FROM fencelock_leases WHERE key = ?').run(key);
+    },
+    async close() {
+      await Promise.allSettled(lockers.map((l) => l.close()));
+      db.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The "all backends" set, for `describe.each`. */
+export const ALL_STORES = [
+  { name: 'redis', make: redisHarness },
+  { name: 'sqlite', make: sqliteHarness },
+] as const satisfies readonly { name: string; make: () => StoreHarness }[];
+
+/** One command the Redis server executed, as MONITOR reports it. */
+export interface MonitoredCommand {
+  /** Server time of execution, ms since the epoch. */
+  readonly serverMs: number;
+  /** Command name and arguments, e.g. `['evalsha', sha, '1', lockKey, owner, token, ttl]`. */
+  readonly args: readonly string[];
+}
+
+/**
+ * Watch the shared Redis with MONITOR on a plain socket (ioredis's monitor mode can throw
+ * "Command queue state error" when replies race its mode switch on a busy server), keeping only
+ * the commands whose line contains `needle`. Resolves once MONITOR is active.
+ */
+export async function monitorRedis(
+  needle: string,
+): Promise<{ readonly commands: MonitoredCommand[]; close(): void }> {
+  const commands: MonitoredCommand[] = [];
+  const socket = connect(REDIS_PORT, '127.0.0.1');
+  socket.setEncoding('utf8');
+  let buffer = '';
+  let active = false;
+  await new Promise<void>((resolve, reject) => {
+    socket.once('error', reject);
+    socket.on('data', (chunk: string) => {
+      buffer += chunk;
+      let end = buffer.indexOf('\r\n');
+      while (end >= 0) {
+        const line = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        end = buffer.indexOf('\r\n');
+        if (!active) {
+          if (line !== '+OK') reject(new Error(`MONITOR answered ${line}`));
+          active = true;
+          resolve();
+        } else if (line.includes(needle)) {
+          commands.push(parseMonitorLine(line));
+        }
+      }
+    });
+    socket.write('MONITOR\r\n');
+  });
+  socket.on('error', () => undefined);
+  return { commands, close: () => socket.destroy() };
+}
+
+/** `+1700000000.123456 [0 127.0.0.1:5000] "evalsha" "abc" "1"` → time and arguments. */
+function parseMonitorLine(line: string): MonitoredCommand {
+  const serverMs = Number(line.slice(1, line.indexOf(' '))) * 1000;
+  const rest = line.slice(line.indexOf('] ') + 2);
+  const args = [...rest.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) => m[1]!);
+  return { serverMs, args };
+}

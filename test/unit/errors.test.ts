@@ -1,0 +1,44 @@
+import { describe, expect, it } from 'vitest';
+import {
+  BackendError,
+  FencelockError,
+  InvalidArgumentError,
+  LockLostError,
+  LockTimeoutError,
+  NotLockOwnerError,
+  QuorumError,
+  StaleTokenError,
+} from '../../src/index.js';
+
+describe('errors', () => {
+  it('carry a name, a stable code, context and a domain-prefixed message', () => {
+    const cause = new Error('ECONNREFUSED');
+    const cases: [FencelockError, string, string][] = [
+      [
+        new InvalidArgumentError('ttlMs', 'a number', -1),
+        'InvalidArgumentError',
+        'ERR_INVALID_ARGUMENT',
+      ],
+      [new LockTimeoutError('k', 12.3), 'LockTimeoutError', 'ERR_LOCK_TIMEOUT'],
+      [new LockLostError('k', 7n, 'expired', { cause }), 'LockLostError', 'ERR_LOCK_LOST'],
+      [new NotLockOwnerError('k', 'extend', 'released'), 'NotLockOwnerError', 'ERR_NOT_LOCK_OWNER'],
+      [
+        new QuorumError('k', 'acquire', [{ node: 'a', outcome: 'error', error: cause }]),
+        'QuorumError',
+        'ERR_QUORUM',
+      ],
+      [new BackendError('redis', 'renew', cause), 'BackendError', 'ERR_BACKEND'],
+      [new StaleTokenError('stock', 3n, 5n), 'StaleTokenError', 'ERR_STALE_TOKEN'],
+    ];
+    for (const [error, name, code] of cases) {
+      expect(error).toBeInstanceOf(FencelockError);
+      expect(error).toBeInstanceOf(Error);
+      expect(error.name).toBe(name);
+      expect(error.code).toBe(code);
+      expect(error.message.startsWith('fencelock: ')).toBe(true);
+    }
+    expect(new BackendError('redis', 'renew', cause).cause).toBe(cause);
+    expect(new LockLostError('k', 7n, 'expired').message).toContain('"k"');
+    expect(new StaleTokenError('stock', 3n, 5n).message).toContain('3 is older than 5');
+  });
+});

@@ -1,0 +1,110 @@
+/**
+ * An in-memory Backend built from the contract, for unit tests of the core only (no engine is
+ * involved in unit tests; integration tests use real engines). Time is `performance.now()`, so
+ * fake timers drive expiry. Failure switches let tests make renewals fail or hang.
+ */
+import type {
+  AttemptRequest,
+  AttemptResult,
+  Backend,
+  LeaseRef,
+  LockInfo,
+  ReleaseOutcome,
+  RenewResult,
+} from '../../src/core/backend.js';
+import { BackendError } from '../../src/errors.js';
+
+interface Entry {
+  owner: string;
+  token: bigint;
+  expiresAt: number;
+}
+
+export class MemoryBackend implements Backend {
+  readonly name = 'memory';
+  readonly maxTtlMs = 2_147_483_647;
+  readonly calls: Record<string, number> = {};
+  readonly entries = new Map<string, Entry>();
+  readonly fences = new Map<string, bigint>();
+  /** 'ok' | 'fail' (reject with BackendError) | 'hang' (never answer). */
+  renewMode: 'ok' | 'fail' | 'hang' = 'ok';
+  closed = false;
+  /** Latency of every attempt, ms (a slow engine). */
+  attemptDelayMs = 0;
+
+  #count(op: string): void {
+    this.calls[op] = (this.calls[op] ?? 0) + 1;
+  }
+
+  get totalCalls(): number {
+    return Object.values(this.calls).reduce((a, b) => a + b, 0);
+  }
+
+  #live(key: string): Entry | undefined {
+    const e = this.entries.get(key);
+    if (e && e.expiresAt <= performance.now()) {
+      this.entries.delete(key);
+      return undefined;
+    }
+    return e;
+  }
+
+  async attempt(r: AttemptRequest): Promise<AttemptResult> {
+    this.#count('attempt');
+    if (this.attemptDelayMs > 0) await new Promise((r) => setTimeout(r, this.attemptDelayMs));
+    const e = this.#live(r.key);
+    if (e && e.owner !== r.owner) {
+      return { granted: false, holderTtlMs: e.expiresAt - performance.now() };
+    }
+    if (e) {
+      e.expiresAt = performance.now() + r.ttlMs;
+      return { granted: true, token: e.token, ttlMs: r.ttlMs };
+    }
+    const token = (this.fences.get(r.key) ?? 0n) + 1n;
+    this.fences.set(r.key, token);
+    this.entries.set(r.key, { owner: r.owner, token, expiresAt: performance.now() + r.ttlMs });
+    return { granted: true, token, ttlMs: r.ttlMs };
+  }
+
+  async renew(l: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    this.#count('renew');
+    if (this.renewMode === 'fail') throw new BackendError(this.name, 'renew', new Error('down'));
+    if (this.renewMode === 'hang') return new Promise(() => {});
+    const e = this.#live(l.key);
+    if (!e) return { ok: false, reason: 'not-held' };
+    if (e.owner !== l.owner || e.token !== l.fencingToken)
+      return { ok: false, reason: 'not-owner' };
+    e.expiresAt = performance.now() + ttlMs;
+    return { ok: true, ttlMs };
+  }
+
+  async release(l: LeaseRef): Promise<ReleaseOutcome> {
+    this.#count('release');
+    const e = this.#live(l.key);
+    if (!e) return 'not-held';
+    if (e.owner !== l.owner || e.token !== l.fencingToken) return 'not-owner';
+    this.entries.delete(l.key);
+    return 'released';
+  }
+
+  async abandon(r: AttemptRequest): Promise<void> {
+    this.#count('abandon');
+    if (this.entries.get(r.key)?.owner === r.owner) this.entries.delete(r.key);
+  }
+
+  async inspect(key: string): Promise<LockInfo> {
+    this.#count('inspect');
+    const e = this.#live(key);
+    return {
+      key,
+      holder: e
+        ? { owner: e.owner, fencingToken: e.token, ttlMs: e.expiresAt - performance.now() }
+        : null,
+      lastFencingToken: this.fences.get(key) ?? 0n,
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+}

@@ -1,0 +1,107 @@
+import { describe, expect, it } from 'vitest';
+import { createLocker, InvalidArgumentError } from '../../src/index.js';
+import {
+  DEFAULT_LOCK_OPTIONS,
+  resolveLockOptions,
+  validateKey,
+  validateTtl,
+} from '../../src/options.js';
+import { MemoryBackend } from './memory-backend.js';
+
+function invalid(fn: () => unknown, argument: string): InvalidArgumentError {
+  try {
+    fn();
+  } catch (error) {
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    const e = error as InvalidArgumentError;
+    expect(e.code).toBe('ERR_INVALID_ARGUMENT');
+    expect(e.argument).toBe(argument);
+    return e;
+  }
+  throw new Error('expected an InvalidArgumentError');
+}
+
+describe('validation', () => {
+  it.each([0, -1, Number.NaN, Number.POSITIVE_INFINITY, '1000', 2 ** 53, null, {}])(
+    'rejects ttlMs %s naming the argument and the range',
+    (ttl) => {
+      const e = invalid(() => validateTtl(ttl), 'ttlMs');
+      expect(e.message).toContain('ttlMs');
+      expect(e.message).toContain('(0, 2147483647]');
+    },
+  );
+
+  it('rounds a fractional ttlMs up to the next millisecond', () => {
+    expect(validateTtl(123.45)).toBe(124);
+    expect(validateTtl(1)).toBe(1);
+  });
+
+  it.each(['', 'x'.repeat(1025), 42, undefined])('rejects key %s', (key) => {
+    invalid(() => validateKey(key), 'key');
+  });
+
+  it('accepts a 1024-byte key and counts bytes, not characters', () => {
+    expect(validateKey('k'.repeat(1024))).toHaveLength(1024);
+    invalid(() => validateKey('é'.repeat(513)), 'key');
+  });
+
+  it('rejects unknown and mistyped options', () => {
+    invalid(() => resolveLockOptions(DEFAULT_LOCK_OPTIONS, { ttl: 5 }), 'options.ttl');
+    invalid(() => resolveLockOptions(DEFAULT_LOCK_OPTIONS, { waitMs: -1 }), 'waitMs');
+    invalid(() => resolveLockOptions(DEFAULT_LOCK_OPTIONS, { autoRenew: 'yes' }), 'autoRenew');
+    invalid(() => resolveLockOptions(DEFAULT_LOCK_OPTIONS, { maxHoldMs: 0 }), 'maxHoldMs');
+    invalid(() => resolveLockOptions(DEFAULT_LOCK_OPTIONS, { signal: {} }), 'signal');
+    invalid(
+      () =>
+        resolveLockOptions(DEFAULT_LOCK_OPTIONS, {
+          retry: { initialDelayMs: 100, maxDelayMs: 10 },
+        }),
+      'retry.maxDelayMs',
+    );
+    invalid(() => resolveLockOptions(DEFAULT_LOCK_OPTIONS, 'fast'), 'options');
+  });
+
+  it('keeps defaults where an option is not given and accepts waitMs Infinity', () => {
+    const o = resolveLockOptions(DEFAULT_LOCK_OPTIONS, {
+      ttlMs: 1000,
+      waitMs: Number.POSITIVE_INFINITY,
+    });
+    expect(o.ttlMs).toBe(1000);
+    expect(o.autoRenew).toBe(true);
+    expect(o.reentrant).toBe(false);
+    expect(o.maxHoldMs).toBeUndefined();
+    expect(o.waitMs).toBe(Number.POSITIVE_INFINITY);
+  });
+});
+
+describe('createLocker input', () => {
+  it.each([
+    'not a url',
+    'ftp://host',
+    'redis://',
+    'redis://h:99999',
+    'redis://h:1/x',
+    'redis://h?bogus=1',
+  ])('rejects store %s before any connection', (url) => {
+    invalid(() => createLocker(url), `store${url.includes('bogus') ? ' parameter bogus' : ''}`);
+  });
+
+  it('rejects a non-backend object and bad locker options', () => {
+    invalid(() => createLocker({} as never), 'store');
+    invalid(() => createLocker(new MemoryBackend(), { driftFactor: 2 }), 'driftFactor');
+    invalid(() => createLocker(new MemoryBackend(), { ttlMs: -5 }), 'ttlMs');
+  });
+
+  it('rejects bad lock input with no backend call', async () => {
+    const backend = new MemoryBackend();
+    const locker = createLocker(backend);
+    invalid(() => locker.lock(''), 'key');
+    invalid(() => locker.lock('k', { ttlMs: Number.NaN }), 'ttlMs');
+    await expect(locker.acquire('k', { ttlMs: 0 })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(locker.withLock('k', 'nope' as never)).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    expect(backend.totalCalls).toBe(0);
+    await locker.close();
+  });
+});

@@ -1,0 +1,58 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { Watchdog } from '../../src/core/watchdog.js';
+
+describe('Watchdog', () => {
+  beforeEach(() => vi.useFakeTimers());
+  afterEach(() => vi.useRealTimers());
+
+  it('runs many tasks in due order behind a single timer', () => {
+    const watchdog = new Watchdog();
+    const ran: number[] = [];
+    const base = performance.now();
+    const order = Array.from({ length: 1000 }, (_, i) => (i * 7919) % 1000);
+    for (const n of order) watchdog.schedule({ run: () => ran.push(n) }, base + 10 + n);
+    expect(vi.getTimerCount()).toBe(1);
+    expect(watchdog.size).toBe(1000);
+    vi.advanceTimersByTime(500);
+    expect(ran).toEqual(Array.from({ length: 491 }, (_, i) => i));
+    vi.advanceTimersByTime(600);
+    expect(ran).toHaveLength(1000);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('replaces a task schedule and forgets cancelled tasks', () => {
+    const watchdog = new Watchdog();
+    const task = { run: vi.fn() };
+    const other = { run: vi.fn() };
+    const now = performance.now();
+    watchdog.schedule(task, now + 100);
+    watchdog.schedule(task, now + 300);
+    watchdog.schedule(other, now + 200);
+    vi.advanceTimersByTime(150);
+    expect(task.run).not.toHaveBeenCalled();
+    watchdog.cancel(other);
+    vi.advanceTimersByTime(100);
+    expect(other.run).not.toHaveBeenCalled();
+    vi.advanceTimersByTime(100);
+    expect(task.run).toHaveBeenCalledTimes(1);
+    expect(watchdog.size).toBe(0);
+  });
+
+  it('lets a running task reschedule itself and stops cleanly', () => {
+    const watchdog = new Watchdog();
+    let runs = 0;
+    const task = {
+      run: () => {
+        runs += 1;
+        watchdog.schedule(task, performance.now() + 100);
+      },
+    };
+    watchdog.schedule(task, performance.now() + 100);
+    vi.advanceTimersByTime(1000);
+    expect(runs).toBe(10);
+    watchdog.stop();
+    expect(vi.getTimerCount()).toBe(0);
+    vi.advanceTimersByTime(1000);
+    expect(runs).toBe(10);
+  });
+});
