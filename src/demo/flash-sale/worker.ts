@@ -7,6 +7,7 @@
  * It uses only the public Locker API; all lock logic is the library's.
  */
 import { performance } from 'node:perf_hooks';
+import { setTimeout as delay } from 'node:timers/promises';
 import { createLocker, type Lease, type Locker, LockLostError } from '../../index.js';
 import { Inventory } from './inventory.js';
 import {
@@ -55,23 +56,9 @@ function waitForGo(): Promise<void> {
   });
 }
 
-/** Sleep `ms`; returns early (without throwing) when `signal` aborts. */
+/** Simulated work of `ms`; ends early (without throwing) when `signal` aborts. */
 function work(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) {
-      resolve();
-      return;
-    }
-    const onAbort = () => {
-      clearTimeout(timer);
-      resolve();
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
+  return delay(ms, undefined, signal ? { signal } : {}).catch(() => undefined);
 }
 
 function workMs(): number {
