@@ -10,7 +10,7 @@ set -euo pipefail
 STATE=${FENCELOCK_SERVICES_DIR:-${TMPDIR:-/tmp}/fencelock-services}
 ENGINES=(redis)
 
-# Ports: keep in step with test/helpers/engines.ts.
+# Ports (override with the environment; keep in step with test/helpers/engines.ts).
 REDIS_PORT=${FENCELOCK_REDIS_PORT:-6390}
 
 log() { printf 'services: %s\n' "$*" >&2; }
@@ -22,6 +22,15 @@ wait_until() { # wait_until <seconds> <description> <command...>
     if ((SECONDS >= deadline)); then log "$what did not answer within ${seconds}s"; return 1; fi
     sleep 0.2
   done
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+require_free_port() { # require_free_port <port> <engine>
+  if port_busy "$1"; then
+    log "port $1 for $2 is already in use by another process; free it or set another port"
+    return 1
+  fi
 }
 
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -42,11 +51,13 @@ stop_pidfile() { # stop_pidfile <name>
 # --- Redis: one standalone node -----------------------------------------------------------------
 redis_up() {
   if pid_alive "$STATE/redis.pid"; then log "redis already up on $REDIS_PORT"; return; fi
+  require_free_port "$REDIS_PORT" redis
   local dir=$STATE/redis
   rm -rf "$dir" && mkdir -p "$dir"
   redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$dir" --save '' --appendonly no \
     --daemonize yes --pidfile "$STATE/redis.pid" --logfile "$dir/redis.log"
   wait_until 20 "redis on $REDIS_PORT" redis-cli -p "$REDIS_PORT" ping
+  pid_alive "$STATE/redis.pid" || { log "redis exited; see $dir/redis.log"; return 1; }
   log "redis up on 127.0.0.1:$REDIS_PORT"
 }
 redis_down() { stop_pidfile redis; }

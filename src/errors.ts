@@ -33,6 +33,7 @@ export class FencelockError extends Error {
 export class InvalidArgumentError extends FencelockError {
   readonly argument: string;
   readonly allowed: string;
+  /** The value passed (objects and arrays as a short description). */
   readonly received: unknown;
 
   constructor(argument: string, allowed: string, received: unknown) {
@@ -42,7 +43,9 @@ export class InvalidArgumentError extends FencelockError {
     );
     this.argument = argument;
     this.allowed = allowed;
-    this.received = received;
+    // Objects are described, not kept: a whole client object would flood every log line.
+    this.received =
+      typeof received === 'object' && received !== null ? describe(received) : received;
   }
 }
 

@@ -26,7 +26,7 @@ import { resolveStoreUrl } from './stores.js';
 export function createLocker(store: string | Backend, options?: LockerOptions): Locker {
   const { defaults, driftFactor } = resolveLockerOptions(options);
   if (typeof store === 'string') {
-    return new Locker(resolveStoreUrl(store)(), defaults, driftFactor);
+    return new Locker(resolveStoreUrl(store), defaults, driftFactor);
   }
   if (!isBackend(store)) {
     throw new InvalidArgumentError('store', 'a store URL string or a Backend instance', store);

@@ -135,6 +135,15 @@ function validateRetry(value: unknown, base: Required<RetryOptions>): Required<R
       value,
     );
   }
+  for (const name of Object.keys(value)) {
+    if (!['initialDelayMs', 'maxDelayMs', 'factor'].includes(name)) {
+      throw new InvalidArgumentError(
+        `retry.${name}`,
+        'one of initialDelayMs, maxDelayMs, factor',
+        name,
+      );
+    }
+  }
   const r = value as RetryOptions;
   const initialDelayMs = validatePositive(
     r.initialDelayMs ?? base.initialDelayMs,
@@ -143,7 +152,7 @@ function validateRetry(value: unknown, base: Required<RetryOptions>): Required<R
     MAX_TIMER_MS,
   );
   const maxDelayMs = validatePositive(
-    r.maxDelayMs ?? base.maxDelayMs,
+    r.maxDelayMs ?? Math.max(base.maxDelayMs, initialDelayMs),
     'retry.maxDelayMs',
     initialDelayMs,
     MAX_TIMER_MS,
@@ -231,14 +240,18 @@ export function resolveLockerOptions(options: unknown): {
       'signal',
     );
   }
-  const { driftFactor, ...lock } = o;
-  return {
-    defaults: resolveLockOptions(DEFAULT_LOCK_OPTIONS, lock),
-    driftFactor:
-      driftFactor === undefined
-        ? DEFAULTS.driftFactor
-        : validatePositive(driftFactor, 'driftFactor', 0, 0.5),
-  };
+  const { driftFactor: factor, ...lock } = o;
+  const defaults = resolveLockOptions(DEFAULT_LOCK_OPTIONS, lock);
+  const driftFactor =
+    factor === undefined ? DEFAULTS.driftFactor : validatePositive(factor, 'driftFactor', 0, 0.5);
+  if (defaults.ttlMs <= driftMs(defaults.ttlMs, driftFactor)) {
+    throw new InvalidArgumentError(
+      'ttlMs',
+      'more milliseconds than the drift allowance (ttlMs × driftFactor + 2 ms)',
+      defaults.ttlMs,
+    );
+  }
+  return { defaults, driftFactor };
 }
 
 /** Drift allowance for a lease of `ttlMs` (Redlock spec): `ttlMs × driftFactor + 2` ms. */

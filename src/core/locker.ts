@@ -22,7 +22,8 @@ export type AcquireOptions = LockOptions;
  * Hands out locks on one store. Create with `createLocker(store, options)`; `close()` when done.
  */
 export class Locker implements AsyncDisposable {
-  readonly #backend: Promise<Backend>;
+  readonly #load: () => Promise<Backend>;
+  #backend: Promise<Backend> | undefined;
   readonly #defaults: ResolvedLockOptions;
   readonly #ctx: LockContext;
   readonly #watchdog = new Watchdog();
@@ -30,18 +31,17 @@ export class Locker implements AsyncDisposable {
   #closed = false;
 
   /**
-   * @param backend the store, or a promise of it (a URL's backend module loads lazily).
+   * @param backend the store, or a loader that builds it on first use (a store URL's backend
+   *   module, its engine client and its connection are only touched by the first operation).
    * @param defaults validated lock defaults.
    * @param driftFactor validated drift factor.
    */
   constructor(
-    backend: Backend | Promise<Backend>,
+    backend: Backend | (() => Promise<Backend>),
     defaults: ResolvedLockOptions,
     driftFactor: number,
   ) {
-    this.#backend = Promise.resolve(backend);
-    // Keep a failed load from being an unhandled rejection; it surfaces at first use.
-    this.#backend.catch(() => undefined);
+    this.#load = typeof backend === 'function' ? backend : async () => backend;
     this.#defaults = defaults;
     this.#ctx = {
       backend: () => this.#getBackend(),
@@ -161,7 +161,7 @@ export class Locker implements AsyncDisposable {
       }),
     );
     this.#leases.clear();
-    const backend = await this.#backend.catch(() => undefined);
+    const backend = await this.#backend?.catch(() => undefined);
     await backend?.close();
   }
 
@@ -174,12 +174,19 @@ export class Locker implements AsyncDisposable {
   }
 
   async #getBackend(): Promise<Backend> {
+    this.#backend ??= this.#load();
     try {
       return await this.#backend;
     } catch (error) {
-      throw error instanceof InvalidArgumentError || error instanceof BackendError
-        ? error
-        : new BackendError('store', 'load', error);
+      if (error instanceof InvalidArgumentError || error instanceof BackendError) throw error;
+      const missing = (error as { code?: string }).code === 'ERR_MODULE_NOT_FOUND';
+      throw new BackendError(
+        'store',
+        missing
+          ? 'load (install the engine client: npm install ioredis / better-sqlite3@12)'
+          : 'load',
+        error,
+      );
     }
   }
 }

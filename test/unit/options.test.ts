@@ -61,6 +61,34 @@ describe('validation', () => {
     invalid(() => resolveLockOptions(DEFAULT_LOCK_OPTIONS, 'fast'), 'options');
   });
 
+  it('rejects unknown retry keys and lets a large initialDelayMs raise the default maximum', () => {
+    invalid(() => resolveLockOptions(DEFAULT_LOCK_OPTIONS, { retry: { delay: 5 } }), 'retry.delay');
+    const o = resolveLockOptions(DEFAULT_LOCK_OPTIONS, { retry: { initialDelayMs: 1000 } });
+    expect(o.retry).toEqual({ initialDelayMs: 1000, maxDelayMs: 1000, factor: 2 });
+  });
+
+  it('rejects a default ttlMs within the drift allowance when the locker is created', () => {
+    invalid(() => createLocker(new MemoryBackend(), { ttlMs: 2 }), 'ttlMs');
+    invalid(() => createLocker(new MemoryBackend(), { ttlMs: 4, driftFactor: 0.5 }), 'ttlMs');
+  });
+
+  it('keeps objects out of InvalidArgumentError.received', () => {
+    const e = invalid(
+      () => resolveLockOptions(DEFAULT_LOCK_OPTIONS, { signal: { huge: 'x' } }),
+      'signal',
+    );
+    expect(e.received).toBe('an object');
+  });
+
+  it('rejects a sqlite path with "#" and reports the text of a bad parameter', () => {
+    invalid(() => createLocker('sqlite:./hash#1.db'), 'store');
+    const e = invalid(
+      () => createLocker('sqlite:x.db?busyTimeoutMs=abc'),
+      'store parameter busyTimeoutMs',
+    );
+    expect(e.received).toBe('abc');
+  });
+
   it('keeps defaults where an option is not given and accepts waitMs Infinity', () => {
     const o = resolveLockOptions(DEFAULT_LOCK_OPTIONS, {
       ttlMs: 1000,

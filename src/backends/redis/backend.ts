@@ -70,11 +70,23 @@ export class RedisBackend implements Backend {
   readonly #channels = new Map<string, Channel>();
   #closed = false;
 
+  /** Last connection-level error of a client this backend opened, for error messages. */
+  #lastConnectionError: Error | undefined;
+
   constructor(client: Redis, ownsClient: boolean, prefix: string, notifications: boolean) {
     this.#client = client;
     this.#ownsClient = ownsClient;
     this.#prefix = prefix;
     this.#notifications = notifications;
+    if (ownsClient) {
+      // Connection errors surface through the commands that fail; keep the last one for them.
+      client.on('error', (error: Error) => {
+        this.#lastConnectionError = error;
+      });
+      client.on('ready', () => {
+        this.#lastConnectionError = undefined;
+      });
+    }
   }
 
   /** The Redis keys of a lock: its lease, its fencing counter and its release channel. */
@@ -160,7 +172,9 @@ export class RedisBackend implements Backend {
     try {
       return await run();
     } catch (error) {
-      throw new BackendError(this.name, operation, error);
+      const { host, port } = this.#client.options;
+      const last = this.#lastConnectionError ? `: ${this.#lastConnectionError.message}` : '';
+      throw new BackendError(this.name, `${operation} (${host}:${port}${last})`, error);
     }
   }
 
@@ -239,7 +253,8 @@ export function createRedisBackendFromConfig(config: RedisUrlConfig): RedisBacke
     commandTimeout: config.commandTimeoutMs,
     maxRetriesPerRequest: 2,
     connectTimeout: 5_000,
+    // Connect on the first command, not at construction.
+    lazyConnect: true,
   });
-  client.on('error', () => undefined);
   return new RedisBackend(client, true, config.prefix, config.notifications);
 }

@@ -6,7 +6,7 @@
  * import { createRedisBackend } from 'fencelock/redis';
  * const locker = createLocker(createRedisBackend({ client: myIoredisClient }));
  */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { InvalidArgumentError } from '../../errors.js';
 import { createRedisBackendFromConfig, RedisBackend, type RedisBackendOptions } from './backend.js';
 import { parseRedisUrl, type RedisUrlConfig } from './url.js';
@@ -53,9 +53,21 @@ export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig
     for (const [k, v] of params) parsed.searchParams.set(k, v);
     return createRedisBackendFromConfig(parseRedisUrl(parsed));
   }
-  if (!(o.client instanceof Redis)) {
+  if (!isIoredisClient(o.client)) {
     throw new InvalidArgumentError('client', 'an ioredis Redis client', o.client);
   }
   const config = parseRedisUrl(new URL(`redis://client${query}`));
   return new RedisBackend(o.client, false, config.prefix, config.notifications);
+}
+
+/**
+ * An ioredis client, by shape rather than `instanceof`: an application and fencelock may load
+ * two copies of ioredis (npm link, monorepos), and both are fine.
+ */
+function isIoredisClient(value: unknown): value is Redis {
+  if (typeof value !== 'object' || value === null) return false;
+  const c = value as Record<string, unknown>;
+  return ['evalsha', 'eval', 'duplicate', 'subscribe', 'quit', 'disconnect'].every(
+    (m) => typeof c[m] === 'function',
+  );
 }

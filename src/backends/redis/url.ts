@@ -44,12 +44,13 @@ export function parseRedisUrl(url: URL): RedisUrlConfig {
   if (notifications !== 'true' && notifications !== 'false') {
     throw new InvalidArgumentError('store parameter notifications', 'true or false', notifications);
   }
-  const timeout = Number(url.searchParams.get('commandTimeoutMs') ?? 5000);
+  const rawTimeout = url.searchParams.get('commandTimeoutMs') ?? '5000';
+  const timeout = Number(rawTimeout);
   if (!Number.isInteger(timeout) || timeout < 1 || timeout > 600_000) {
     throw new InvalidArgumentError(
       'store parameter commandTimeoutMs',
       'an integer in [1, 600000]',
-      timeout,
+      rawTimeout,
     );
   }
   const bare = new URL(url.href);

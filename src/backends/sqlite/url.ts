@@ -22,15 +22,23 @@ export function parseSqliteUrl(url: URL): SqliteUrlConfig {
       throw new InvalidArgumentError(`store parameter ${name}`, 'busyTimeoutMs', name);
     }
   }
-  const busyTimeoutMs = Number(url.searchParams.get('busyTimeoutMs') ?? 5000);
+  const raw = url.searchParams.get('busyTimeoutMs') ?? '5000';
+  const busyTimeoutMs = Number(raw);
   if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0 || busyTimeoutMs > 600_000) {
     throw new InvalidArgumentError(
       'store parameter busyTimeoutMs',
       'an integer in [0, 600000]',
-      busyTimeoutMs,
+      raw,
+    );
+  }
+  if (url.hash !== '') {
+    throw new InvalidArgumentError(
+      'store',
+      'a sqlite: path without "#" (write it as %23)',
+      url.href,
     );
   }
   // `sqlite:/abs/path`, `sqlite:./rel/path`, `sqlite:rel/path`; `sqlite://` forms keep the host.
-  const raw = decodeURIComponent(url.host ? `${url.host}${url.pathname}` : url.pathname);
-  return { path: raw === '' ? DEFAULT_SQLITE_PATH : raw, busyTimeoutMs };
+  const path = decodeURIComponent(url.host ? `${url.host}${url.pathname}` : url.pathname);
+  return { path: path === '' ? DEFAULT_SQLITE_PATH : path, busyTimeoutMs };
 }

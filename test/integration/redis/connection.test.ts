@@ -1,0 +1,51 @@
+/**
+ * Connection behaviour of the Redis backend: nothing connects before the first operation, and
+ * an unreachable server is named in the error.
+ */
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createRedisBackend } from '../../../src/backends/redis/index.js';
+import { BackendError, createLocker, InvalidArgumentError } from '../../../src/index.js';
+import { REDIS_URL } from '../../helpers/engines.js';
+
+const admin = new Redis(REDIS_URL);
+afterAll(() => admin.quit());
+
+async function clientCount(): Promise<number> {
+  const list = (await admin.client('LIST')) as string;
+  return list.trim().split('\n').length;
+}
+
+describe('redis connection', () => {
+  it('opens no connection until the first lock operation', async () => {
+    const before = await clientCount();
+    const locker = createLocker(REDIS_URL);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await clientCount()).toBe(before);
+    await locker.inspect('connection-test');
+    expect(await clientCount()).toBe(before + 1);
+    await locker.close();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(await clientCount()).toBe(before);
+  });
+
+  it('names the address and the connection error when the server is unreachable', async () => {
+    const locker = createLocker('redis://127.0.0.1:1');
+    const error = await locker.acquire('k').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(BackendError);
+    expect((error as BackendError).message).toContain('127.0.0.1:1');
+    expect((error as BackendError).message).toContain('ECONNREFUSED');
+    await locker.close();
+  });
+
+  it('rejects a client that is not an ioredis client, without dumping it', () => {
+    let error: unknown;
+    try {
+      createRedisBackend({ client: { get: () => 1 } as never });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect((error as InvalidArgumentError).received).toBe('an object');
+  });
+});
