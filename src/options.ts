@@ -81,15 +81,27 @@ export const DEFAULTS = Object.freeze({
 });
 
 /**
- * Check a lock key: a string of 1 to 1024 UTF-8 bytes.
+ * Check a lock key: a well-formed string (no lone surrogate) of 1 to 1024 UTF-8 bytes.
  * @throws InvalidArgumentError
  */
 export function validateKey(key: unknown, argument = 'key'): string {
-  if (typeof key !== 'string' || key.length === 0 || Buffer.byteLength(key) > MAX_KEY_BYTES) {
-    throw new InvalidArgumentError(argument, `a string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes`, key);
+  if (
+    typeof key !== 'string' ||
+    key.length === 0 ||
+    Buffer.byteLength(key) > MAX_KEY_BYTES ||
+    LONE_SURROGATE.test(key)
+  ) {
+    throw new InvalidArgumentError(
+      argument,
+      `a well-formed string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes`,
+      key,
+    );
   }
   return key;
 }
+
+/** A lone surrogate has no UTF-8 form: engines would store it as U+FFFD, and keys would alias. */
+const LONE_SURROGATE = /\p{Surrogate}/u;
 
 /**
  * Check a TTL in ms: a finite number > 0 and <= `maxMs`; non-integers are rounded up.

@@ -8,7 +8,12 @@
  * the same way from the start of the renewal. Loss is reported through `signal`, never by a
  * throw from a timer (node-redlock's `using()` idea, with `AbortSignal.reason` as the error).
  */
-import { LockLostError, type LockLostReason, NotLockOwnerError } from '../errors.js';
+import {
+  InvalidArgumentError,
+  LockLostError,
+  type LockLostReason,
+  NotLockOwnerError,
+} from '../errors.js';
 import { driftMs, validateTtl } from '../options.js';
 import type { Backend, LeaseRef, ReleaseOutcome } from './backend.js';
 import { monotonicNow } from './clock.js';
@@ -108,7 +113,10 @@ export class Lease implements LeaseRef, AsyncDisposable {
     return this.#state === 'held' ? Math.max(0, this.#expiresAt - monotonicNow()) : 0;
   }
 
-  /** Reentrant holds on this lease; 0 once released or lost. */
+  /**
+   * Holds not yet released: 1 after a grant, +1 per reentrant acquire, −1 per `release()`. A lost
+   * lease keeps its count until released, so its `release()` still asks the engine.
+   */
   get holdCount(): number {
     return this.#holdCount;
   }
@@ -135,6 +143,13 @@ export class Lease implements LeaseRef, AsyncDisposable {
    */
   async extend(ttlMs: number): Promise<void> {
     const ttl = validateTtl(ttlMs, 'ttlMs', this.#ctx.backend.maxTtlMs);
+    if (ttl <= driftMs(ttl, this.#ctx.driftFactor)) {
+      throw new InvalidArgumentError(
+        'ttlMs',
+        'more milliseconds than the drift allowance (ttlMs × driftFactor + 2 ms)',
+        ttl,
+      );
+    }
     if (this.#state === 'released') {
       throw new NotLockOwnerError(this.key, 'extend', 'the lease was already released');
     }
@@ -156,6 +171,10 @@ export class Lease implements LeaseRef, AsyncDisposable {
     if (this.#holdCount === 0) return 'not-held';
     this.#holdCount -= 1;
     if (this.#holdCount > 0) return 'released';
+    if (this.#state === 'held' && monotonicNow() >= this.#expiresAt) {
+      // Validity ran out before the watchdog could say so (a blocked event loop): say it now.
+      this.lose(this.#capped ? 'max-hold' : 'expired', this.#lastRenewError);
+    }
     const wasHeld = this.#state === 'held';
     if (wasHeld) this.#end('released');
     this.#ctx.watchdog.cancel(this.#task);

@@ -18,6 +18,10 @@ import { backoffDelayMs, sleep } from './retry.js';
 export interface LockContext extends Omit<LeaseContext, 'backend'> {
   /** The backend, once loaded (loading it makes no network call). */
   readonly backend: () => Promise<Backend>;
+  /** Aborted when the locker closes: pending acquires stop waiting and grant nothing. */
+  readonly closing: AbortSignal;
+  /** Keep a background clean-up (a withdrawal) for `close()` to wait on; never rejects. */
+  readonly track: (cleanup: Promise<unknown>) => void;
   /** Called with every new lease (not with reentered ones). */
   readonly onGrant: (lease: Lease) => void;
   /** Prefix that makes reentrancy scopes per locker. */
@@ -114,7 +118,13 @@ export class Lock {
       );
     }
     const deadline = once ? startedAt : startedAt + options.waitMs;
+    // One signal of this call's own for "stop waiting": the caller's, or the locker closing.
+    // (Listeners go on it, not on the shared closing signal, which would collect one per call.)
+    const signal = AbortSignal.any(
+      options.signal ? [options.signal, this.#ctx.closing] : [this.#ctx.closing],
+    );
     let attempts = 0;
+    let sent = false;
     const event = (outcome: 'granted' | 'busy' | 'timeout' | 'error', extra = {}) =>
       publish('acquire', () => ({
         backend: backend.name,
@@ -127,27 +137,29 @@ export class Lock {
       }));
     try {
       for (;;) {
-        this.#throwIfAborted(startedAt);
+        this.#throwIfAborted(signal, startedAt);
         const attemptStartedAt = monotonicNow();
+        sent = true;
         const result = await this.#untilDeadline(
           backend.attempt(request),
           deadline,
+          signal,
           request,
           backend,
         );
         attempts += 1;
         if (result === undefined) {
-          this.#throwIfAborted(startedAt);
+          this.#throwIfAborted(signal, startedAt);
           throw new LockTimeoutError(this.key, monotonicNow() - startedAt);
         }
         if (result.granted) {
           const validUntil =
             attemptStartedAt + result.ttlMs - driftMs(result.ttlMs, this.#ctx.driftFactor);
-          const aborted = options.signal?.aborted === true;
-          if (aborted || monotonicNow() >= validUntil) {
-            // Granted too late to be of use (slow engine) or after the caller gave up.
+          if (signal.aborted || monotonicNow() >= validUntil) {
+            // Granted after the caller gave up or the locker closed, or too late to be of use
+            // (slow engine): withdraw, then give up or try again.
+            this.#throwIfAborted(signal, startedAt);
             await backend.abandon(request);
-            this.#throwIfAborted(startedAt);
             if (once || monotonicNow() >= deadline) {
               throw new LockTimeoutError(this.key, monotonicNow() - startedAt, {
                 reason: 'granted with no validity left',
@@ -188,76 +200,59 @@ export class Lock {
         if (result.waitForChange) {
           // Event-driven: the notification usually comes first; the poll covers lost messages.
           const pollMs = Math.min(holderBound, left, backoff + options.retry.maxDelayMs * 4);
-          await result.waitForChange(options.signal ?? neverAborted, pollMs);
+          await result.waitForChange(signal, pollMs);
         } else {
-          await sleep(Math.min(holderBound, left, backoff), options.signal);
+          await sleep(Math.min(holderBound, left, backoff), signal);
         }
       }
     } catch (error) {
       const timedOut = error instanceof LockTimeoutError;
       event(timedOut ? 'timeout' : 'error', { error });
-      if (attempts > 0 || timedOut) await this.#withdraw(backend, request, error);
+      // Withdraw in the background: the caller gets its answer at the deadline even when the
+      // engine does not answer; the locker's close() waits for these clean-ups.
+      if (sent) this.#ctx.track(backend.abandon(request));
       if (error instanceof FencelockError) throw error;
       throw new BackendError(backend.name, `acquire of "${this.key}"`, error);
     }
   }
 
-  #throwIfAborted(startedAt: number): void {
-    const signal = this.options.signal;
-    if (signal?.aborted) {
-      throw new LockTimeoutError(this.key, monotonicNow() - startedAt, {
-        reason: 'was aborted',
-        cause: signal.reason,
-      });
-    }
+  #throwIfAborted(signal: AbortSignal, startedAt: number): void {
+    if (!signal.aborted) return;
+    const closed = this.#ctx.closing.aborted;
+    throw new LockTimeoutError(this.key, monotonicNow() - startedAt, {
+      reason: closed ? 'was cancelled: the locker was closed' : 'was aborted',
+      cause: closed ? undefined : this.options.signal?.reason,
+    });
   }
 
   /** Await an engine call, but give up at the caller's deadline; a late grant is withdrawn. */
   async #untilDeadline<T>(
     pending: Promise<T>,
     deadline: number,
+    signal: AbortSignal,
     request: AttemptRequest,
     backend: Backend,
   ): Promise<T | undefined> {
     const left = deadline - monotonicNow();
-    if (left === Number.POSITIVE_INFINITY && this.options.signal === undefined) return pending;
-    const signal = this.options.signal;
     let timer: NodeJS.Timeout | undefined;
     let stop: (() => void) | undefined;
     // Ends at the deadline (a tryAcquire, whose deadline is its start, still waits for its one
-    // answer; an infinite wait never times out) or when the caller's signal aborts.
+    // answer; an infinite wait never times out) or when the signal aborts.
     const wait = new Promise<undefined>((resolve) => {
       stop = () => resolve(undefined);
       if (left > 0 && Number.isFinite(left)) timer = setTimeout(stop, left);
-      signal?.addEventListener('abort', stop, { once: true });
+      signal.addEventListener('abort', stop, { once: true });
     });
     try {
       const result = await Promise.race([pending, wait]);
       if (result === undefined) {
-        pending
-          .then(
-            () => backend.abandon(request),
-            () => undefined,
-          )
-          .catch(() => undefined);
+        // Whatever the engine does with the abandoned attempt, withdraw it once it answers.
+        this.#ctx.track(pending.then(() => backend.abandon(request)));
       }
       return result;
     } finally {
       clearTimeout(timer);
-      if (stop) signal?.removeEventListener('abort', stop);
-    }
-  }
-
-  /** Remove whatever this contender may hold or queue; keep the original error on top. */
-  async #withdraw(backend: Backend, request: AttemptRequest, original: unknown): Promise<void> {
-    try {
-      await backend.abandon(request);
-    } catch (cleanupError) {
-      if (original instanceof Error && original.cause === undefined) {
-        Object.defineProperty(original, 'cause', { value: cleanupError, configurable: true });
-      }
+      if (stop) signal.removeEventListener('abort', stop);
     }
   }
 }
-
-const neverAborted = new AbortController().signal;

@@ -2,7 +2,7 @@
  * The Locker: one backend, one watchdog, lock defaults, and the leases it has granted.
  */
 import { randomBytes } from 'node:crypto';
-import { BackendError, InvalidArgumentError, type LockLostError } from '../errors.js';
+import { BackendError, InvalidArgumentError, LockLostError } from '../errors.js';
 import {
   type LockOptions,
   type ResolvedLockOptions,
@@ -14,6 +14,9 @@ import type { Lease } from './lease.js';
 import { Lock, type LockContext } from './lock.js';
 import { runHolding } from './reentry.js';
 import { Watchdog } from './watchdog.js';
+
+/** Longest time `close()` waits for withdrawals still in flight, ms. */
+const CLEANUP_WAIT_MS = 2_000;
 
 /** Per-call options of `withLock` / `acquire` (the same as a lock's). */
 export type AcquireOptions = LockOptions;
@@ -28,6 +31,8 @@ export class Locker implements AsyncDisposable {
   readonly #ctx: LockContext;
   readonly #watchdog = new Watchdog();
   readonly #leases = new Set<Lease>();
+  readonly #closing = new AbortController();
+  readonly #cleanups = new Set<Promise<unknown>>();
   #closed = false;
 
   /**
@@ -48,6 +53,15 @@ export class Locker implements AsyncDisposable {
       watchdog: this.#watchdog,
       driftFactor,
       scopePrefix: `${randomBytes(6).toString('hex')}\0`,
+      closing: this.#closing.signal,
+      track: (cleanup) => {
+        const settled = cleanup.then(
+          () => undefined,
+          () => undefined,
+        );
+        this.#cleanups.add(settled);
+        void settled.then(() => this.#cleanups.delete(settled));
+      },
       onGrant: (lease) => this.#leases.add(lease),
       onEnd: (lease) => this.#leases.delete(lease),
     };
@@ -89,7 +103,8 @@ export class Locker implements AsyncDisposable {
    * @returns what `fn` returns.
    * @throws `fn`'s own error, rethrown after release.
    * @throws LockLostError as soon as the lease is lost (`lease.signal` aborts with the same
-   *   error; `fn` should watch it and stop).
+   *   error; `fn` should watch it and stop), and also when `fn` finished but the lease ran out
+   *   meanwhile or the engine no longer had it at release.
    * @throws InvalidArgumentError, LockTimeoutError, BackendError from acquiring.
    */
   async withLock<T>(
@@ -127,7 +142,14 @@ export class Locker implements AsyncDisposable {
     } finally {
       if (onAbort) lease.signal.removeEventListener('abort', onAbort);
     }
-    await lease.release();
+    // A lease that ran out while `fn` ran (a long event-loop block, a paused process) is
+    // declared lost by release(); an engine that no longer had the key says so. Either way the
+    // work was not protected to its end, and the caller must hear it.
+    const outcome = await lease.release();
+    if (lease.signal.aborted) throw lease.signal.reason as LockLostError;
+    if (outcome !== 'released') {
+      throw new LockLostError(key, lease.fencingToken, outcome, { operation: 'release' });
+    }
     return result;
   }
 
@@ -147,12 +169,14 @@ export class Locker implements AsyncDisposable {
   }
 
   /**
-   * Stop the watchdog, release every lease still held (best effort, each by compare-and-delete),
-   * and close the backend's own connections. Idempotent.
+   * Cancel pending acquires (they reject with `LockTimeoutError`), stop the watchdog, release
+   * every lease still held (best effort, each by compare-and-delete), wait up to 2 s for
+   * withdrawals in flight, and close the backend's own connections. Idempotent.
    */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#closing.abort();
     this.#watchdog.stop();
     const leases = [...this.#leases];
     await Promise.allSettled(
@@ -161,6 +185,16 @@ export class Locker implements AsyncDisposable {
       }),
     );
     this.#leases.clear();
+    // Withdrawals of given-up attempts must reach the engine before it is closed; a silent
+    // engine does not hold close() longer than this (those keys then expire by their TTL).
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.all(this.#cleanups),
+      new Promise((resolve) => {
+        timer = setTimeout(resolve, CLEANUP_WAIT_MS);
+      }),
+    ]);
+    clearTimeout(timer);
     const backend = await this.#backend?.catch(() => undefined);
     await backend?.close();
   }

@@ -31,6 +31,10 @@ export class MemoryBackend implements Backend {
   closed = false;
   /** Latency of every attempt, ms (a slow engine). */
   attemptDelayMs = 0;
+  /** 'ok', 'hang' (never answer) or 'apply-then-fail' (grant, then lose the reply). */
+  attemptMode: 'ok' | 'hang' | 'apply-then-fail' = 'ok';
+  /** 'ok' or 'hang' (never answer). */
+  abandonMode: 'ok' | 'hang' = 'ok';
 
   #count(op: string): void {
     this.calls[op] = (this.calls[op] ?? 0) + 1;
@@ -52,6 +56,15 @@ export class MemoryBackend implements Backend {
   async attempt(r: AttemptRequest): Promise<AttemptResult> {
     this.#count('attempt');
     if (this.attemptDelayMs > 0) await new Promise((r) => setTimeout(r, this.attemptDelayMs));
+    if (this.attemptMode === 'hang') return new Promise(() => {});
+    const result = this.#attempt(r);
+    if (this.attemptMode === 'apply-then-fail') {
+      throw new BackendError(this.name, 'attempt', new Error('reply lost'));
+    }
+    return result;
+  }
+
+  #attempt(r: AttemptRequest): AttemptResult {
     const e = this.#live(r.key);
     if (e && e.owner !== r.owner) {
       return { granted: false, holderTtlMs: e.expiresAt - performance.now() };
@@ -89,6 +102,7 @@ export class MemoryBackend implements Backend {
 
   async abandon(r: AttemptRequest): Promise<void> {
     this.#count('abandon');
+    if (this.abandonMode === 'hang') return new Promise(() => {});
     if (this.entries.get(r.key)?.owner === r.owner) this.entries.delete(r.key);
   }
 

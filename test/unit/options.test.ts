@@ -40,6 +40,12 @@ describe('validation', () => {
     invalid(() => validateKey(key), 'key');
   });
 
+  it('rejects keys with lone surrogates, which engines would alias to U+FFFD', () => {
+    invalid(() => validateKey('job:\uD800'), 'key');
+    invalid(() => validateKey('job:\uDFFF'), 'key');
+    expect(validateKey('job:\uD83D\uDE00')).toBe('job:😀');
+  });
+
   it('accepts a 1024-byte key and counts bytes, not characters', () => {
     expect(validateKey('k'.repeat(1024))).toHaveLength(1024);
     invalid(() => validateKey('é'.repeat(513)), 'key');

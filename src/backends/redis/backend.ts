@@ -46,6 +46,9 @@ export interface RedisBackendOptions {
   readonly commandTimeoutMs?: number;
 }
 
+/** Longest wait for a server's answer to QUIT on close(), ms. */
+const CLOSE_TIMEOUT_MS = 1_000;
+
 /** How long an idle release-channel subscription is kept for the next waiter, ms. */
 const SUBSCRIPTION_LINGER_MS = 5_000;
 
@@ -55,7 +58,13 @@ interface Waiter {
 
 interface Channel {
   readonly waiters: Set<Waiter>;
+  /** Timer that drops an idle subscription. */
   linger: NodeJS.Timeout | undefined;
+  /** Settles when the server confirmed the subscription (or it failed). */
+  readonly subscribed: Promise<void>;
+  confirmed: boolean;
+  /** A release message came while no local waiter was registered. */
+  missedRelease: boolean;
 }
 
 /** The Redis backend. Build it with `createRedisBackend`. */
@@ -70,6 +79,9 @@ export class RedisBackend implements Backend {
   readonly #channels = new Map<string, Channel>();
   #closed = false;
 
+  #connecting: Promise<void> | undefined;
+  /** An error that makes every command wrong (a db the server does not have). */
+  #fatal: Error | undefined;
   /** Last connection-level error of a client this backend opened, for error messages. */
   #lastConnectionError: Error | undefined;
 
@@ -82,6 +94,8 @@ export class RedisBackend implements Backend {
       // Connection errors surface through the commands that fail; keep the last one for them.
       client.on('error', (error: Error) => {
         this.#lastConnectionError = error;
+        // ioredis reports a failed SELECT (db out of range) only here and goes on in db 0.
+        if (/DB index is out of range|invalid DB index/i.test(error.message)) this.#fatal = error;
       });
       client.on('ready', () => {
         this.#lastConnectionError = undefined;
@@ -164,12 +178,18 @@ export class RedisBackend implements Backend {
     }
     this.#channels.clear();
     const clients = [this.#subscriber, this.#ownsClient ? this.#client : undefined];
-    await Promise.all(clients.map((c) => (c ? quit(c) : undefined)));
+    await Promise.all(clients.map((c) => (c ? quit(c, CLOSE_TIMEOUT_MS) : undefined)));
   }
 
   async #call<T>(operation: string, run: () => Promise<T>): Promise<T> {
     if (this.#closed) throw new BackendError(this.name, operation, new Error('backend is closed'));
     try {
+      if (this.#ownsClient && this.#client.status === 'wait') {
+        // First use: connect now, so a failed SELECT is known before any script runs.
+        this.#connecting ??= this.#client.connect();
+        await this.#connecting;
+      }
+      if (this.#fatal) throw this.#fatal;
       return await run();
     } catch (error) {
       const { host, port } = this.#client.options;
@@ -178,10 +198,22 @@ export class RedisBackend implements Backend {
     }
   }
 
-  /** Wait for one release message on `channel` (woken alone: one waiter per message). */
+  /**
+   * Wait for one release message on `channel`; each message wakes one local waiter (the
+   * longest waiting). Two gaps of pub/sub are closed here: a release published before the
+   * subscription was live (the first wait on a channel ends as soon as the server confirms the
+   * subscription, so the core attempts again), and a release that came while no local waiter
+   * was registered (it is kept for the next waiter, who goes at once).
+   */
   #waitForRelease(channel: string, signal: AbortSignal, maxMs: number): Promise<void> {
     if (this.#closed || signal.aborted) return Promise.resolve();
     const entry = this.#subscribe(channel);
+    clearTimeout(entry.linger);
+    if (entry.missedRelease) {
+      entry.missedRelease = false;
+      this.#scheduleUnsubscribe(channel, entry);
+      return Promise.resolve();
+    }
     return new Promise<void>((resolve) => {
       const waiter: Waiter = {
         wake: () => {
@@ -194,25 +226,35 @@ export class RedisBackend implements Backend {
       };
       const timer = setTimeout(waiter.wake, Math.max(0, maxMs));
       signal.addEventListener('abort', waiter.wake, { once: true });
-      clearTimeout(entry.linger);
-      entry.linger = undefined;
       entry.waiters.add(waiter);
+      if (!entry.confirmed) void entry.subscribed.then(waiter.wake);
     });
   }
 
   #subscribe(channel: string): Channel {
     const existing = this.#channels.get(channel);
     if (existing) return existing;
-    const entry: Channel = { waiters: new Set(), linger: undefined };
-    this.#channels.set(channel, entry);
     const subscriber = this.#getSubscriber();
-    // A failed SUBSCRIBE only costs latency: the core's poll still runs.
-    subscriber.subscribe(channel).catch(() => undefined);
+    const entry: Channel = {
+      waiters: new Set(),
+      linger: undefined,
+      confirmed: false,
+      missedRelease: false,
+      // A failed SUBSCRIBE only costs latency: the core's poll still runs.
+      subscribed: subscriber.subscribe(channel).then(
+        () => {
+          entry.confirmed = true;
+        },
+        () => undefined,
+      ),
+    };
+    this.#channels.set(channel, entry);
     return entry;
   }
 
   #scheduleUnsubscribe(channel: string, entry: Channel): void {
     if (this.#closed) return;
+    clearTimeout(entry.linger);
     entry.linger = setTimeout(() => {
       if (entry.waiters.size > 0 || this.#channels.get(channel) !== entry) return;
       this.#channels.delete(channel);
@@ -226,22 +268,33 @@ export class RedisBackend implements Backend {
     const subscriber = this.#client.duplicate({ commandTimeout: undefined });
     subscriber.on('error', () => undefined);
     subscriber.on('message', (channel: string) => {
+      const entry = this.#channels.get(channel);
+      if (entry === undefined) return;
       // Wake the longest-waiting local waiter only (a Set iterates in insertion order).
-      const first = this.#channels.get(channel)?.waiters.values().next();
-      if (first && !first.done) first.value.wake();
+      const first = entry.waiters.values().next();
+      if (first.done) entry.missedRelease = true;
+      else first.value.wake();
     });
     this.#subscriber = subscriber;
     return subscriber;
   }
 }
 
-async function quit(client: Redis): Promise<void> {
-  try {
-    if (client.status === 'end' || client.status === 'wait') client.disconnect();
-    else await client.quit();
-  } catch {
+/** QUIT, but never wait on a silent server longer than `timeoutMs`; then drop the socket. */
+async function quit(client: Redis, timeoutMs: number): Promise<void> {
+  if (client.status === 'end' || client.status === 'wait') {
     client.disconnect();
+    return;
   }
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    client.quit().catch(() => undefined),
+    new Promise((resolve) => {
+      timer = setTimeout(resolve, timeoutMs);
+    }),
+  ]);
+  clearTimeout(timer);
+  client.disconnect();
 }
 
 /**

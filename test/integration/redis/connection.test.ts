@@ -49,3 +49,16 @@ describe('redis connection', () => {
     expect((error as InvalidArgumentError).received).toBe('an object');
   });
 });
+
+describe('redis db selection', () => {
+  it('fails every operation on a db the server does not have, instead of using db 0', async () => {
+    const key = `db-test-${process.pid}-${Date.now()}`;
+    const locker = createLocker(`${REDIS_URL}/99`);
+    const error = await locker.tryAcquire(key).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(BackendError);
+    expect((error as BackendError).message).toContain('DB index is out of range');
+    expect(await admin.exists(`fencelock:{${key}}:lock`)).toBe(0);
+    expect(await admin.exists(`fencelock:{${key}}:fence`)).toBe(0);
+    await locker.close();
+  });
+});

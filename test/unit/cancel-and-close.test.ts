@@ -1,0 +1,137 @@
+/**
+ * Giving up and closing: a caller's deadline or abort is kept even when the engine does not
+ * answer; close() cancels pending acquires and grants nothing afterwards; a lease that ran out
+ * while its callback ran is reported lost. Real timers, an in-memory backend.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  createLocker,
+  InvalidArgumentError,
+  type Locker,
+  LockLostError,
+  LockTimeoutError,
+} from '../../src/index.js';
+import { MemoryBackend } from './memory-backend.js';
+
+const lockers: Locker[] = [];
+function lockerOn(backend: MemoryBackend, options = {}): Locker {
+  const locker = createLocker(backend, options);
+  lockers.push(locker);
+  return locker;
+}
+afterEach(async () => {
+  await Promise.all(lockers.splice(0).map((l) => l.close()));
+});
+
+describe('a silent engine does not hold the caller past its deadline', () => {
+  it('rejects at waitMs although neither the attempt nor the withdrawal answers', async () => {
+    const backend = new MemoryBackend();
+    backend.attemptMode = 'hang';
+    backend.abandonMode = 'hang';
+    const started = performance.now();
+    const error = await lockerOn(backend)
+      .acquire('k', { waitMs: 100 })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockTimeoutError);
+    expect(performance.now() - started).toBeLessThan(1000);
+  });
+
+  it('rejects on abort although neither the attempt nor the withdrawal answers', async () => {
+    const backend = new MemoryBackend();
+    backend.attemptMode = 'hang';
+    backend.abandonMode = 'hang';
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 50);
+    const error = await lockerOn(backend)
+      .acquire('k', { signal: controller.signal })
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'ERR_LOCK_TIMEOUT' });
+  });
+});
+
+describe('a failed first attempt', () => {
+  it('is withdrawn, so a grant whose reply was lost does not block the key', async () => {
+    const backend = new MemoryBackend();
+    backend.attemptMode = 'apply-then-fail';
+    const locker = lockerOn(backend);
+    await expect(locker.acquire('k')).rejects.toMatchObject({ code: 'ERR_BACKEND' });
+    await locker.close();
+    expect(backend.calls.abandon).toBe(1);
+    expect(backend.entries.has('k')).toBe(false);
+  });
+});
+
+describe('close()', () => {
+  it('cancels an acquire whose attempt is in flight and leaves nothing held', async () => {
+    const backend = new MemoryBackend();
+    backend.attemptDelayMs = 50;
+    const locker = lockerOn(backend);
+    const pending = locker.acquire('k').catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 10));
+    await locker.close();
+    const outcome = await pending;
+    expect(outcome).toBeInstanceOf(LockTimeoutError);
+    expect((outcome as LockTimeoutError).message).toContain('locker was closed');
+    expect(locker.activeLeases).toBe(0);
+    // close() waited for the withdrawal of the late grant.
+    expect(backend.entries.has('k')).toBe(false);
+  });
+
+  it('wakes an acquire waiting for a held key', async () => {
+    const backend = new MemoryBackend();
+    await lockerOn(backend).acquire('k');
+    const locker = lockerOn(backend);
+    const pending = locker.acquire('k').catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 30));
+    const started = performance.now();
+    await locker.close();
+    expect(await pending).toBeInstanceOf(LockTimeoutError);
+    expect(performance.now() - started).toBeLessThan(500);
+  });
+});
+
+describe('withLock and a lease that ran out while fn ran', () => {
+  it('rejects with LockLostError and aborts the signal when fn blocked past the TTL', async () => {
+    const backend = new MemoryBackend();
+    let signal: AbortSignal | undefined;
+    const outcome = await lockerOn(backend)
+      .withLock(
+        'k',
+        (lease) => {
+          signal = lease.signal;
+          const until = performance.now() + 300;
+          while (performance.now() < until) {
+            // A synchronous block: no timer, no watchdog can run.
+          }
+          return 'done';
+        },
+        { ttlMs: 100 },
+      )
+      .catch((e: unknown) => e);
+    expect(outcome).toBeInstanceOf(LockLostError);
+    expect((outcome as LockLostError).reason).toBe('expired');
+    expect(signal?.aborted).toBe(true);
+  });
+
+  it('rejects with LockLostError when the engine no longer had the key at release', async () => {
+    const backend = new MemoryBackend();
+    const outcome = await lockerOn(backend)
+      .withLock('k', () => {
+        backend.entries.delete('k');
+        return 'done';
+      })
+      .catch((e: unknown) => e);
+    expect(outcome).toBeInstanceOf(LockLostError);
+    expect((outcome as LockLostError).reason).toBe('not-held');
+  });
+});
+
+describe('extend', () => {
+  it('rejects a TTL within the drift allowance before any engine call', async () => {
+    const backend = new MemoryBackend();
+    const lease = await lockerOn(backend).acquire('k');
+    await expect(lease.extend(2)).rejects.toBeInstanceOf(InvalidArgumentError);
+    expect(backend.calls.renew ?? 0).toBe(0);
+    expect(lease.isHeld).toBe(true);
+  });
+});
