@@ -256,17 +256,29 @@ export function resolveLockerOptions(options: unknown): {
   const defaults = resolveLockOptions(DEFAULT_LOCK_OPTIONS, lock);
   const driftFactor =
     factor === undefined ? DEFAULTS.driftFactor : validatePositive(factor, 'driftFactor', 0, 0.5);
-  if (defaults.ttlMs <= driftMs(defaults.ttlMs, driftFactor)) {
-    throw new InvalidArgumentError(
-      'ttlMs',
-      'more milliseconds than the drift allowance (ttlMs × driftFactor + 2 ms)',
-      defaults.ttlMs,
-    );
-  }
+  assertLongerThanDrift(defaults.ttlMs, driftFactor);
   return { defaults, driftFactor };
 }
 
 /** Drift allowance for a lease of `ttlMs` (Redlock spec): `ttlMs × driftFactor + 2` ms. */
 export function driftMs(ttlMs: number, driftFactor: number): number {
   return ttlMs * driftFactor + 2;
+}
+
+/**
+ * A lease no longer than its drift allowance could never be believed valid: reject it.
+ * @throws InvalidArgumentError naming `argument`.
+ */
+export function assertLongerThanDrift(
+  ttlMs: number,
+  driftFactor: number,
+  argument = 'ttlMs',
+): void {
+  if (ttlMs <= driftMs(ttlMs, driftFactor)) {
+    throw new InvalidArgumentError(
+      argument,
+      'more milliseconds than the drift allowance (ttlMs × driftFactor + 2 ms)',
+      ttlMs,
+    );
+  }
 }

@@ -8,13 +8,8 @@
  * the same way from the start of the renewal. Loss is reported through `signal`, never by a
  * throw from a timer (node-redlock's `using()` idea, with `AbortSignal.reason` as the error).
  */
-import {
-  InvalidArgumentError,
-  LockLostError,
-  type LockLostReason,
-  NotLockOwnerError,
-} from '../errors.js';
-import { driftMs, validateTtl } from '../options.js';
+import { LockLostError, type LockLostReason, NotLockOwnerError } from '../errors.js';
+import { assertLongerThanDrift, driftMs, validateTtl } from '../options.js';
 import type { Backend, LeaseRef, ReleaseOutcome } from './backend.js';
 import { monotonicNow } from './clock.js';
 import { publish } from './events.js';
@@ -143,13 +138,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
    */
   async extend(ttlMs: number): Promise<void> {
     const ttl = validateTtl(ttlMs, 'ttlMs', this.#ctx.backend.maxTtlMs);
-    if (ttl <= driftMs(ttl, this.#ctx.driftFactor)) {
-      throw new InvalidArgumentError(
-        'ttlMs',
-        'more milliseconds than the drift allowance (ttlMs × driftFactor + 2 ms)',
-        ttl,
-      );
-    }
+    assertLongerThanDrift(ttl, this.#ctx.driftFactor);
     if (this.#state === 'released') {
       throw new NotLockOwnerError(this.key, 'extend', 'the lease was already released');
     }

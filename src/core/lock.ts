@@ -5,8 +5,13 @@
  * timeout, abort or error. The loop shape is Curator's `LockInternals.internalLockLoop`.
  */
 import { randomBytes } from 'node:crypto';
-import { BackendError, FencelockError, InvalidArgumentError, LockTimeoutError } from '../errors.js';
-import { driftMs, type ResolvedLockOptions, validateTtl } from '../options.js';
+import { BackendError, FencelockError, LockTimeoutError } from '../errors.js';
+import {
+  assertLongerThanDrift,
+  driftMs,
+  type ResolvedLockOptions,
+  validateTtl,
+} from '../options.js';
 import type { AttemptRequest, Backend } from './backend.js';
 import { monotonicNow } from './clock.js';
 import { publish } from './events.js';
@@ -108,15 +113,13 @@ export class Lock {
       owner: newOwnerId(),
       ttlMs: options.maxHoldMs === undefined ? ttlMs : Math.min(ttlMs, options.maxHoldMs),
     };
-    if (request.ttlMs <= driftMs(request.ttlMs, this.#ctx.driftFactor)) {
-      // No grant could ever be believed valid: without this, acquire would abandon every grant
-      // and retry forever.
-      throw new InvalidArgumentError(
-        request.ttlMs < ttlMs ? 'maxHoldMs' : 'ttlMs',
-        'more milliseconds than the drift allowance (ttlMs × driftFactor + 2 ms)',
-        request.ttlMs,
-      );
-    }
+    // No grant could ever be believed valid: without this, acquire would abandon every grant
+    // and retry forever.
+    assertLongerThanDrift(
+      request.ttlMs,
+      this.#ctx.driftFactor,
+      request.ttlMs < ttlMs ? 'maxHoldMs' : 'ttlMs',
+    );
     const deadline = once ? startedAt : startedAt + options.waitMs;
     // One signal of this call's own for "stop waiting": the caller's, or the locker closing.
     // (Listeners go on it, not on the shared closing signal, which would collect one per call.)
