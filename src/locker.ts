@@ -37,7 +37,10 @@ export function createLocker(store: string | Backend, options?: LockerOptions): 
 function isBackend(value: unknown): value is Backend {
   if (typeof value !== 'object' || value === null) return false;
   const b = value as Record<string, unknown>;
-  return ['attempt', 'renew', 'release', 'abandon', 'inspect', 'close'].every(
-    (m) => typeof b[m] === 'function',
+  return (
+    Array.isArray(b.modes) &&
+    ['attempt', 'renew', 'release', 'abandon', 'inspect', 'close'].every(
+      (m) => typeof b[m] === 'function',
+    )
   );
 }

@@ -3,6 +3,7 @@
  * point validates here before any network call and throws `InvalidArgumentError` naming the
  * argument, the allowed range and the value received.
  */
+import type { LockMode } from './core/backend.js';
 import { InvalidArgumentError } from './errors.js';
 
 /** Largest delay a Node.js timer accepts (2^31 − 1 ms, about 24.8 days). */
@@ -44,6 +45,11 @@ export interface LockOptions {
    * same `Lock` handle returns the held lease and increments its hold count. @default false
    */
   readonly reentrant?: boolean;
+  /**
+   * `write` (exclusive) or `read` (shared with readers; waits only for earlier writers), on
+   * stores whose backend lists the mode in `modes` (etcd). @default 'write'
+   */
+  readonly mode?: LockMode;
   /** Cancels a pending `acquire()`; it then rejects with `LockTimeoutError`. */
   readonly signal?: AbortSignal;
   /** Backoff while waiting. */
@@ -66,6 +72,7 @@ export interface ResolvedLockOptions {
   readonly autoRenew: boolean;
   readonly maxHoldMs: number | undefined;
   readonly reentrant: boolean;
+  readonly mode: LockMode;
   readonly signal: AbortSignal | undefined;
   readonly retry: Required<RetryOptions>;
 }
@@ -126,6 +133,13 @@ function validateWait(value: unknown): number {
   return value;
 }
 
+function validateMode(value: unknown): LockMode {
+  if (value !== 'write' && value !== 'read') {
+    throw new InvalidArgumentError('mode', "'write' or 'read'", value);
+  }
+  return value;
+}
+
 function validateBoolean(value: unknown, argument: string): boolean {
   if (typeof value !== 'boolean') throw new InvalidArgumentError(argument, 'a boolean', value);
   return value;
@@ -179,6 +193,7 @@ const LOCK_OPTION_NAMES = new Set([
   'autoRenew',
   'maxHoldMs',
   'reentrant',
+  'mode',
   'signal',
   'retry',
 ]);
@@ -217,6 +232,7 @@ export function resolveLockOptions(
     maxHoldMs,
     reentrant:
       o.reentrant === undefined ? base.reentrant : validateBoolean(o.reentrant, 'reentrant'),
+    mode: o.mode === undefined ? base.mode : validateMode(o.mode),
     signal,
     retry: validateRetry(o.retry, base.retry),
   };
@@ -229,6 +245,7 @@ export const DEFAULT_LOCK_OPTIONS: ResolvedLockOptions = Object.freeze({
   autoRenew: DEFAULTS.autoRenew,
   maxHoldMs: undefined,
   reentrant: DEFAULTS.reentrant,
+  mode: 'write',
   signal: undefined,
   retry: DEFAULTS.retry,
 });

@@ -10,6 +10,12 @@
  * hold the key.
  */
 
+/**
+ * Lock mode: `write` is exclusive (the default, and the only mode of a plain lock); `read` is
+ * shared with other readers and waits only for earlier writers (Curator's read-write lock).
+ */
+export type LockMode = 'write' | 'read';
+
 /** One contender's request for a key. All durations are milliseconds. */
 export interface AttemptRequest {
   /** Validated lock key. */
@@ -18,6 +24,8 @@ export interface AttemptRequest {
   readonly owner: string;
   /** Requested lease length in whole milliseconds, >= 1 and <= the backend's `maxTtlMs`. */
   readonly ttlMs: number;
+  /** Mode; always one of the backend's `modes`. */
+  readonly mode: LockMode;
 }
 
 /** The engine granted the key. */
@@ -27,6 +35,12 @@ export interface Granted {
   readonly token: bigint;
   /** Lease length the engine actually applied (may be rounded up to its granularity), ms. */
   readonly ttlMs: number;
+  /**
+   * For engines whose grants live in a session (etcd lease, ZooKeeper session): aborted by the
+   * backend when the engine ends the grant by itself (the session expired or was revoked). The
+   * core then declares the lease lost at once, with the signal's reason as `cause`.
+   */
+  readonly lost?: AbortSignal;
 }
 
 /** The key is held by someone else (or this contender is queued behind others). */
@@ -43,6 +57,12 @@ export interface NotGranted {
    * when `signal` aborts. Absent when the engine cannot notify: the core then backs off.
    */
   readonly waitForChange?: (signal: AbortSignal, maxMs: number) => Promise<void>;
+  /**
+   * Longest time the core should wait on `waitForChange` before attempting again, ms. A reliable
+   * notification (an etcd or ZooKeeper watch on the predecessor) sets it high, so that waiters
+   * stay quiet until their turn (no herd); absent, the core polls as for lossy pub/sub.
+   */
+  readonly recheckAfterMs?: number;
 }
 
 /** Answer to an attempt. */
@@ -90,12 +110,18 @@ export interface Backend {
   readonly name: string;
   /** Largest `ttlMs` the engine accepts. */
   readonly maxTtlMs: number;
+  /** Modes the backend can grant; every backend has `write`. */
+  readonly modes: readonly LockMode[];
   /**
    * Try to become the holder of `key` (idempotent for the same owner: a repeated attempt by the
    * current holder returns its existing token and refreshes its TTL, so a lost reply is safe).
    */
   attempt(request: AttemptRequest): Promise<AttemptResult>;
-  /** Extend a held lease to `ttlMs` from now, only if `owner` and `token` still hold it. */
+  /**
+   * Extend a held lease to `ttlMs` from now, only if `owner` and `token` still hold it. A
+   * session-based engine renews the session for all its grants in the background; its `renew`
+   * confirms the grant and answers with the session's remaining validity as `ttlMs`.
+   */
   renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult>;
   /** Compare-and-delete by owner and token. Never deletes another owner's lease. */
   release(lease: LeaseRef): Promise<ReleaseOutcome>;

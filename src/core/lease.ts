@@ -38,6 +38,8 @@ export interface LeaseGrant {
   readonly autoRenew: boolean;
   /** Hard cap on holding, ms from `attemptStartedAt`; undefined for none. */
   readonly maxHoldMs: number | undefined;
+  /** The backend's signal that the engine ended this grant (session loss), if it has one. */
+  readonly lost: AbortSignal | undefined;
 }
 
 /**
@@ -66,6 +68,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
   #state: 'held' | 'lost' | 'released' = 'held';
   #renewing: Promise<unknown> | undefined;
   #lastRenewError: unknown;
+  #unlinkSession: (() => void) | undefined;
   /** The engine TTL was cut to end at the maxHoldMs cap: no renewal goes past it. */
   #capped: boolean;
   readonly #task: WatchdogTask = { run: () => this.#onWatchdog() };
@@ -88,6 +91,15 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.#capped = grant.ttlMs < grant.renewTtlMs;
     this.#expiresAt = this.#validUntil(grant.attemptStartedAt, grant.ttlMs);
     this.#scheduleNext();
+    const { lost } = grant;
+    if (lost) {
+      const onLost = () => this.lose('session-lost', lost.reason, 'session');
+      if (lost.aborted) onLost();
+      else {
+        lost.addEventListener('abort', onLost, { once: true });
+        this.#unlinkSession = () => lost.removeEventListener('abort', onLost);
+      }
+    }
   }
 
   /** Lease length last applied by the engine, ms. */
@@ -199,6 +211,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
 
   #end(state: 'lost' | 'released'): void {
     this.#state = state;
+    this.#unlinkSession?.();
     this.#ctx.onEnd(this);
   }
 

@@ -5,7 +5,12 @@
  * timeout, abort or error. The loop shape is Curator's `LockInternals.internalLockLoop`.
  */
 import { randomBytes } from 'node:crypto';
-import { BackendError, FencelockError, LockTimeoutError } from '../errors.js';
+import {
+  BackendError,
+  FencelockError,
+  InvalidArgumentError,
+  LockTimeoutError,
+} from '../errors.js';
 import {
   assertLongerThanDrift,
   driftMs,
@@ -92,7 +97,14 @@ export class Lock {
     const backend = await this.#ctx.backend();
     const options = this.options;
     const ttlMs = validateTtl(options.ttlMs, 'ttlMs', backend.maxTtlMs);
-    const scopeKey = this.#ctx.scopePrefix + this.key;
+    if (!backend.modes.includes(options.mode)) {
+      throw new InvalidArgumentError(
+        'mode',
+        `one of ${backend.modes.join(', ')} (the ${backend.name} store has no ${options.mode} locks)`,
+        options.mode,
+      );
+    }
+    const scopeKey = `${this.#ctx.scopePrefix}${options.mode}\0${this.key}`;
     if (options.reentrant) {
       const held = heldInContext(scopeKey) ?? this.#lease;
       if (held?.key === this.key && held.reenter()) {
@@ -112,6 +124,7 @@ export class Lock {
       key: this.key,
       owner: newOwnerId(),
       ttlMs: options.maxHoldMs === undefined ? ttlMs : Math.min(ttlMs, options.maxHoldMs),
+      mode: options.mode,
     };
     // No grant could ever be believed valid: without this, acquire would abandon every grant
     // and retry forever.
@@ -181,6 +194,7 @@ export class Lock {
               attemptStartedAt,
               autoRenew: options.autoRenew,
               maxHoldMs: options.maxHoldMs,
+              lost: result.lost,
             },
           );
           this.#lease = lease;
@@ -202,7 +216,8 @@ export class Lock {
             : result.holderTtlMs + Math.random() * options.retry.initialDelayMs;
         if (result.waitForChange) {
           // Event-driven: the notification usually comes first; the poll covers lost messages.
-          const pollMs = Math.min(holderBound, left, backoff + options.retry.maxDelayMs * 4);
+          const recheckMs = result.recheckAfterMs ?? backoff + options.retry.maxDelayMs * 4;
+          const pollMs = Math.min(holderBound, left, recheckMs);
           await result.waitForChange(signal, pollMs);
         } else {
           await sleep(Math.min(holderBound, left, backoff), signal);

@@ -115,8 +115,9 @@ export class Locker implements AsyncDisposable {
     if (typeof fn !== 'function') throw new InvalidArgumentError('fn', 'a function', fn);
     const lock = this.lock(key, options);
     const lease = await lock.acquire();
+    const mode = lock.options.mode;
     const work = Promise.resolve().then(() =>
-      runHolding(this.#ctx.scopePrefix + key, lease, () => fn(lease)),
+      runHolding(`${this.#ctx.scopePrefix}${mode}\0${key}`, lease, () => fn(lease)),
     );
     // If the lease is lost first, `work` may still settle later: never leave it unhandled.
     work.catch(() => undefined);

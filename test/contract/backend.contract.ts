@@ -102,6 +102,7 @@ function countingBackend(real: Backend): {
   const backend: Backend = {
     name: real.name,
     maxTtlMs: real.maxTtlMs,
+    modes: real.modes,
     attempt: (request) => {
       calls.attempt += 1;
       attempts.push(request);

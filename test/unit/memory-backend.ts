@@ -23,6 +23,7 @@ interface Entry {
 export class MemoryBackend implements Backend {
   readonly name = 'memory';
   readonly maxTtlMs = 2_147_483_647;
+  readonly modes = ['write'] as const;
   readonly calls: Record<string, number> = {};
   readonly entries = new Map<string, Entry>();
   readonly fences = new Map<string, bigint>();
@@ -35,6 +36,10 @@ export class MemoryBackend implements Backend {
   attemptMode: 'ok' | 'hang' | 'apply-then-fail' = 'ok';
   /** 'ok' or 'hang' (never answer). */
   abandonMode: 'ok' | 'hang' = 'ok';
+  /** A session whose end the backend reports on every grant (`Granted.lost`), if set. */
+  session: AbortController | undefined;
+  /** Passed on every refusal as `recheckAfterMs`, with a change notification that never fires. */
+  recheckAfterMs: number | undefined;
 
   #count(op: string): void {
     this.calls[op] = (this.calls[op] ?? 0) + 1;
@@ -60,6 +65,21 @@ export class MemoryBackend implements Backend {
     const result = this.#attempt(r);
     if (this.attemptMode === 'apply-then-fail') {
       throw new BackendError(this.name, 'attempt', new Error('reply lost'));
+    }
+    if (result.granted && this.session) return { ...result, lost: this.session.signal };
+    if (!result.granted && this.recheckAfterMs !== undefined) {
+      return {
+        granted: false,
+        recheckAfterMs: this.recheckAfterMs,
+        waitForChange: (signal, maxMs) =>
+          new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, maxMs);
+            signal.addEventListener('abort', () => {
+              clearTimeout(timer);
+              resolve();
+            });
+          }),
+      };
     }
     return result;
   }

@@ -71,6 +71,7 @@ interface Channel {
 export class RedisBackend implements Backend {
   readonly name = 'redis';
   readonly maxTtlMs = MAX_TIMER_MS;
+  readonly modes = ['write'] as const;
   readonly #client: Redis;
   readonly #ownsClient: boolean;
   readonly #prefix: string;

@@ -75,6 +75,7 @@ function initialize(db: Database.Database, config: SqliteUrlConfig): void {
 export class SqliteBackend implements Backend {
   readonly name = 'sqlite';
   readonly maxTtlMs = MAX_TIMER_MS;
+  readonly modes = ['write'] as const;
   readonly #db: Database.Database;
   readonly #attempt: (request: AttemptRequest) => AttemptResult;
   readonly #renew: (lease: LeaseRef, ttlMs: number) => RenewResult;

@@ -1,0 +1,73 @@
+/**
+ * The parts of the backend contract that queue- and session-based engines use: lock modes,
+ * a grant's `lost` signal (session loss) and `recheckAfterMs` (a reliable watch).
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { createLocker, InvalidArgumentError, type Locker, LockLostError } from '../../src/index.js';
+import { MemoryBackend } from './memory-backend.js';
+
+let backend: MemoryBackend;
+let locker: Locker;
+
+beforeEach(() => {
+  vi.useFakeTimers();
+  backend = new MemoryBackend();
+  locker = createLocker(backend);
+});
+
+afterEach(async () => {
+  await locker.close();
+  vi.useRealTimers();
+});
+
+describe('modes', () => {
+  it('rejects a read lock on a store without read-write locks, before any engine call', async () => {
+    const error = await locker.acquire('k', { mode: 'read' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect((error as InvalidArgumentError).argument).toBe('mode');
+    expect((error as InvalidArgumentError).message).toContain('memory store has no read locks');
+    expect(backend.totalCalls).toBe(0);
+  });
+
+  it('rejects an unknown mode when the lock is made', () => {
+    expect(() => locker.lock('k', { mode: 'exclusive' as never })).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('session loss', () => {
+  it('loses every lease of the session at once, with the reason as cause', async () => {
+    backend.session = new AbortController();
+    const a = await locker.acquire('a');
+    const b = await locker.acquire('b');
+    const cause = new Error('lease revoked');
+    backend.session.abort(cause);
+    for (const lease of [a, b]) {
+      expect(lease.signal.aborted).toBe(true);
+      const reason = lease.signal.reason as LockLostError;
+      expect(reason).toBeInstanceOf(LockLostError);
+      expect(reason.reason).toBe('session-lost');
+      expect(reason.cause).toBe(cause);
+    }
+    expect(locker.activeLeases).toBe(0);
+  });
+
+  it('stops listening to the session after release', async () => {
+    backend.session = new AbortController();
+    const lease = await locker.acquire('a');
+    await lease.release();
+    backend.session.abort(new Error('late'));
+    expect(lease.signal.aborted).toBe(false);
+  });
+});
+
+describe('recheckAfterMs', () => {
+  it('keeps a waiter quiet for as long as the backend says its watch is reliable', async () => {
+    await createLocker(backend).acquire('k');
+    backend.recheckAfterMs = 60_000;
+    const pending = locker.acquire('k', { waitMs: 30_000 }).catch(() => undefined);
+    await vi.advanceTimersByTimeAsync(29_000);
+    expect(backend.calls.attempt).toBe(2);
+    await vi.advanceTimersByTimeAsync(2_000);
+    await pending;
+  });
+});
