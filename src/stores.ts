@@ -3,50 +3,59 @@
  * pure parser (no engine client imported, no network call); the backend module itself, with its
  * engine client, is imported on first use.
  */
+import { parseEtcdUrl } from './backends/etcd/url.js';
 import { parseRedisUrl } from './backends/redis/url.js';
 import { parseSqliteUrl } from './backends/sqlite/url.js';
 import type { Backend } from './core/backend.js';
 import { InvalidArgumentError } from './errors.js';
 
-type StoreEntry = (url: URL) => () => Promise<Backend>;
+/** Check a store URL (the whole string) and return a loader for its backend. */
+type StoreEntry = (store: string) => () => Promise<Backend>;
 
-const redis: StoreEntry = (url) => {
-  const config = parseRedisUrl(url);
+/** `new URL`, with the store's shape in the error. */
+function singleHostUrl(store: string): URL {
+  try {
+    return new URL(store);
+  } catch {
+    throw new InvalidArgumentError('store', `a store URL (${STORE_SCHEMES.join(', ')})`, store);
+  }
+}
+
+const redis: StoreEntry = (store) => {
+  const config = parseRedisUrl(singleHostUrl(store));
   return async () => (await import('./backends/redis/index.js')).createRedisBackend(config);
 };
 
 const STORES: Record<string, StoreEntry> = {
-  'sqlite:': (url) => {
-    const config = parseSqliteUrl(url);
+  sqlite: (store) => {
+    const config = parseSqliteUrl(singleHostUrl(store));
     return async () => (await import('./backends/sqlite/index.js')).createSqliteBackend(config);
   },
-  'redis:': redis,
-  'rediss:': redis,
+  redis,
+  rediss: redis,
+  // Several hosts (`etcd://h1:p1,h2:p2`) are not a WHATWG URL: the backend parses the string.
+  etcd: (store) => {
+    const config = parseEtcdUrl(store);
+    return async () => (await import('./backends/etcd/index.js')).createEtcdBackend(config);
+  },
 };
 
 /** Store URL schemes understood by `createLocker`. */
-export const STORE_SCHEMES: readonly string[] = Object.freeze(
-  Object.keys(STORES).map((s) => s.slice(0, -1)),
-);
+export const STORE_SCHEMES: readonly string[] = Object.freeze(Object.keys(STORES));
 
 /**
  * Check a store URL and return a loader for its backend.
  * @throws InvalidArgumentError for a malformed URL, an unknown scheme or bad parameters.
  */
 export function resolveStoreUrl(store: string): () => Promise<Backend> {
-  let url: URL;
-  try {
-    url = new URL(store);
-  } catch {
+  const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(store)?.[1]?.toLowerCase();
+  const entry = scheme === undefined ? undefined : STORES[scheme];
+  if (entry === undefined) {
     throw new InvalidArgumentError(
       'store',
-      `a store URL (${STORE_SCHEMES.map((s) => `${s}:…`).join(', ')})`,
+      `a store URL with scheme ${STORE_SCHEMES.join(', ')}`,
       store,
     );
   }
-  const entry = STORES[url.protocol];
-  if (entry === undefined) {
-    throw new InvalidArgumentError('store', `a URL with scheme ${STORE_SCHEMES.join(', ')}`, store);
-  }
-  return entry(url);
+  return entry(store);
 }

@@ -26,6 +26,12 @@ export interface AttemptRequest {
   readonly ttlMs: number;
   /** Mode; always one of the backend's `modes`. */
   readonly mode: LockMode;
+  /**
+   * Whether the core's watchdog will renew this lease. When false the grant must end `ttlMs`
+   * after it unless `renew` is called: a session-based engine gives such a grant a lease of its
+   * own that is not kept alive, instead of its shared session.
+   */
+  readonly autoRenew: boolean;
 }
 
 /** The engine granted the key. */
@@ -63,6 +69,12 @@ export interface NotGranted {
    * stay quiet until their turn (no herd); absent, the core polls as for lossy pub/sub.
    */
   readonly recheckAfterMs?: number;
+  /**
+   * The attempt left an entry in the engine's queue (etcd, ZooKeeper): a contender that gives
+   * up without being granted (a `tryAcquire` that answers null) must be withdrawn with
+   * `abandon`, or it would block everyone behind it.
+   */
+  readonly queued?: boolean;
 }
 
 /** Answer to an attempt. */

@@ -207,6 +207,10 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.#ctx.watchdog.cancel(this.#task);
     publish('lost', () => ({ ...this.#eventBase(), reason, error }));
     this.#abort.abort(error);
+    if (reason === 'max-hold') {
+      // The cap ends the lease on the engine too, also where a session would keep the key alive.
+      this.#ctx.backend.release(this).catch(() => undefined);
+    }
   }
 
   #end(state: 'lost' | 'released'): void {

@@ -5,12 +5,7 @@
  * timeout, abort or error. The loop shape is Curator's `LockInternals.internalLockLoop`.
  */
 import { randomBytes } from 'node:crypto';
-import {
-  BackendError,
-  FencelockError,
-  InvalidArgumentError,
-  LockTimeoutError,
-} from '../errors.js';
+import { BackendError, FencelockError, InvalidArgumentError, LockTimeoutError } from '../errors.js';
 import {
   assertLongerThanDrift,
   driftMs,
@@ -125,6 +120,7 @@ export class Lock {
       owner: newOwnerId(),
       ttlMs: options.maxHoldMs === undefined ? ttlMs : Math.min(ttlMs, options.maxHoldMs),
       mode: options.mode,
+      autoRenew: options.autoRenew,
     };
     // No grant could ever be believed valid: without this, acquire would abandon every grant
     // and retry forever.
@@ -203,6 +199,7 @@ export class Lock {
           return lease;
         }
         if (once) {
+          if (result.queued) await backend.abandon(request);
           event('busy');
           return null;
         }

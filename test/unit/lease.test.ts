@@ -98,6 +98,8 @@ describe('watchdog renewal', () => {
     await vi.advanceTimersByTimeAsync(1001);
     expect(lease.signal.aborted).toBe(true);
     expect((lease.signal.reason as LockLostError).reason).toBe('max-hold');
+    // The cap also ends the lease on the engine (a session could otherwise keep the key alive).
+    expect(backend.calls.release).toBe(1);
   });
 });
 

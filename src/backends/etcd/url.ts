@@ -1,0 +1,57 @@
+/**
+ * Parse `etcd://[user:pass@]host:port[,host:port…][/namespace][?params]` store URLs without
+ * importing the engine client. The namespace (default `fencelock`) prefixes every key the backend
+ * writes. Parameter: `dialTimeoutMs` (default 5000).
+ */
+import { InvalidArgumentError } from '../../errors.js';
+
+/** A checked etcd store URL. */
+export interface EtcdUrlConfig {
+  /** `http://host:port` per cluster member. */
+  readonly endpoints: readonly string[];
+  readonly auth?: { readonly username: string; readonly password: string };
+  /** Key namespace, without slashes. */
+  readonly namespace: string;
+  readonly dialTimeoutMs: number;
+}
+
+const SHAPE = 'etcd://[user:pass@]host:port[,host:port…][/namespace]';
+
+/** @throws InvalidArgumentError for a malformed URL or parameter. */
+export function parseEtcdUrl(store: string): EtcdUrlConfig {
+  const match = /^etcd:\/\/(?:([^:@/]*):([^@/]*)@)?([^/?#]+)(\/[^?#]*)?(\?[^#]*)?$/i.exec(store);
+  if (match === null) throw new InvalidArgumentError('store', SHAPE, store);
+  const [, user, password, hosts = '', path = '', query = ''] = match;
+  const endpoints = hosts.split(',').map((host) => {
+    const m = /^([a-z0-9.-]+|\[[0-9a-f:]+\]):(\d{1,5})$/i.exec(host);
+    const port = Number(m?.[2]);
+    if (m === null || !(port >= 1 && port <= 65535)) {
+      throw new InvalidArgumentError('store', `${SHAPE} with host:port members`, store);
+    }
+    return `http://${m[1]}:${port}`;
+  });
+  const namespace = decodeURIComponent(path.replace(/^\/+|\/+$/g, '')) || 'fencelock';
+  const params = new URLSearchParams(query);
+  for (const name of params.keys()) {
+    if (name !== 'dialTimeoutMs') {
+      throw new InvalidArgumentError(`store parameter ${name}`, 'dialTimeoutMs', name);
+    }
+  }
+  const rawTimeout = params.get('dialTimeoutMs') ?? '5000';
+  const dialTimeoutMs = Number(rawTimeout);
+  if (!Number.isInteger(dialTimeoutMs) || dialTimeoutMs < 1 || dialTimeoutMs > 600_000) {
+    throw new InvalidArgumentError(
+      'store parameter dialTimeoutMs',
+      'an integer in [1, 600000]',
+      rawTimeout,
+    );
+  }
+  return {
+    endpoints,
+    namespace,
+    dialTimeoutMs,
+    ...(user !== undefined && password !== undefined
+      ? { auth: { username: decodeURIComponent(user), password: decodeURIComponent(password) } }
+      : {}),
+  };
+}
