@@ -7,6 +7,8 @@ set -euo pipefail
 declare -A PACKAGES=(
   [redis-server]=redis-server
   [redis-cli]=redis-tools
+  [etcd]=etcd-server
+  [etcdctl]=etcd-client
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start, stop and report the engines the tests need, on loopback, on non-default ports, with
 # their data in a temporary folder. Usage: scripts/services.sh up|down|status [engine...]
+#        scripts/services.sh etcd-member stop|kill|start|pause|resume <1|2|3>   (fault tests)
 #
 # Each engine is a set of functions named <engine>_up, <engine>_down and <engine>_status; to add
 # one, write those three and list it in ENGINES. PIDs are written to $STATE/<name>.pid and every
@@ -8,10 +9,13 @@
 set -euo pipefail
 
 STATE=${FENCELOCK_SERVICES_DIR:-${TMPDIR:-/tmp}/fencelock-services}
-ENGINES=(redis)
+ENGINES=(redis etcd)
 
 # Ports (override with the environment; keep in step with test/helpers/engines.ts).
 REDIS_PORT=${FENCELOCK_REDIS_PORT:-6390}
+# etcd member n (1..3) listens for clients on CLIENT_BASE+n and for peers on PEER_BASE+n.
+ETCD_CLIENT_PORT_BASE=${FENCELOCK_ETCD_CLIENT_PORT_BASE:-23790}
+ETCD_PEER_PORT_BASE=${FENCELOCK_ETCD_PEER_PORT_BASE:-23800}
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -34,6 +38,11 @@ require_free_port() { # require_free_port <port> <engine>
 }
 
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+proc_state() { # proc_state <pid>: R, S, T (stopped), Z (zombie)...; empty when no such process
+  local stat; stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  stat=${stat##*) }; echo "${stat%% *}"
+}
 
 stop_pidfile() { # stop_pidfile <name>
   local pidfile=$STATE/$1.pid
@@ -69,15 +78,180 @@ redis_status() {
   fi
 }
 
+# --- etcd: a 3-member cluster on loopback --------------------------------------------------------
+# Member n (etcd1..etcd3): clients on http://127.0.0.1:$((ETCD_CLIENT_PORT_BASE + n)), peers on
+# http://127.0.0.1:$((ETCD_PEER_PORT_BASE + n)), data in $STATE/etcd/etcd<n>, log in
+# $STATE/etcd/etcd<n>.log, PID in $STATE/etcd<n>.pid. `up` starts from fresh data dirs; `down`
+# keeps them (and the logs) until the next `up`. Heartbeat 100 ms and election timeout 1000 ms
+# are etcd's own defaults, spelled out because the fault tests count on a killed leader being
+# replaced within a few seconds. Fault tests drive single members with `etcd-member`.
+ETCD_MEMBERS=(1 2 3)
+ETCD_TOKEN=fencelock-test-cluster
+
+# etcd and etcdctl refuse to run when an ETCD_*/ETCDCTL_* variable shadows a flag we pass; none
+# of the caller's settings apply to this private cluster, so drop them all.
+for _var in $(compgen -e); do [[ $_var == ETCD_* || $_var == ETCDCTL_* ]] && unset "$_var"; done
+unset _var
+
+etcd_client_url() { echo "http://127.0.0.1:$((ETCD_CLIENT_PORT_BASE + $1))"; }
+etcd_peer_url() { echo "http://127.0.0.1:$((ETCD_PEER_PORT_BASE + $1))"; }
+etcd_endpoints() { # all client URLs, comma-separated
+  local n urls=()
+  for n in "${ETCD_MEMBERS[@]}"; do urls+=("$(etcd_client_url "$n")"); done
+  (IFS=,; echo "${urls[*]}")
+}
+etcd_initial_cluster() { # etcd1=http://127.0.0.1:23801,...
+  local n urls=()
+  for n in "${ETCD_MEMBERS[@]}"; do urls+=("etcd$n=$(etcd_peer_url "$n")"); done
+  (IFS=,; echo "${urls[*]}")
+}
+# etcdctl with short timeouts, so a dead or paused member cannot hang a check.
+etcdctl_() { ETCDCTL_API=3 etcdctl --dial-timeout=1s --command-timeout=2s "$@"; }
+
+etcd_launch() { # etcd_launch <n> new|existing: start member n in the background, write its PID
+  local n=$1 cluster_state=$2 client peer
+  client=$(etcd_client_url "$n"); peer=$(etcd_peer_url "$n")
+  # setsid: its own session (what --daemonize does for redis), so a Ctrl-C or hang-up aimed at
+  # the caller, e.g. a test run that restarted the member, does not reach it.
+  setsid nohup etcd --name "etcd$n" --data-dir "$STATE/etcd/etcd$n" \
+    --listen-client-urls "$client" --advertise-client-urls "$client" \
+    --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
+    --initial-cluster "$(etcd_initial_cluster)" --initial-cluster-token "$ETCD_TOKEN" \
+    --initial-cluster-state "$cluster_state" \
+    --heartbeat-interval 100 --election-timeout 1000 \
+    --logger zap --log-outputs stderr \
+    </dev/null >>"$STATE/etcd/etcd$n.log" 2>&1 &
+  echo $! >"$STATE/etcd$n.pid"
+}
+
+etcd_logs_tail() { # the last lines of each member's log, after a failure
+  local n
+  for n in "${ETCD_MEMBERS[@]}"; do
+    [[ -f $STATE/etcd/etcd$n.log ]] || continue
+    log "--- last lines of $STATE/etcd/etcd$n.log"
+    tail -n 5 "$STATE/etcd/etcd$n.log" >&2 || true
+  done
+}
+
+etcd_up() {
+  local n alive=0
+  for n in "${ETCD_MEMBERS[@]}"; do pid_alive "$STATE/etcd$n.pid" && alive=$((alive + 1)); done
+  if ((alive == ${#ETCD_MEMBERS[@]})); then log "etcd already up on $(etcd_endpoints)"; return; fi
+  if ((alive > 0)); then
+    log "etcd is partly up ($alive of ${#ETCD_MEMBERS[@]} members): '$0 etcd-member start <n>'" \
+      "the missing ones, or '$0 down etcd' first"
+    return 1
+  fi
+  for n in "${ETCD_MEMBERS[@]}"; do
+    require_free_port "$((ETCD_CLIENT_PORT_BASE + n))" "etcd$n (client)"
+    require_free_port "$((ETCD_PEER_PORT_BASE + n))" "etcd$n (peer)"
+  done
+  rm -rf "$STATE/etcd" && mkdir -p "$STATE/etcd"
+  for n in "${ETCD_MEMBERS[@]}"; do etcd_launch "$n" new; done
+  if ! wait_until 30 "etcd cluster on $(etcd_endpoints)" \
+    etcdctl_ --endpoints="$(etcd_endpoints)" endpoint health; then
+    etcd_logs_tail; etcd_down; return 1
+  fi
+  for n in "${ETCD_MEMBERS[@]}"; do
+    if ! pid_alive "$STATE/etcd$n.pid"; then
+      log "etcd$n exited; see $STATE/etcd/etcd$n.log"; etcd_logs_tail; etcd_down; return 1
+    fi
+  done
+  log "etcd up: 3 members on $(etcd_endpoints) (peers on" \
+    "127.0.0.1:$((ETCD_PEER_PORT_BASE + 1))-$((ETCD_PEER_PORT_BASE + 3)))"
+}
+etcd_down() {
+  # Followers first, all at once, then the leader: a leader stopped together with its followers
+  # waits for a leadership transfer that cannot happen (~5 s, then SIGKILL); stopped one after
+  # the other, each member takes ~2 s. A leader without followers closes at once.
+  local n pid leader="" stopped=()
+  for n in "${ETCD_MEMBERS[@]}"; do
+    pid_alive "$STATE/etcd$n.pid" || continue
+    pid=$(cat "$STATE/etcd$n.pid"); stopped+=("etcd$n=$pid")
+    kill -CONT "$pid" 2>/dev/null || true # a test may have left it stopped (SIGSTOP)
+  done
+  for n in "${ETCD_MEMBERS[@]}"; do
+    pid_alive "$STATE/etcd$n.pid" || continue
+    etcdctl_ --endpoints="$(etcd_client_url "$n")" endpoint status -w simple 2>/dev/null |
+      cut -d, -f5 | grep -q true && leader=$n
+  done
+  for n in "${ETCD_MEMBERS[@]}"; do
+    [[ $n != "$leader" ]] && pid_alive "$STATE/etcd$n.pid" && kill "$(cat "$STATE/etcd$n.pid")"
+  done
+  for n in "${ETCD_MEMBERS[@]}"; do [[ $n == "$leader" ]] || stop_pidfile "etcd$n"; done
+  [[ -z $leader ]] || stop_pidfile "etcd$leader"
+  ((${#stopped[@]} == 0)) || log "etcd stopped (${stopped[*]})"
+}
+etcd_status() {
+  local n pid url line role
+  for n in "${ETCD_MEMBERS[@]}"; do
+    url=$(etcd_client_url "$n")
+    if ! pid_alive "$STATE/etcd$n.pid"; then echo "etcd$n: down"; continue; fi
+    pid=$(cat "$STATE/etcd$n.pid")
+    if [[ $(proc_state "$pid") == T ]]; then
+      echo "etcd$n: paused (SIGSTOP) on $url (pid $pid)"
+    elif ! etcdctl_ --endpoints="$url" endpoint health >/dev/null 2>&1; then
+      echo "etcd$n: unhealthy on $url (pid $pid; see $STATE/etcd/etcd$n.log)"
+    else
+      # simple format: endpoint, ID, version, db size, is leader, is learner, term, index, ...
+      line=$(etcdctl_ --endpoints="$url" endpoint status -w simple 2>/dev/null || true)
+      role=follower; [[ $(cut -d, -f5 <<<"$line") == *true* ]] && role=leader
+      echo "etcd$n: up on $url, peer $(etcd_peer_url "$n") (pid $pid, $role)"
+    fi
+  done
+}
+
+etcd_member() { # etcd_member stop|kill|start|pause|resume <1|2|3>
+  local action=${1:-} n=${2:-} pid pidfile
+  if [[ ! $action =~ ^(stop|kill|start|pause|resume)$ || ! $n =~ ^[123]$ ]]; then
+    echo "usage: $0 etcd-member stop|kill|start|pause|resume <1|2|3>" >&2; exit 2
+  fi
+  pidfile=$STATE/etcd$n.pid
+  if [[ $action != start && $action != stop ]] && ! pid_alive "$pidfile"; then
+    log "etcd$n is not running"; return 1
+  fi
+  case $action in
+    stop) stop_pidfile "etcd$n" ;; # SIGCONT, SIGTERM, SIGKILL after 5 s
+    kill)
+      pid=$(cat "$pidfile")
+      kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do [[ $(proc_state "$pid") =~ ^Z?$ ]] && break; sleep 0.1; done
+      rm -f "$pidfile"
+      log "etcd$n killed (SIGKILL, pid $pid)"
+      ;;
+    pause) kill -STOP "$(cat "$pidfile")"; log "etcd$n paused (SIGSTOP)" ;;
+    resume) kill -CONT "$(cat "$pidfile")"; log "etcd$n resumed (SIGCONT)" ;;
+    start)
+      if pid_alive "$pidfile"; then log "etcd$n already running (pid $(cat "$pidfile"))"; return; fi
+      if [[ ! -d $STATE/etcd/etcd$n/member ]]; then
+        log "etcd$n has no data dir in $STATE/etcd; start the cluster with '$0 up etcd'"; return 1
+      fi
+      require_free_port "$((ETCD_CLIENT_PORT_BASE + n))" "etcd$n (client)"
+      require_free_port "$((ETCD_PEER_PORT_BASE + n))" "etcd$n (peer)"
+      etcd_launch "$n" existing
+      wait_until 30 "etcd$n on $(etcd_client_url "$n")" \
+        etcdctl_ --endpoints="$(etcd_client_url "$n")" endpoint health ||
+        { tail -n 5 "$STATE/etcd/etcd$n.log" >&2; return 1; }
+      pid_alive "$pidfile" || { log "etcd$n exited; see $STATE/etcd/etcd$n.log"; return 1; }
+      log "etcd$n up again on $(etcd_client_url "$n") (pid $(cat "$pidfile"))"
+      ;;
+  esac
+}
+
 main() {
   local cmd=${1:-status}; shift || true
-  local engines=("$@"); ((${#engines[@]})) || engines=("${ENGINES[@]}")
   mkdir -p "$STATE"
+  if [[ $cmd == etcd-member ]]; then etcd_member "$@"; return; fi
+  local engines=("$@"); ((${#engines[@]})) || engines=("${ENGINES[@]}")
   case $cmd in
     up) for e in "${engines[@]}"; do "${e}_up"; done ;;
     down) for e in "${engines[@]}"; do "${e}_down"; done ;;
     status) for e in "${engines[@]}"; do "${e}_status"; done ;;
-    *) echo "usage: $0 up|down|status [${ENGINES[*]}]" >&2; exit 2 ;;
+    *)
+      echo "usage: $0 up|down|status [${ENGINES[*]}]" >&2
+      echo "       $0 etcd-member stop|kill|start|pause|resume <1|2|3>" >&2
+      exit 2
+      ;;
   esac
 }
 

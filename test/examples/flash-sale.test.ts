@@ -10,7 +10,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker } from '../../src/index.js';
-import { REDIS_URL } from '../helpers/engines.js';
+import { ETCD_ENDPOINTS, REDIS_URL } from '../helpers/engines.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const CLI = join(ROOT, 'dist/cli/main.js');
@@ -136,6 +136,12 @@ describe('demo flash-sale', () => {
     const run = await runDemo([...SMALL, '--store', REDIS_URL, '--json']);
     expectCorrectLockedRun(run, REDIS_URL);
     expect((await lastToken(REDIS_URL)) - before).toBeGreaterThanOrEqual(300n);
+  });
+
+  it('sells exactly the stock on the etcd cluster, with strictly increasing tokens', async () => {
+    const hosts = ETCD_ENDPOINTS.map((e) => e.replace('http://', '')).join(',');
+    const store = `etcd://${hosts}/flash-sale-test-${process.pid}`;
+    expectCorrectLockedRun(await runDemo([...SMALL, '--store', store, '--json']), store);
   });
 
   it('oversells with --no-lock, and says so', async () => {

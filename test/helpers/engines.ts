@@ -3,3 +3,14 @@
  */
 export const REDIS_PORT = Number(process.env.FENCELOCK_REDIS_PORT ?? 6390);
 export const REDIS_URL = `redis://127.0.0.1:${REDIS_PORT}`;
+
+/**
+ * Member n (1..3) of the etcd cluster serves clients on CLIENT_PORT_BASE+n and peers on
+ * PEER_PORT_BASE+n. `||`, like the script's `${VAR:-default}`: an empty variable means the default.
+ */
+export const ETCD_CLIENT_PORT_BASE = Number(process.env.FENCELOCK_ETCD_CLIENT_PORT_BASE || 23790);
+export const ETCD_PEER_PORT_BASE = Number(process.env.FENCELOCK_ETCD_PEER_PORT_BASE || 23800);
+/** Client URLs of etcd1..etcd3: `http://127.0.0.1:23791` … `:23793` by default. */
+export const ETCD_ENDPOINTS: readonly string[] = [1, 2, 3].map(
+  (n) => `http://127.0.0.1:${ETCD_CLIENT_PORT_BASE + n}`,
+);
