@@ -108,7 +108,10 @@ export interface LockInfo {
     /** Remaining engine TTL, ms. */
     readonly ttlMs: number;
   } | null;
-  /** Highest fencing token ever issued for this key (0n if none). */
+  /**
+   * Highest fencing token the engine can tell for this key: ever issued (Redis, SQLite), or
+   * of the contenders present now (etcd, whose tokens are cluster revisions); 0n if none.
+   */
   readonly lastFencingToken: bigint;
 }
 

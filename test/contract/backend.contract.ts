@@ -39,8 +39,39 @@ export interface EngineHooks {
   deleteKey(key: string): Promise<void>;
 }
 
+/**
+ * What the suite must know about an engine to scale its expectations: properties the engine is
+ * free to choose under the contract (DESIGN.md, "Semantics every backend must meet"), stated per
+ * engine so that every other assertion stays exact.
+ */
+export interface EngineTraits {
+  /**
+   * Granularity of the engine's TTLs, ms: a lease of `ttlMs` lasts `ttlMs` rounded up to a
+   * multiple of it (Redis, SQLite: 1; etcd: 1000, whole-second leases).
+   */
+  readonly ttlGranularityMs: number;
+  /**
+   * Shortest TTL the engine grants, ms; shorter requests are raised to it (Redis, SQLite: 1;
+   * etcd: its minimum lease TTL, 1.5 × the election timeout rounded up to whole seconds).
+   */
+  readonly minTtlMs: number;
+  /**
+   * Fencing tokens of a key come from a per-key counter: the first grant of a fresh key gets
+   * 1n and every grant the next integer (Redis `INCR`, the SQLite counter). False when tokens
+   * come from a sequence shared with other keys (etcd revisions): they then only strictly
+   * increase per key, which is all the contract asks.
+   */
+  readonly consecutiveTokens: boolean;
+  /**
+   * `inspect().lastFencingToken` remembers the highest token after the key is freed (released,
+   * expired or deleted by `deleteKey`): the per-key counter stays. False for etcd, which reports
+   * the create revision of the newest contender key, 0n when no contender key exists.
+   */
+  readonly lastTokenOutlivesHolder: boolean;
+}
+
 /** One fresh backend instance (its own connection) and the engine hooks that go with it. */
-export interface BackendFixture extends EngineHooks {
+export interface BackendFixture extends EngineHooks, EngineTraits {
   readonly backend: Backend;
 }
 
@@ -51,6 +82,52 @@ export type BackendFactory = () => BackendFixture | Promise<BackendFixture>;
 interface Client extends EngineHooks {
   readonly locker: Locker;
   readonly backend: Backend;
+  readonly traits: EngineTraits;
+}
+
+/**
+ * The TTL the engine applies to a request of `ttlMs` (whole ms, as the core sends it): rounded
+ * up to the engine's granularity, raised to its minimum. Redis and SQLite: `ttlMs` itself.
+ */
+function engineTtlMs(traits: EngineTraits, ttlMs: number): number {
+  const granularity = traits.ttlGranularityMs;
+  return Math.max(traits.minTtlMs, Math.ceil(ttlMs / granularity) * granularity);
+}
+
+/**
+ * How long after a lease's own TTL the engine may take to free its key: 300 ms of slack on any
+ * engine, or one TTL granule where that is coarser (etcd checks lease expiry every 500 ms).
+ */
+function expirySlackMs(traits: EngineTraits): number {
+  return Math.max(300, traits.ttlGranularityMs);
+}
+
+/**
+ * `inspect().lastFencingToken` expected once the holder of `lastToken` is gone and no other
+ * contender is queued: the token itself where the per-key counter outlives the holder, else 0n.
+ */
+function lastTokenWhenFree(traits: EngineTraits, lastToken: bigint): bigint {
+  return traits.lastTokenOutlivesHolder ? lastToken : 0n;
+}
+
+/**
+ * Check the token of a grant made after `previous` (the highest token issued before it on the
+ * same key): strictly greater, and exactly the next integer on a per-key counter.
+ */
+function expectNextToken(traits: EngineTraits, token: bigint | undefined, previous: bigint): void {
+  expect(token).toBeTypeOf('bigint');
+  expect(token).toBeGreaterThan(previous);
+  if (traits.consecutiveTokens) expect(token).toBe(previous + 1n);
+}
+
+/** Engine traits of a fixture (without its backend and hooks). */
+function traitsOf(fixture: BackendFixture): EngineTraits {
+  return {
+    ttlGranularityMs: fixture.ttlGranularityMs,
+    minTtlMs: fixture.minTtlMs,
+    consecutiveTokens: fixture.consecutiveTokens,
+    lastTokenOutlivesHolder: fixture.lastTokenOutlivesHolder,
+  };
 }
 
 /**
@@ -194,6 +271,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       return {
         locker,
         backend: fixture.backend,
+        traits: traitsOf(fixture),
         deleteKey: (key) => fixture.deleteKey(key),
       };
     }
@@ -231,41 +309,61 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       expect(outcomes.every((o) => o === 'released')).toBe(true);
       const info = await clients[0]!.locker.inspect(key);
       expect(info.holder).toBeNull();
-      expect(info.lastFencingToken).toBe(register.lastToken);
+      const { traits } = clients[0]!;
+      expect(info.lastFencingToken).toBe(lastTokenWhenFree(traits, register.lastToken));
+      // The next grant still comes after every token the register saw.
+      const next = await clients[0]!.locker.tryAcquire(key);
+      expectNextToken(traits, next?.fencingToken, register.lastToken);
+      expect(await next!.release()).toBe('released');
     });
 
     it('release with a wrong owner or token is refused and leaves the holder intact', async () => {
-      const key = uniqueKey('non-owner');
       const a = await newClient();
       const b = await newClient();
-      const lease = await a.locker.acquire(key, { ttlMs: 10_000 });
-      const { fencingToken: token, owner } = lease;
+      // With and without the watchdog: a session-based engine keeps these grants on different
+      // engine leases (a shared session, or a lease of the grant's own).
+      for (const autoRenew of [true, false]) {
+        const key = uniqueKey(`non-owner-${autoRenew ? 'renewed' : 'single'}`);
+        const lease = await a.locker.acquire(key, { ttlMs: 10_000, autoRenew });
+        const { fencingToken: token, owner } = lease;
 
-      expect(await b.backend.release({ key, owner: randomOwner(), fencingToken: token })).toBe(
-        'not-owner',
-      );
-      expect(await b.backend.release({ key, owner, fencingToken: token + 1n })).toBe('not-owner');
-      expect(await b.backend.release({ key, owner, fencingToken: token - 1n })).toBe('not-owner');
-      expect(await a.backend.release({ key, owner, fencingToken: token + 7n })).toBe('not-owner');
-      // Renewal compares owner and token the same way, and changes nothing when refused.
-      expect(await b.backend.renew({ key, owner, fencingToken: token + 1n }, 60_000)).toEqual({
-        ok: false,
-        reason: 'not-owner',
-      });
-      expect(
-        await b.backend.renew({ key, owner: randomOwner(), fencingToken: token }, 60_000),
-      ).toEqual({ ok: false, reason: 'not-owner' });
+        expect(await b.backend.release({ key, owner: randomOwner(), fencingToken: token })).toBe(
+          'not-owner',
+        );
+        expect(await b.backend.release({ key, owner, fencingToken: token + 1n })).toBe('not-owner');
+        expect(await b.backend.release({ key, owner, fencingToken: token - 1n })).toBe('not-owner');
+        // The holder's own backend instance compares the token too.
+        expect(await a.backend.release({ key, owner, fencingToken: token + 7n })).toBe('not-owner');
+        // Renewal compares owner and token the same way, and changes nothing when refused.
+        expect(await b.backend.renew({ key, owner, fencingToken: token + 1n }, 60_000)).toEqual({
+          ok: false,
+          reason: 'not-owner',
+        });
+        expect(
+          await b.backend.renew({ key, owner: randomOwner(), fencingToken: token }, 60_000),
+        ).toEqual({ ok: false, reason: 'not-owner' });
+        expect(await a.backend.renew({ key, owner, fencingToken: token + 1n }, 60_000)).toEqual({
+          ok: false,
+          reason: 'not-owner',
+        });
+        // The refused calls changed nothing, not even on the holder's own backend instance: its
+        // renewal still succeeds.
+        expect(await a.backend.renew({ key, owner, fencingToken: token }, 10_000)).toEqual({
+          ok: true,
+          ttlMs: engineTtlMs(a.traits, 10_000),
+        });
 
-      const info = await b.locker.inspect(key);
-      expect(info.holder?.owner).toBe(owner);
-      expect(info.holder?.fencingToken).toBe(token);
-      expect(info.holder?.ttlMs).toBeGreaterThan(5_000);
-      expect(info.holder?.ttlMs).toBeLessThanOrEqual(10_000);
-      expect(info.lastFencingToken).toBe(token);
-      expect(await b.locker.tryAcquire(key)).toBeNull();
-      expect(lease.isHeld).toBe(true);
-      expect(await lease.release()).toBe('released');
-      expect((await b.locker.inspect(key)).holder).toBeNull();
+        const info = await b.locker.inspect(key);
+        expect(info.holder?.owner).toBe(owner);
+        expect(info.holder?.fencingToken).toBe(token);
+        expect(info.holder?.ttlMs).toBeGreaterThan(5_000);
+        expect(info.holder?.ttlMs).toBeLessThanOrEqual(10_000);
+        expect(info.lastFencingToken).toBe(token);
+        expect(await b.locker.tryAcquire(key)).toBeNull();
+        expect(lease.isHeld).toBe(true);
+        expect(await lease.release()).toBe('released');
+        expect((await b.locker.inspect(key)).holder).toBeNull();
+      }
     });
 
     it('a late release after expiry and re-acquisition by another client is not-owner', async () => {
@@ -273,8 +371,9 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       const a = await newClient();
       const b = await newClient();
       const stale = await a.locker.acquire(key, { ttlMs: 300, autoRenew: false });
-      expect(await abortedWithin(stale.signal, 5_000)).toBe(true);
-      await delay(300); // past the engine's own expiry too
+      expect(stale.ttlMs).toBe(engineTtlMs(a.traits, 300));
+      expect(await abortedWithin(stale.signal, stale.ttlMs + 4_700)).toBe(true);
+      await delay(300); // past the engine's own expiry too (the acquire below waits for the rest)
       const fresh = await b.locker.acquire(key, { ttlMs: 10_000, waitMs: 5_000 });
       expect(fresh.fencingToken).toBeGreaterThan(stale.fencingToken);
 
@@ -301,7 +400,12 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       expect(info.lastFencingToken).toBe(0n);
       // The key is really free: the first grant gets the first token.
       const lease = await a.locker.tryAcquire(key);
-      expect(lease?.fencingToken).toBe(1n);
+      expectNextToken(a.traits, lease?.fencingToken, info.lastFencingToken);
+      const held = await a.locker.inspect(key);
+      expect(held.holder?.owner).toBe(lease!.owner);
+      expect(held.holder?.fencingToken).toBe(lease!.fencingToken);
+      expect(held.lastFencingToken).toBe(lease!.fencingToken);
+      expect(await lease!.release()).toBe('released');
     });
 
     it('expiry frees the key and aborts the lease signal with reason expired', async () => {
@@ -310,9 +414,11 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       const b = await newClient();
       const lease = await a.locker.acquire(key, { ttlMs: 300, autoRenew: false });
       const grantedAt = performance.now();
+      expect(lease.ttlMs).toBe(engineTtlMs(a.traits, 300));
       expect(await b.locker.tryAcquire(key)).toBeNull();
 
-      await delay(Math.max(0, 600 - (performance.now() - grantedAt)));
+      const expiredBy = lease.ttlMs + expirySlackMs(a.traits);
+      await delay(Math.max(0, expiredBy - (performance.now() - grantedAt)));
       const next = await b.locker.tryAcquire(key, { ttlMs: 10_000 });
       expect(next).not.toBeNull();
       expect(next!.fencingToken).toBeGreaterThan(lease.fencingToken);
@@ -331,12 +437,15 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       const a = await newClient();
       const b = await newClient();
       const lease = await a.locker.acquire(key, { ttlMs: 300 });
-      await delay(1_200);
+      const ttlMs = engineTtlMs(a.traits, 300);
+      expect(lease.ttlMs).toBe(ttlMs);
+      // Well past the engine's TTL and its expiry slack: only renewals can have kept the key.
+      await delay(ttlMs + Math.max(900, expirySlackMs(a.traits)));
 
       const info = await b.locker.inspect(key);
       expect(info.holder?.owner).toBe(lease.owner);
       expect(info.holder?.fencingToken).toBe(lease.fencingToken);
-      expect(info.holder?.ttlMs).toBeLessThanOrEqual(300);
+      expect(info.holder?.ttlMs).toBeLessThanOrEqual(ttlMs);
       expect(info.lastFencingToken).toBe(lease.fencingToken);
       expect(await b.locker.tryAcquire(key)).toBeNull();
       expect(lease.isHeld).toBe(true);
@@ -363,7 +472,14 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       expect(regressions).toBe(0);
       expect(new Set(tokens).size).toBe(1_000);
       expect(owners.size).toBe(1_000);
-      expect((await clients[0]!.locker.inspect(key)).lastFencingToken).toBe(tokens.at(-1));
+      const { traits } = clients[0]!;
+      if (traits.consecutiveTokens) expect(tokens.at(-1)! - tokens[0]!).toBe(999n);
+      expect((await clients[0]!.locker.inspect(key)).lastFencingToken).toBe(
+        lastTokenWhenFree(traits, tokens.at(-1)!),
+      );
+      const next = await clients[1]!.locker.tryAcquire(key, { autoRenew: false });
+      expectNextToken(traits, next?.fencingToken, tokens.at(-1)!);
+      expect(await next!.release()).toBe('released');
     });
 
     it('tryAcquire returns null on a held key; acquire times out and leaves nothing behind', async () => {
@@ -385,11 +501,17 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       expect(waited).toBeGreaterThanOrEqual(250);
       expect(waited).toBeLessThan(10_000);
 
-      const info = await b.locker.inspect(key);
+      expect(b.locker.activeLeases).toBe(0);
+      // A queue-based engine (etcd) withdraws the waiter's entry in the background after the
+      // timeout; give that a bounded moment, then nothing of the waiter may be left.
+      let info = await b.locker.inspect(key);
+      for (let i = 0; i < 20 && info.lastFencingToken !== lease.fencingToken; i++) {
+        await delay(50);
+        info = await b.locker.inspect(key);
+      }
       expect(info.holder?.owner).toBe(lease.owner);
       expect(info.holder?.fencingToken).toBe(lease.fencingToken);
       expect(info.lastFencingToken).toBe(lease.fencingToken);
-      expect(b.locker.activeLeases).toBe(0);
       expect(await lease.release()).toBe('released');
       expect((await b.locker.inspect(key)).holder).toBeNull();
     });
@@ -464,7 +586,8 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       expect(await outerLease!.release()).toBe('not-held');
       expect(outerLease!.holdCount).toBe(0);
       const next = await b.locker.tryAcquire(key);
-      expect(next?.fencingToken).toBe(outerLease!.fencingToken + 1n);
+      expectNextToken(b.traits, next?.fencingToken, outerLease!.fencingToken);
+      expect(await next!.release()).toBe('released');
     });
 
     it('without reentrant, two handles in one process exclude each other', async () => {
@@ -511,7 +634,11 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       expect(await lease.release()).toBe('not-held');
       const info = await a.locker.inspect(key);
       expect(info.holder).toBeNull();
-      expect(info.lastFencingToken).toBe(lease.fencingToken);
+      expect(info.lastFencingToken).toBe(lastTokenWhenFree(a.traits, lease.fencingToken));
+      // The engine lost the lease, not the key's token order.
+      const next = await a.locker.tryAcquire(key);
+      expectNextToken(a.traits, next?.fencingToken, lease.fencingToken);
+      expect(await next!.release()).toBe('released');
     });
 
     it('withLock rejects with LockLostError when the lease is lost mid-callback', async () => {
@@ -550,7 +677,11 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       const a = await newClient();
       const lease = await a.locker.acquire(key, { ttlMs: 10_000, autoRenew: false });
       await lease.extend(20_000);
-      expect((await a.locker.inspect(key)).holder?.ttlMs).toBeGreaterThan(10_000);
+      expect(lease.ttlMs).toBe(engineTtlMs(a.traits, 20_000));
+      // Longer than any TTL the engine may apply to the 10 s grant: the extension reached it.
+      expect((await a.locker.inspect(key)).holder?.ttlMs).toBeGreaterThan(
+        engineTtlMs(a.traits, 10_000),
+      );
       await a.deleteKey(key);
 
       const error = await lease.extend(10_000).then(
@@ -563,7 +694,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       expect(lease.signal.reason).toBe(error);
       const info = await a.locker.inspect(key);
       expect(info.holder).toBeNull();
-      expect(info.lastFencingToken).toBe(lease.fencingToken);
+      expect(info.lastFencingToken).toBe(lastTokenWhenFree(a.traits, lease.fencingToken));
       // Still lost on a second try, still nothing created.
       await expect(lease.extend(10_000)).rejects.toBeInstanceOf(LockLostError);
       expect((await a.locker.inspect(key)).holder).toBeNull();
@@ -571,6 +702,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
 
     it('bad input is rejected with InvalidArgumentError before any engine call', async () => {
       const fixture = await factory();
+      const traits = traitsOf(fixture);
       const counted = countingBackend(fixture.backend);
       const locker = createLocker(counted.backend);
       open.push(locker);
@@ -628,19 +760,22 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       expect(counted.calls.renew).toBe(0);
       expect(await lease.release()).toBe('released');
 
-      // Fractional TTLs are rounded up to the next whole millisecond.
+      // Fractional TTLs are rounded up to the next whole millisecond; the engine may round that
+      // up to its own granularity and minimum (Redis, SQLite: 124 ms itself), and says so.
       const small = await locker.acquire(key, { ttlMs: 123.45, autoRenew: false });
       expect(counted.attempts.at(-1)?.ttlMs).toBe(124);
-      expect(small.ttlMs).toBe(124);
+      const smallTtlMs = engineTtlMs(traits, 124);
+      expect(small.ttlMs).toBe(smallTtlMs);
       const smallInfo = await locker.inspect(key);
-      // It may already have expired on a slow machine; if it is there, its TTL is at most 124.
-      if (smallInfo.holder !== null) expect(smallInfo.holder.ttlMs).toBeLessThanOrEqual(124);
+      // It may already have expired on a slow machine; if it is there, its TTL is at most that.
+      if (smallInfo.holder !== null) expect(smallInfo.holder.ttlMs).toBeLessThanOrEqual(smallTtlMs);
       await small.release();
       const large = await locker.acquire(key, { ttlMs: 12_345.01, autoRenew: false });
       expect(counted.attempts.at(-1)?.ttlMs).toBe(12_346);
+      expect(large.ttlMs).toBe(engineTtlMs(traits, 12_346));
       const largeInfo = await locker.inspect(key);
       expect(largeInfo.holder?.owner).toBe(large.owner);
-      expect(largeInfo.holder?.ttlMs).toBeLessThanOrEqual(12_346);
+      expect(largeInfo.holder?.ttlMs).toBeLessThanOrEqual(engineTtlMs(traits, 12_346));
       expect(largeInfo.holder?.ttlMs).toBeGreaterThan(10_000);
       expect(await large.release()).toBe('released');
     });

@@ -30,6 +30,11 @@ describeBackend('redis', () => {
   const backend = createRedisBackend({ url: REDIS_URL, prefix });
   return {
     backend,
+    // Millisecond TTLs (PX), and a per-key INCR counter that DEL of the lock key leaves alone.
+    ttlGranularityMs: 1,
+    minTtlMs: 1,
+    consecutiveTokens: true,
+    lastTokenOutlivesHolder: true,
     deleteKey: async (key) => {
       await adminClient().del(backend.keysOf(key).lock);
     },

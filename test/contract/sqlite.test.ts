@@ -23,6 +23,11 @@ afterAll(() => {
 
 describeBackend('sqlite', () => ({
   backend: createSqliteBackend({ path }),
+  // Millisecond expiry times, and a per-key counter that outlives the lease row.
+  ttlGranularityMs: 1,
+  minTtlMs: 1,
+  consecutiveTokens: true,
+  lastTokenOutlivesHolder: true,
   deleteKey: async (key) => {
     admin ??= new Database(path);
     admin.prepare('DELETE FROM fencelock_leases WHERE key = ?').run(key);

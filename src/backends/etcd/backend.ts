@@ -38,7 +38,10 @@ const RECHECK_AFTER_MS = 30_000;
 
 interface Contender {
   readonly key: string;
-  readonly session: EtcdSession;
+  /** The session whose lease carries the key now (a renewal may move the key to another). */
+  session: EtcdSession;
+  /** Aborted when the session carrying the key is lost: the grant's `lost` signal. */
+  readonly lost: AbortController;
 }
 
 /** The etcd backend. Build it with `createEtcdBackend`. */
@@ -80,6 +83,7 @@ export class EtcdBackend implements Backend {
     this.#sessions.set(seconds, opening);
     opening.then(
       (session) => {
+        this.#watchSession(session);
         // A lost session is replaced by a new one on the next acquire.
         session.signal.addEventListener('abort', () => {
           if (this.#sessions.get(seconds) === opening) this.#sessions.delete(seconds);
@@ -99,15 +103,15 @@ export class EtcdBackend implements Backend {
     if (known?.session.alive === true) {
       contender = known;
     } else {
-      // Without the watchdog the lock gets a lease of its own that nobody keeps alive.
-      const session = request.autoRenew
-        ? await this.session(request.ttlMs)
-        : await EtcdSession.openSingleUse(this.#client, ttlSeconds(request.ttlMs), this.#timeoutMs);
+      // Every contender waits in line on the kept-alive shared session, so that its place
+      // outlasts its ttlMs; a grant without the watchdog then moves to a lease of its own.
+      const session = await this.session(request.ttlMs);
       const mark = request.mode === 'read' ? 'r' : 'w';
-      contender = { key: `${dir}${mark}-${session.leaseHex}-${request.owner}`, session };
+      const key = `${dir}${mark}-${session.leaseHex}-${request.owner}`;
+      contender = { key, session, lost: new AbortController() };
     }
     const { key, session: contenderSession } = contender;
-    this.#contenders.set(request.owner, { key, session: contenderSession });
+    this.#contenders.set(request.owner, contender);
     const list = this.#listOp(dir);
     const txn = await this.#call('acquire', () =>
       this.#client
@@ -129,12 +133,11 @@ export class EtcdBackend implements Backend {
     );
     const predecessor = blocking.at(-1);
     if (predecessor === undefined) {
-      return {
-        granted: true,
-        token,
-        ttlMs: contenderSession.grantedTtlMs,
-        lost: contenderSession.signal,
-      };
+      const held =
+        request.autoRenew || !contenderSession.shared
+          ? contenderSession
+          : await this.#moveToSingleUse(request, contender, token);
+      return { granted: true, token, ttlMs: held.grantedTtlMs, lost: contender.lost.signal };
     }
     const revision = BigInt(txn.header.revision);
     return {
@@ -146,30 +149,82 @@ export class EtcdBackend implements Backend {
     };
   }
 
-  async renew(lease: LeaseRef): Promise<RenewResult> {
+  /**
+   * Confirm on the engine that the owner's key still has the lease's create revision (so a
+   * deleted key is noticed at the next renewal), moving it to a lease of the asked TTL when that
+   * differs; a lease of its own (no watchdog) also gets one keepalive. A shared session is kept
+   * alive in the background for all its keys.
+   */
+  async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     const contender = this.#contenders.get(lease.owner);
+    const dir = this.dirOf(lease.key);
     if (contender === undefined || !contender.session.alive) {
+      return {
+        ok: false,
+        reason: (await this.#anyContender(dir)) ? 'not-owner' : 'not-held',
+      };
+    }
+    const seconds = ttlSeconds(ttlMs);
+    const current = contender.session;
+    const target =
+      seconds === current.requestedSeconds
+        ? current
+        : current.shared
+          ? await this.session(ttlMs)
+          : await this.#singleUse(seconds);
+    const bind =
+      target === current
+        ? this.#client.get(contender.key)
+        : this.#client.put(contender.key).value(modeOf(contender.key, dir)).lease(target.leaseId);
+    const txn = await this.#call('renew', () =>
+      this.#client
+        .if(contender.key, 'Create', '==', String(lease.fencingToken))
+        .then(bind)
+        .else(this.#listOp(dir))
+        .commit(),
+    );
+    if (!txn.succeeded) {
+      if (target !== current && !target.shared) void target.revoke();
+      const kvs = rangeOf(txn, 0);
+      const others = kvs.filter((kv) => kv.key.toString() !== contender.key);
+      // Our key gone: forget it. Our key there with another revision (a wrong token): not ours.
+      if (kvs.length === others.length) this.#forget(lease.owner);
+      return { ok: false, reason: kvs.length > 0 ? 'not-owner' : 'not-held' };
+    }
+    if (target !== current) {
+      contender.session = target;
+      if (!current.shared) void current.revoke();
+    } else if (!current.shared && !(await current.renewOnce())) {
       return { ok: false, reason: 'not-held' };
     }
-    const { session } = contender;
-    // A shared session renews every grant under it in the background: only check it is alive.
-    if (!session.shared && !(await session.renewOnce())) return { ok: false, reason: 'not-held' };
-    return { ok: true, ttlMs: session.grantedTtlMs };
+    return { ok: true, ttlMs: target.grantedTtlMs };
   }
 
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
+    const dir = this.dirOf(lease.key);
     const key = await this.#keyOf(lease.key, lease.owner);
-    this.#forget(lease.owner);
-    if (key === undefined) return 'not-held';
+    if (key === undefined) {
+      this.#forget(lease.owner);
+      return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
+    }
     const txn = await this.#call('release', () =>
       this.#client
         .if(key, 'Create', '==', String(lease.fencingToken))
         .then(this.#client.delete().key(key))
-        .else(this.#client.get(key))
+        .else(this.#listOp(dir))
         .commit(),
     );
-    if (txn.succeeded) return 'released';
-    return rangeOf(txn, 0).length === 0 ? 'not-held' : 'not-owner';
+    // Forget (and so revoke a lease of its own) only once the key is gone: a revoke landing
+    // first would delete the key and turn 'released' into 'not-held'; a refused release (a wrong
+    // token) must not cost the real holder its key.
+    if (txn.succeeded) {
+      this.#forget(lease.owner);
+      return 'released';
+    }
+    const kvs = rangeOf(txn, 0);
+    const others = kvs.filter((kv) => kv.key.toString() !== key);
+    if (kvs.length === others.length) this.#forget(lease.owner);
+    return kvs.length > 0 ? 'not-owner' : 'not-held';
   }
 
   async abandon(request: AttemptRequest): Promise<void> {
@@ -228,6 +283,64 @@ export class EtcdBackend implements Backend {
       sessions.map((s) => (s.status === 'fulfilled' ? s.value.revoke() : undefined)),
     );
     if (this.#ownsClient) this.#client.close();
+  }
+
+  /**
+   * Without the watchdog a grant must end `ttlMs` after the grant, however long it waited in
+   * line: put the granted key (same create revision, so the same token) onto a lease of its own
+   * that nobody keeps alive, granted now.
+   */
+  async #moveToSingleUse(
+    request: AttemptRequest,
+    contender: Contender,
+    token: bigint,
+  ): Promise<EtcdSession> {
+    const single = await this.#singleUse(ttlSeconds(request.ttlMs));
+    let moved: ITxnResponse;
+    try {
+      moved = await this.#call('acquire', () =>
+        this.#client
+          .if(contender.key, 'Create', '==', String(token))
+          .then(this.#client.put(contender.key).value(request.mode).lease(single.leaseId))
+          .commit(),
+      );
+    } catch (error) {
+      void single.revoke();
+      throw error;
+    }
+    if (!moved.succeeded) {
+      void single.revoke();
+      this.#forget(request.owner);
+      throw new BackendError(this.name, 'acquire', new Error('contender key vanished'));
+    }
+    contender.session = single;
+    return single;
+  }
+
+  /** A lease of its own for one lock, not kept alive. */
+  async #singleUse(seconds: number): Promise<EtcdSession> {
+    const session = await EtcdSession.openSingleUse(this.#client, seconds, this.#timeoutMs);
+    this.#watchSession(session);
+    return session;
+  }
+
+  /** When `session` is lost, so are the grants whose keys it carries. */
+  #watchSession(session: EtcdSession): void {
+    session.signal.addEventListener(
+      'abort',
+      () => {
+        for (const contender of this.#contenders.values()) {
+          if (contender.session === session) contender.lost.abort(session.signal.reason);
+        }
+      },
+      { once: true },
+    );
+  }
+
+  /** Whether any contender key is under `dir`. */
+  async #anyContender(dir: string): Promise<boolean> {
+    const count = await this.#call('lookup', () => this.#client.getAll().prefix(dir).count());
+    return count > 0;
   }
 
   /** Drop what this backend knows of `owner`, revoking a single-use lease (in the background). */
@@ -309,6 +422,10 @@ function ttlSeconds(ttlMs: number): number {
 
 function rangeOf(txn: ITxnResponse, index: number): IKeyValue[] {
   return txn.responses[index]?.response_range?.kvs ?? [];
+}
+
+function modeOf(key: string, dir: string): LockMode {
+  return key.startsWith(`${dir}r-`) ? 'read' : 'write';
 }
 
 function isWriter(kv: IKeyValue, dir: string): boolean {

@@ -24,6 +24,8 @@ export class EtcdSession {
   readonly grantedTtlMs: number;
   /** Kept alive in the background (shared), or granted for one lock. */
   readonly shared: boolean;
+  /** TTL asked for, in whole seconds (the server may grant more). */
+  readonly requestedSeconds: number;
   /** Aborted (with the cause as reason) when the lease is lost. */
   readonly signal: AbortSignal;
   readonly #client: Etcd3;
@@ -36,11 +38,13 @@ export class EtcdSession {
   private constructor(
     client: Etcd3,
     keptAlive: EtcdLease | undefined,
+    requestedSeconds: number,
     leaseId: string,
     grantedTtlMs: number,
     startedAt: number,
   ) {
     this.#client = client;
+    this.requestedSeconds = requestedSeconds;
     this.#keptAlive = keptAlive;
     this.shared = keptAlive !== undefined;
     this.leaseId = leaseId;
@@ -76,7 +80,7 @@ export class EtcdSession {
         lease.once('lost', reject);
       });
       const [leaseId, ttl] = await withTimeout(Promise.all([lease.grant(), first]), timeoutMs);
-      return new EtcdSession(client, lease, leaseId, ttl * 1000, startedAt);
+      return new EtcdSession(client, lease, ttlSeconds, leaseId, ttl * 1000, startedAt);
     } catch (error) {
       lease.release();
       throw new BackendError('etcd', `lease grant (ttl ${ttlSeconds} s)`, error);
@@ -95,7 +99,14 @@ export class EtcdSession {
     const startedAt = monotonicNow();
     try {
       const res = await withTimeout(client.leaseClient.leaseGrant({ TTL: ttlSeconds }), timeoutMs);
-      return new EtcdSession(client, undefined, String(res.ID), Number(res.TTL) * 1000, startedAt);
+      return new EtcdSession(
+        client,
+        undefined,
+        ttlSeconds,
+        String(res.ID),
+        Number(res.TTL) * 1000,
+        startedAt,
+      );
     } catch (error) {
       throw new BackendError('etcd', `lease grant (ttl ${ttlSeconds} s)`, error);
     }
@@ -168,7 +179,8 @@ export class EtcdSession {
 
   #arm(): void {
     clearTimeout(this.#timer);
-    if (!this.alive) return;
+    // A lease of its own is nobody's to keep alive: the core times the lock's own expiry.
+    if (!this.alive || !this.shared) return;
     this.#timer = setTimeout(
       () => {
         if (monotonicNow() >= this.#validUntil) {
