@@ -1,0 +1,75 @@
+/**
+ * Shared bits of the etcd integration tests: store URLs on the 3-member cluster of
+ * `scripts/services.sh up etcd` (one namespace per test file), a test-only admin client that
+ * reads the engine behind fencelock's back, and polling helpers.
+ */
+import { randomBytes } from 'node:crypto';
+import { Etcd3 } from 'etcd3';
+import { ETCD_ENDPOINTS } from '../../helpers/engines.js';
+
+/** `127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793` (the `etcd://` host list). */
+export const ETCD_HOSTS = ETCD_ENDPOINTS.map((e) => e.replace('http://', '')).join(',');
+
+/** A namespace no other run or test file uses. */
+export function uniqueNamespace(tag: string): string {
+  return `fencelock-it-${tag}-${process.pid}-${randomBytes(3).toString('hex')}`;
+}
+
+/** The store URL for `namespace` over all three members. */
+export function etcdUrl(namespace: string, hosts = ETCD_HOSTS): string {
+  return `etcd://${hosts}/${namespace}`;
+}
+
+export const sleep = (ms: number): Promise<void> =>
+  new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+
+/** A test-only etcd client over all members (never handed to a backend). */
+export function adminClient(): Etcd3 {
+  return new Etcd3({ hosts: [...ETCD_ENDPOINTS], dialTimeout: 5000 });
+}
+
+/** The contender keys under `dir`, oldest (lowest create revision) first. */
+export async function contenders(
+  admin: Etcd3,
+  dir: string,
+): Promise<{ key: string; createRevision: bigint; lease: string }[]> {
+  const response = await admin.getAll().prefix(dir).sort('Create', 'Ascend').exec();
+  return response.kvs.map((kv) => ({
+    key: kv.key.toString(),
+    createRevision: BigInt(kv.create_revision),
+    lease: kv.lease,
+  }));
+}
+
+/** Poll until exactly `count` keys exist under `dir`; throws after `timeoutMs`. */
+export async function waitForCount(
+  admin: Etcd3,
+  dir: string,
+  count: number,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const n = await admin.getAll().prefix(dir).count();
+    if (n === count) return;
+    if (performance.now() >= deadline) {
+      throw new Error(`expected ${count} keys under ${dir} within ${timeoutMs} ms, saw ${n}`);
+    }
+    await sleep(5);
+  }
+}
+
+/** Whether `promise` has settled after `ms` (it is left running). */
+export async function settledWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let settled = false;
+  promise.then(
+    () => {
+      settled = true;
+    },
+    () => {
+      settled = true;
+    },
+  );
+  await sleep(ms);
+  return settled;
+}
