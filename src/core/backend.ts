@@ -47,6 +47,12 @@ export interface Granted {
    * core then declares the lease lost at once, with the signal's reason as `cause`.
    */
   readonly lost?: AbortSignal;
+  /**
+   * For engines whose grants live in a session: the session's own validity bound, on the
+   * process's monotonic clock (`performance.now()`, drift already subtracted). The core never
+   * believes the lease valid past it, even when `ttlMs` from the attempt would reach further.
+   */
+  readonly validUntil?: number;
 }
 
 /** The key is held by someone else (or this contender is queued behind others). */
@@ -89,7 +95,13 @@ export interface LeaseRef {
 
 /** Result of a renewal. */
 export type RenewResult =
-  | { readonly ok: true /** Lease length applied by the engine, ms. */; readonly ttlMs: number }
+  | {
+      readonly ok: true;
+      /** Lease length applied by the engine, ms. */
+      readonly ttlMs: number;
+      /** As `Granted.validUntil`. */
+      readonly validUntil?: number;
+    }
   | { readonly ok: false; readonly reason: 'not-held' | 'not-owner' };
 
 /**

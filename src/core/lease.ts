@@ -40,6 +40,8 @@ export interface LeaseGrant {
   readonly maxHoldMs: number | undefined;
   /** The backend's signal that the engine ended this grant (session loss), if it has one. */
   readonly lost: AbortSignal | undefined;
+  /** The session's validity bound (monotonic ms), if the backend gives one. */
+  readonly validUntil: number | undefined;
 }
 
 /**
@@ -89,7 +91,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.#ttlMs = grant.ttlMs;
     this.#renewTtlMs = grant.renewTtlMs;
     this.#capped = grant.ttlMs < grant.renewTtlMs;
-    this.#expiresAt = this.#validUntil(grant.attemptStartedAt, grant.ttlMs);
+    this.#expiresAt = this.#validUntil(grant.attemptStartedAt, grant.ttlMs, grant.validUntil);
     this.#scheduleNext();
     const { lost } = grant;
     if (lost) {
@@ -207,10 +209,10 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.#ctx.watchdog.cancel(this.#task);
     publish('lost', () => ({ ...this.#eventBase(), reason, error }));
     this.#abort.abort(error);
-    if (reason === 'max-hold') {
-      // The cap ends the lease on the engine too, also where a session would keep the key alive.
-      this.#ctx.backend.release(this).catch(() => undefined);
-    }
+    // Withdraw the key on the engine too (compare-and-delete by owner and token, so never
+    // another owner's): a session engine would otherwise keep a key this client gave up on
+    // alive (after the maxHoldMs cap, or when validity ran out while the session lived on).
+    this.#ctx.backend.release(this).catch(() => undefined);
   }
 
   #end(state: 'lost' | 'released'): void {
@@ -228,8 +230,9 @@ export class Lease implements LeaseRef, AsyncDisposable {
     };
   }
 
-  #validUntil(startedAt: number, ttlMs: number): number {
-    return Math.min(startedAt + ttlMs - driftMs(ttlMs, this.#ctx.driftFactor), this.#maxHoldUntil);
+  #validUntil(startedAt: number, ttlMs: number, engineBound = Number.POSITIVE_INFINITY): number {
+    const own = startedAt + ttlMs - driftMs(ttlMs, this.#ctx.driftFactor);
+    return Math.min(own, engineBound, this.#maxHoldUntil);
   }
 
   /** Next watchdog wake-up: a renewal at ttl/3, or the validity end if no renewal will happen. */
@@ -286,7 +289,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
       this.#lastRenewError = undefined;
       this.#capped = ttlMs >= untilCap;
       this.#ttlMs = result.ttlMs;
-      this.#expiresAt = this.#validUntil(startedAt, result.ttlMs);
+      this.#expiresAt = this.#validUntil(startedAt, result.ttlMs, result.validUntil);
       this.#scheduleNext();
     } catch (error) {
       // Lost meanwhile: `extend()` then throws the LockLostError from the signal instead.

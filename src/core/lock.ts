@@ -191,6 +191,7 @@ export class Lock {
               autoRenew: options.autoRenew,
               maxHoldMs: options.maxHoldMs,
               lost: result.lost,
+              validUntil: result.validUntil,
             },
           );
           this.#lease = lease;

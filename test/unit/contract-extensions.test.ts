@@ -71,3 +71,21 @@ describe('recheckAfterMs', () => {
     await pending;
   });
 });
+
+describe('validUntil', () => {
+  it('never lets a lease believe itself valid past the session bound the backend gives', async () => {
+    const bounded = new MemoryBackend();
+    const originalAttempt = bounded.attempt.bind(bounded);
+    bounded.attempt = async (request) => {
+      const result = await originalAttempt(request);
+      return result.granted ? { ...result, validUntil: performance.now() + 1_000 } : result;
+    };
+    const l = createLocker(bounded, { ttlMs: 30_000, autoRenew: false });
+    const lease = await l.acquire('k');
+    expect(lease.remainingMs).toBeLessThanOrEqual(1_000);
+    await vi.advanceTimersByTimeAsync(1_001);
+    expect(lease.isHeld).toBe(false);
+    expect(lease.signal.aborted).toBe(true);
+    await l.close();
+  });
+});

@@ -86,6 +86,16 @@ describe('validation', () => {
     expect(e.received).toBe('an object');
   });
 
+  it('rejects malformed etcd URLs with InvalidArgumentError, never a URIError', () => {
+    invalid(() => createLocker('etcd://h:1/%E0%A4%A'), 'store');
+    invalid(() => createLocker('etcd://us%ZZer:pw@h:1'), 'store');
+    // Namespaces must not nest inside each other.
+    invalid(() => createLocker('etcd://h:1/a/locks/b'), 'store');
+    invalid(() => createLocker('etcd://h:1,h:99999'), 'store');
+    invalid(() => createLocker('etcd://h:1?bogus=1'), 'store parameter bogus');
+    expect(() => createLocker('etcd://h:1,h2:2/ns').close()).not.toThrow();
+  });
+
   it('rejects a sqlite path with "#" and reports the text of a bad parameter', () => {
     invalid(() => createLocker('sqlite:./hash#1.db'), 'store');
     const e = invalid(

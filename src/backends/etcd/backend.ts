@@ -95,6 +95,18 @@ export class EtcdBackend implements Backend {
   }
 
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
+    try {
+      return await this.#attempt(request);
+    } catch (error) {
+      // The contender's lease was gone (revoked by hand, expired unnoticed): its session is now
+      // lost, so queue again once on a fresh session instead of failing the acquire.
+      if (!isLeaseNotFound(error)) throw error;
+      this.#forget(request.owner);
+      return this.#attempt(request);
+    }
+  }
+
+  async #attempt(request: AttemptRequest): Promise<AttemptResult> {
     this.#assertOpen('acquire');
     const dir = this.dirOf(request.key);
     // A waiter keeps its key, and so its place in line, across attempts while its session lives.
@@ -113,7 +125,7 @@ export class EtcdBackend implements Backend {
     const { key, session: contenderSession } = contender;
     this.#contenders.set(request.owner, contender);
     const list = this.#listOp(dir);
-    const txn = await this.#call('acquire', () =>
+    const txn = await this.#callOnLease(contenderSession, 'acquire', () =>
       this.#client
         .if(key, 'Create', '==', 0)
         .then(this.#client.put(key).value(request.mode).lease(contenderSession.leaseId), list)
@@ -137,7 +149,13 @@ export class EtcdBackend implements Backend {
         request.autoRenew || !contenderSession.shared
           ? contenderSession
           : await this.#moveToSingleUse(request, contender, token);
-      return { granted: true, token, ttlMs: held.grantedTtlMs, lost: contender.lost.signal };
+      return {
+        granted: true,
+        token,
+        ttlMs: held.grantedTtlMs,
+        lost: contender.lost.signal,
+        validUntil: held.validUntil,
+      };
     }
     const revision = BigInt(txn.header.revision);
     return {
@@ -197,7 +215,7 @@ export class EtcdBackend implements Backend {
     } else if (!current.shared && !(await current.renewOnce())) {
       return { ok: false, reason: 'not-held' };
     }
-    return { ok: true, ttlMs: target.grantedTtlMs };
+    return { ok: true, ttlMs: target.grantedTtlMs, validUntil: target.validUntil };
   }
 
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
@@ -380,29 +398,56 @@ export class EtcdBackend implements Backend {
     maxMs: number,
   ): Promise<void> {
     if (signal.aborted || this.#closed) return;
-    const watcher = await this.#call('watch', () =>
-      this.#client
-        .watch()
-        .key(key)
-        .startRevision(String(afterRevision + 1n))
-        .create(),
-    );
-    await new Promise<void>((resolve) => {
-      const done = () => {
+    // Bounded from the start: the watch's creation counts against maxMs and the signal too.
+    let timer: NodeJS.Timeout | undefined;
+    let done!: () => void;
+    const ended = new Promise<void>((resolve) => {
+      done = () => {
         clearTimeout(timer);
         signal.removeEventListener('abort', done);
         resolve();
       };
-      const timer = setTimeout(done, maxMs);
+      timer = setTimeout(done, maxMs);
       signal.addEventListener('abort', done, { once: true });
-      watcher.on('delete', done);
-      watcher.on('error', done);
     });
-    await watcher.cancel().catch(() => undefined);
+    const creating = this.#client
+      .watch()
+      .key(key)
+      .startRevision(String(afterRevision + 1n))
+      .create();
+    const watcher = await Promise.race([creating, ended.then(() => undefined)]);
+    if (watcher === undefined) {
+      // Gave up before the watch existed: cancel it whenever it arrives.
+      creating.then((w) => w.cancel()).catch(() => undefined);
+      return;
+    }
+    watcher.on('delete', done);
+    watcher.on('error', done);
+    await ended;
+    // Never let a cancel on a stalled connection hold the caller.
+    void watcher.cancel().catch(() => undefined);
   }
 
   #assertOpen(operation: string): void {
     if (this.#closed) throw new BackendError(this.name, operation, new Error('backend is closed'));
+  }
+
+  /**
+   * Like `#call`, for a request that writes under `session`'s lease: when etcd says the lease is
+   * gone (revoked by hand, expired unnoticed), the session is lost at once and the caller's
+   * attempt fails with BackendError; the next attempt starts on a new session.
+   */
+  async #callOnLease<T>(
+    session: EtcdSession,
+    operation: string,
+    run: () => Promise<T>,
+  ): Promise<T> {
+    try {
+      return await this.#call(operation, run);
+    } catch (error) {
+      if (isLeaseNotFound(error)) session.lose(error);
+      throw error;
+    }
   }
 
   async #call<T>(operation: string, run: () => Promise<T>): Promise<T> {
@@ -422,6 +467,10 @@ function ttlSeconds(ttlMs: number): number {
 
 function rangeOf(txn: ITxnResponse, index: number): IKeyValue[] {
   return txn.responses[index]?.response_range?.kvs ?? [];
+}
+
+function isLeaseNotFound(error: unknown): boolean {
+  return error instanceof BackendError && /lease not found/i.test(String(error.cause));
 }
 
 function modeOf(key: string, dir: string): LockMode {
@@ -449,6 +498,11 @@ export function createEtcdBackendFromConfig(config: EtcdUrlConfig): EtcdBackend 
   const client = new Etcd3({
     hosts: [...config.endpoints],
     dialTimeout: config.dialTimeoutMs,
+    // A unary request never waits forever on a member that stopped answering; streams (watches,
+    // keepalives) are long-lived and get gRPC keepalive pings to notice a dead member instead.
+    defaultCallOptions: (context) =>
+      context.isStream ? {} : { deadline: Date.now() + config.dialTimeoutMs },
+    grpcOptions: { 'grpc.keepalive_time_ms': 1_000, 'grpc.keepalive_timeout_ms': 1_000 },
     ...(config.auth
       ? { auth: { username: config.auth.username, password: config.auth.password } }
       : {}),

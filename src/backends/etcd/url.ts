@@ -30,7 +30,18 @@ export function parseEtcdUrl(store: string): EtcdUrlConfig {
     }
     return `http://${m[1]}:${port}`;
   });
-  const namespace = decodeURIComponent(path.replace(/^\/+|\/+$/g, '')) || 'fencelock';
+  const decode = (text: string, part: string): string => {
+    try {
+      return decodeURIComponent(text);
+    } catch {
+      throw new InvalidArgumentError('store', `${SHAPE} with a well-formed ${part}`, store);
+    }
+  };
+  const namespace = decode(path.replace(/^\/+|\/+$/g, ''), 'namespace') || 'fencelock';
+  if (namespace.includes('/')) {
+    // Namespaces must not nest: `a/locks/b` would live inside namespace `a`.
+    throw new InvalidArgumentError('store', `${SHAPE} with a namespace without "/"`, store);
+  }
   const params = new URLSearchParams(query);
   for (const name of params.keys()) {
     if (name !== 'dialTimeoutMs') {
@@ -51,7 +62,7 @@ export function parseEtcdUrl(store: string): EtcdUrlConfig {
     namespace,
     dialTimeoutMs,
     ...(user !== undefined && password !== undefined
-      ? { auth: { username: decodeURIComponent(user), password: decodeURIComponent(password) } }
+      ? { auth: { username: decode(user, 'user'), password: decode(password, 'password') } }
       : {}),
   };
 }
