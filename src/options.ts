@@ -299,3 +299,26 @@ export function assertLongerThanDrift(
     );
   }
 }
+
+/**
+ * Read an integer parameter of a store URL (`?name=…`), `fallback` when absent.
+ * @throws InvalidArgumentError naming `store parameter <name>`, with the text given.
+ */
+export function integerParameter(
+  params: URLSearchParams,
+  name: string,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
+  const raw = params.get(name) ?? String(fallback);
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new InvalidArgumentError(
+      `store parameter ${name}`,
+      `an integer in [${min}, ${max}]`,
+      raw,
+    );
+  }
+  return value;
+}

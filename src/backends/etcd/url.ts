@@ -4,6 +4,7 @@
  * writes. Parameter: `dialTimeoutMs` (default 5000).
  */
 import { InvalidArgumentError } from '../../errors.js';
+import { integerParameter } from '../../options.js';
 
 /** A checked etcd store URL. */
 export interface EtcdUrlConfig {
@@ -48,15 +49,7 @@ export function parseEtcdUrl(store: string): EtcdUrlConfig {
       throw new InvalidArgumentError(`store parameter ${name}`, 'dialTimeoutMs', name);
     }
   }
-  const rawTimeout = params.get('dialTimeoutMs') ?? '5000';
-  const dialTimeoutMs = Number(rawTimeout);
-  if (!Number.isInteger(dialTimeoutMs) || dialTimeoutMs < 1 || dialTimeoutMs > 600_000) {
-    throw new InvalidArgumentError(
-      'store parameter dialTimeoutMs',
-      'an integer in [1, 600000]',
-      rawTimeout,
-    );
-  }
+  const dialTimeoutMs = integerParameter(params, 'dialTimeoutMs', 5000, 1, 600_000);
   return {
     endpoints,
     namespace,

@@ -4,6 +4,7 @@
  * `notifications` (`false` turns pub/sub waiting off), `commandTimeoutMs`.
  */
 import { InvalidArgumentError } from '../../errors.js';
+import { integerParameter } from '../../options.js';
 
 /** A checked Redis store URL. */
 export interface RedisUrlConfig {
@@ -44,15 +45,7 @@ export function parseRedisUrl(url: URL): RedisUrlConfig {
   if (notifications !== 'true' && notifications !== 'false') {
     throw new InvalidArgumentError('store parameter notifications', 'true or false', notifications);
   }
-  const rawTimeout = url.searchParams.get('commandTimeoutMs') ?? '5000';
-  const timeout = Number(rawTimeout);
-  if (!Number.isInteger(timeout) || timeout < 1 || timeout > 600_000) {
-    throw new InvalidArgumentError(
-      'store parameter commandTimeoutMs',
-      'an integer in [1, 600000]',
-      rawTimeout,
-    );
-  }
+  const timeout = integerParameter(url.searchParams, 'commandTimeoutMs', 5000, 1, 600_000);
   const bare = new URL(url.href);
   bare.search = '';
   return {

@@ -3,6 +3,7 @@
  * default file `./.fencelock/locks.db`. Query parameter: `busyTimeoutMs` (default 5000).
  */
 import { InvalidArgumentError } from '../../errors.js';
+import { integerParameter } from '../../options.js';
 
 /** Default database file of the embedded store. */
 export const DEFAULT_SQLITE_PATH = './.fencelock/locks.db';
@@ -22,15 +23,7 @@ export function parseSqliteUrl(url: URL): SqliteUrlConfig {
       throw new InvalidArgumentError(`store parameter ${name}`, 'busyTimeoutMs', name);
     }
   }
-  const raw = url.searchParams.get('busyTimeoutMs') ?? '5000';
-  const busyTimeoutMs = Number(raw);
-  if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0 || busyTimeoutMs > 600_000) {
-    throw new InvalidArgumentError(
-      'store parameter busyTimeoutMs',
-      'an integer in [0, 600000]',
-      raw,
-    );
-  }
+  const busyTimeoutMs = integerParameter(url.searchParams, 'busyTimeoutMs', 5000, 0, 600_000);
   if (url.hash !== '') {
     throw new InvalidArgumentError(
       'store',
