@@ -200,6 +200,7 @@ export class Locker implements AsyncDisposable {
     await backend?.close();
   }
 
+  /** `await using locker = createLocker(…)` closes the locker at scope exit. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }

@@ -94,6 +94,7 @@ export class EtcdBackend implements Backend {
     return opening;
   }
 
+  /** Put this contender's key (if absent) and list the queue in one transaction; granted when nothing blocks it. */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     try {
       return await this.#attempt(request);
@@ -218,6 +219,7 @@ export class EtcdBackend implements Backend {
     return { ok: true, ttlMs: target.grantedTtlMs, validUntil: target.validUntil };
   }
 
+  /** Delete the owner's key only if its create revision equals the token; `not-owner` when others remain. */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const dir = this.dirOf(lease.key);
     const key = await this.#keyOf(lease.key, lease.owner);
@@ -245,12 +247,14 @@ export class EtcdBackend implements Backend {
     return kvs.length > 0 ? 'not-owner' : 'not-held';
   }
 
+  /** Delete this contender's key (waiting or granted), whatever its revision. */
   async abandon(request: AttemptRequest): Promise<void> {
     const key = await this.#keyOf(request.key, request.owner);
     this.#forget(request.owner);
     if (key !== undefined) await this.#call('abandon', () => this.#client.delete().key(key).exec());
   }
 
+  /** Oldest contender (owner, revision token, lease TTL) and the newest contender's revision. */
   async inspect(key: string): Promise<LockInfo> {
     const dir = this.dirOf(key);
     const kvs = await this.#call('inspect', async () => {
@@ -289,6 +293,7 @@ export class EtcdBackend implements Backend {
     return { key: contender.key, createRevision: String(lease.fencingToken) };
   }
 
+  /** Revoke every session this backend opened (etcd deletes their keys), then close an owned client. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;

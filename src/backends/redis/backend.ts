@@ -110,6 +110,7 @@ export class RedisBackend implements Backend {
     return { lock: `${base}:lock`, fence: `${base}:fence`, channel: `${base}:released` };
   }
 
+  /** Run the acquire script: grant with a fresh `INCR` token, or report the holder's PTTL. */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     const k = this.keysOf(request.key);
     const reply = await this.#call('acquire', () =>
@@ -125,6 +126,7 @@ export class RedisBackend implements Backend {
     };
   }
 
+  /** `PEXPIRE` only while owner and token match (never re-creates a vanished key). */
   async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     const k = this.keysOf(lease.key);
     const reply = await this.#call('renew', () =>
@@ -134,6 +136,7 @@ export class RedisBackend implements Backend {
     return { ok: false, reason: reply === 0 ? 'not-held' : 'not-owner' };
   }
 
+  /** Compare-and-delete by owner and token, then publish on the key's release channel. */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const k = this.keysOf(lease.key);
     const reply = await this.#call('release', () =>
@@ -146,6 +149,7 @@ export class RedisBackend implements Backend {
     return reply === 1 ? 'released' : reply === 0 ? 'not-held' : 'not-owner';
   }
 
+  /** Delete the key if this owner holds it, whatever the token. */
   async abandon(request: AttemptRequest): Promise<void> {
     const k = this.keysOf(request.key);
     await this.#call('abandon', () =>
@@ -153,6 +157,7 @@ export class RedisBackend implements Backend {
     );
   }
 
+  /** Holder, remaining PTTL and the fence counter, read atomically. */
   async inspect(key: string): Promise<LockInfo> {
     const k = this.keysOf(key);
     const [value, pttl, last] = await this.#call('inspect', () =>
@@ -170,6 +175,7 @@ export class RedisBackend implements Backend {
     return { key, holder, lastFencingToken: last === null ? 0n : BigInt(last) };
   }
 
+  /** Wake local waiters, quit the subscriber and (if owned) the client, each within 1 s. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;

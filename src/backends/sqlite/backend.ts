@@ -183,26 +183,32 @@ export class SqliteBackend implements Backend {
       .deferred.bind(null);
   }
 
+  /** One IMMEDIATE transaction: take a free or expired row with a bumped token, or report the holder's remaining TTL. */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     return this.#run('attempt', () => this.#attempt(request));
   }
 
+  /** Move the row's expiry only while owner and token match and it has not expired. */
   async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     return this.#run('renew', () => this.#renew(lease, ttlMs));
   }
 
+  /** Compare-and-delete by owner and token; an expired row of this owner is cleaned up as `not-held`. */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     return this.#run('release', () => this.#release(lease));
   }
 
+  /** Delete the row if this owner has it, whatever the token. */
   async abandon(request: AttemptRequest): Promise<void> {
     this.#run('abandon', () => this.#abandon(request));
   }
 
+  /** Holder (if unexpired) and the key's fence counter. */
   async inspect(key: string): Promise<LockInfo> {
     return this.#run('inspect', () => this.#inspect(key));
   }
 
+  /** Close the database connection. */
   async close(): Promise<void> {
     if (this.#db.open) this.#db.close();
   }
