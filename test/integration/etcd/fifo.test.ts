@@ -4,33 +4,18 @@
  * the holder releases, the key passes down the line in exactly that order, and the fencing
  * tokens of the grants strictly increase.
  */
-import type { Etcd3 } from 'etcd3';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { EtcdBackend } from '../../../src/backends/etcd/index.js';
-import { createLocker, type Lease, type Locker } from '../../../src/index.js';
-import { adminClient, contenders, etcdUrl, uniqueNamespace, waitForCount } from './support.js';
+import type { Lease } from '../../../src/index.js';
+import { contenders, useNamespace, waitForCount } from './support.js';
 
-const namespace = uniqueNamespace('fifo');
-const url = etcdUrl(namespace);
+const fixture = useNamespace('fifo');
 const WAITERS = 20;
-let admin: Etcd3;
-const lockers: Locker[] = [];
-
-beforeAll(() => {
-  admin = adminClient();
-});
-
-afterAll(async () => {
-  await Promise.allSettled(lockers.map((l) => l.close()));
-  await admin.delete().prefix(`${namespace}/`);
-  admin.close();
-});
 
 describe('etcd FIFO queue', () => {
   it('grants 20 queued waiters in enqueue order with strictly increasing tokens', async () => {
     const key = 'fifo:resource';
-    const holderLocker = createLocker(url, { ttlMs: 10_000 });
-    lockers.push(holderLocker);
+    const holderLocker = fixture.locker({ ttlMs: 10_000 });
     const holder = await holderLocker.acquire(key);
     const prefix = ((await holderLocker.backend()) as EtcdBackend).dirOf(key);
 
@@ -40,8 +25,7 @@ describe('etcd FIFO queue', () => {
     const overlaps: number[] = [];
     const done: Promise<void>[] = [];
     for (let i = 0; i < WAITERS; i++) {
-      const locker = createLocker(url, { ttlMs: 10_000 });
-      lockers.push(locker);
+      const locker = fixture.locker({ ttlMs: 10_000 });
       done.push(
         locker.acquire(key, { waitMs: 60_000 }).then(async (lease: Lease) => {
           if (releasing !== i - 1) overlaps.push(i);
@@ -51,9 +35,9 @@ describe('etcd FIFO queue', () => {
         }),
       );
       // The next waiter starts only when this one holds its place in line.
-      await waitForCount(admin, prefix, i + 2);
+      await waitForCount(fixture.admin, prefix, i + 2);
     }
-    const queued = await contenders(admin, prefix);
+    const queued = await contenders(fixture.admin, prefix);
     expect(queued).toHaveLength(WAITERS + 1);
     expect(grants).toHaveLength(0);
 
@@ -67,6 +51,6 @@ describe('etcd FIFO queue', () => {
     // Each grant's token is the create revision of the key it queued with, in line order.
     expect(tokens).toEqual(queued.map((q) => q.createRevision));
     expect(overlaps).toEqual([]);
-    expect(await admin.getAll().prefix(prefix).count()).toBe(0);
+    expect(await fixture.admin.getAll().prefix(prefix).count()).toBe(0);
   });
 });

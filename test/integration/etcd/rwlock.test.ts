@@ -4,27 +4,13 @@
  * for that writer even while only readers hold the key (no writer starvation). Fencing tokens of
  * all grants strictly increase in grant order.
  */
-import type { Etcd3 } from 'etcd3';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { EtcdBackend } from '../../../src/backends/etcd/index.js';
 import type { LockMode } from '../../../src/core/backend.js';
-import { createLocker, type Lease, type Locker, LockTimeoutError } from '../../../src/index.js';
-import { adminClient, etcdUrl, settledWithin, uniqueNamespace, waitForCount } from './support.js';
+import { type Lease, LockTimeoutError } from '../../../src/index.js';
+import { settledWithin, useNamespace, waitForCount } from './support.js';
 
-const namespace = uniqueNamespace('rwlock');
-const url = etcdUrl(namespace);
-let admin: Etcd3;
-const lockers: Locker[] = [];
-
-beforeAll(() => {
-  admin = adminClient();
-});
-
-afterAll(async () => {
-  await Promise.allSettled(lockers.map((l) => l.close()));
-  await admin.delete().prefix(`${namespace}/`);
-  admin.close();
-});
+const fixture = useNamespace('rwlock');
 
 /** A contender on its own locker; records the grant order. */
 function contender(
@@ -33,8 +19,7 @@ function contender(
   name: string,
   grants: { name: string; token: bigint }[],
 ): Promise<Lease> {
-  const locker = createLocker(url, { ttlMs: 10_000 });
-  lockers.push(locker);
+  const locker = fixture.locker({ ttlMs: 10_000 });
   return locker.acquire(key, { mode, waitMs: 30_000 }).then((lease) => {
     grants.push({ name, token: lease.fencingToken });
     return lease;
@@ -45,8 +30,7 @@ describe('etcd read-write lock', () => {
   it('shares among readers; queues writers and later readers in order; tokens increase', async () => {
     const key = 'rw:resource';
     const grants: { name: string; token: bigint }[] = [];
-    const probe = createLocker(url, { ttlMs: 10_000 });
-    lockers.push(probe);
+    const probe = fixture.locker({ ttlMs: 10_000 });
     const dir = ((await probe.backend()) as EtcdBackend).dirOf(key);
 
     // Three readers hold at once.
@@ -56,15 +40,15 @@ describe('etcd read-write lock', () => {
     expect(grants.map((g) => g.name)).toEqual(['R1', 'R2', 'R3']);
     // A writer cannot get in, by tryAcquire.
     expect(await probe.tryAcquire(key, { mode: 'write' })).toBeNull();
-    await waitForCount(admin, dir, 3);
+    await waitForCount(fixture.admin, dir, 3);
 
     // W queues behind the readers; R4 and R5 queue behind W.
     const w = contender(key, 'write', 'W', grants);
-    await waitForCount(admin, dir, 4);
+    await waitForCount(fixture.admin, dir, 4);
     const r4 = contender(key, 'read', 'R4', grants);
-    await waitForCount(admin, dir, 5);
+    await waitForCount(fixture.admin, dir, 5);
     const r5 = contender(key, 'read', 'R5', grants);
-    await waitForCount(admin, dir, 6);
+    await waitForCount(fixture.admin, dir, 6);
     // Only readers hold, yet R4 and R5 wait: an earlier writer is queued.
     expect(await settledWithin(Promise.race([w, r4, r5]), 300)).toBe(false);
     // A reader's tryAcquire also yields to the queued writer.
@@ -90,7 +74,7 @@ describe('etcd read-write lock', () => {
 
     // A writer queued behind R4 and R5 waits for both.
     const w2 = contender(key, 'write', 'W2', grants);
-    await waitForCount(admin, dir, 3);
+    await waitForCount(fixture.admin, dir, 3);
     expect(await reader5.release()).toBe('released');
     expect(await settledWithin(w2, 300)).toBe(false);
     expect(await reader4.release()).toBe('released');
@@ -102,7 +86,7 @@ describe('etcd read-write lock', () => {
     for (let i = 1; i < sorted.length; i++) {
       expect(sorted[i]!.token).toBeGreaterThan(sorted[i - 1]!.token);
     }
-    expect(await admin.getAll().prefix(dir).count()).toBe(0);
+    expect(await fixture.admin.getAll().prefix(dir).count()).toBe(0);
   });
 
   it('a reader queued behind a writer goes in, beside the earlier reader, once the writer gives up', async () => {
@@ -110,17 +94,15 @@ describe('etcd read-write lock', () => {
     // while the earlier reader still holds (it no longer waits for a writer that left).
     const key = 'rw:withdrawn-writer';
     const grants: { name: string; token: bigint }[] = [];
-    const probe = createLocker(url, { ttlMs: 10_000 });
-    lockers.push(probe);
+    const probe = fixture.locker({ ttlMs: 10_000 });
     const dir = ((await probe.backend()) as EtcdBackend).dirOf(key);
     const r1 = await contender(key, 'read', 'R1', grants);
-    const wLocker = createLocker(url, { ttlMs: 10_000 });
-    lockers.push(wLocker);
+    const wLocker = fixture.locker({ ttlMs: 10_000 });
     const w = wLocker.acquire(key, { mode: 'write', waitMs: 1500 });
     w.catch(() => undefined);
-    await waitForCount(admin, dir, 2);
+    await waitForCount(fixture.admin, dir, 2);
     const r2 = contender(key, 'read', 'R2', grants);
-    await waitForCount(admin, dir, 3);
+    await waitForCount(fixture.admin, dir, 3);
     expect(await settledWithin(r2, 300)).toBe(false);
     await expect(w).rejects.toBeInstanceOf(LockTimeoutError);
     const reader2 = await r2;
@@ -128,7 +110,7 @@ describe('etcd read-write lock', () => {
     expect(reader2.fencingToken).toBeGreaterThan(r1.fencingToken);
     expect(await reader2.release()).toBe('released');
     expect(await r1.release()).toBe('released');
-    expect(await admin.getAll().prefix(dir).count()).toBe(0);
+    expect(await fixture.admin.getAll().prefix(dir).count()).toBe(0);
   });
 });
 

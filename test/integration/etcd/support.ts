@@ -5,6 +5,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Etcd3 } from 'etcd3';
+import { afterAll, beforeAll } from 'vitest';
+import { createLocker, type Locker, type LockerOptions } from '../../../src/index.js';
 import { ETCD_ENDPOINTS } from '../../helpers/engines.js';
 
 /** `127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793` (the `etcd://` host list). */
@@ -72,4 +74,41 @@ export async function settledWithin(promise: Promise<unknown>, ms: number): Prom
   );
   await sleep(ms);
   return settled;
+}
+
+/**
+ * One namespace for a test file: its store URL, an admin client opened before the tests, and
+ * lockers made with `locker()` that are closed, with the namespace's keys deleted, after them.
+ */
+export function useNamespace(tag: string): {
+  readonly namespace: string;
+  readonly url: string;
+  readonly admin: Etcd3;
+  locker(options?: LockerOptions): Locker;
+} {
+  const namespace = uniqueNamespace(tag);
+  const url = etcdUrl(namespace);
+  const lockers: Locker[] = [];
+  let admin: Etcd3 | undefined;
+  beforeAll(() => {
+    admin = adminClient();
+  });
+  afterAll(async () => {
+    await Promise.allSettled(lockers.map((l) => l.close()));
+    await admin?.delete().prefix(`${namespace}/`);
+    admin?.close();
+  });
+  return {
+    namespace,
+    url,
+    get admin() {
+      if (admin === undefined) throw new Error('the admin client opens in beforeAll');
+      return admin;
+    },
+    locker(options) {
+      const locker = createLocker(url, options);
+      lockers.push(locker);
+      return locker;
+    },
+  };
 }
