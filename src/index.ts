@@ -1,12 +1,13 @@
 /**
  * fencelock: distributed locks with a fencing token on every lease.
  *
- * Core entry point; engines live in subpaths (`fencelock/redis`, `fencelock/sqlite`).
+ * Core entry point; engines live in subpaths (`fencelock/redis`, `fencelock/sqlite`, `fencelock/etcd`).
  */
 export type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendSession,
   Granted,
   LeaseRef,
   LockInfo,
@@ -23,7 +24,8 @@ export {
 } from './core/events.js';
 export { Lease } from './core/lease.js';
 export { Lock } from './core/lock.js';
-export { type AcquireOptions, Locker } from './core/locker.js';
+export { type AcquireOptions, Locker, type SessionOptions } from './core/locker.js';
+export { Session } from './core/session.js';
 export {
   BackendError,
   FencelockError,

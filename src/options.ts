@@ -4,6 +4,7 @@
  * argument, the allowed range and the value received.
  */
 import type { LockMode } from './core/backend.js';
+import { Session } from './core/session.js';
 import { InvalidArgumentError } from './errors.js';
 
 /** Largest delay a Node.js timer accepts (2^31 − 1 ms, about 24.8 days). */
@@ -54,10 +55,16 @@ export interface LockOptions {
   readonly signal?: AbortSignal;
   /** Backoff while waiting. */
   readonly retry?: RetryOptions;
+  /**
+   * Acquire in this session (from `locker.openSession()`) instead of the locker's own: the lease
+   * lives as long as the session, which keeps it alive; its TTL is the session's. Not with
+   * `ttlMs` or `autoRenew: false`. Stores with sessions only (etcd, ZooKeeper).
+   */
+  readonly session?: Session;
 }
 
 /** Options of a locker. */
-export interface LockerOptions extends Omit<LockOptions, 'signal'> {
+export interface LockerOptions extends Omit<LockOptions, 'signal' | 'session'> {
   /**
    * Clock drift allowance as a fraction of the TTL: a lease is believed valid only until
    * `start + ttlMs − (ttlMs × driftFactor + 2 ms)` (Redlock spec). @default 0.01
@@ -75,6 +82,7 @@ export interface ResolvedLockOptions {
   readonly mode: LockMode;
   readonly signal: AbortSignal | undefined;
   readonly retry: Required<RetryOptions>;
+  readonly session: Session | undefined;
 }
 
 /** Defaults of every option. */
@@ -196,6 +204,7 @@ const LOCK_OPTION_NAMES = new Set([
   'mode',
   'signal',
   'retry',
+  'session',
 ]);
 
 /**
@@ -224,6 +233,8 @@ export function resolveLockOptions(
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new InvalidArgumentError('signal', 'an AbortSignal', signal);
   }
+  const session = o.session ?? base.session;
+  if (o.session !== undefined) validateSessionOptions(o);
   return {
     ttlMs,
     waitMs: o.waitMs === undefined ? base.waitMs : validateWait(o.waitMs),
@@ -235,7 +246,29 @@ export function resolveLockOptions(
     mode: o.mode === undefined ? base.mode : validateMode(o.mode),
     signal,
     retry: validateRetry(o.retry, base.retry),
+    session,
   };
+}
+
+/** A session's TTL applies to its locks, and it keeps them alive. */
+function validateSessionOptions(o: LockOptions): void {
+  if (!(o.session instanceof Session)) {
+    throw new InvalidArgumentError('session', 'a session from locker.openSession()', o.session);
+  }
+  if (o.ttlMs !== undefined) {
+    throw new InvalidArgumentError(
+      'ttlMs',
+      "no ttlMs with a session (the session's TTL applies)",
+      o.ttlMs,
+    );
+  }
+  if (o.autoRenew === false) {
+    throw new InvalidArgumentError(
+      'autoRenew',
+      'true with a session (the session keeps its locks alive)',
+      false,
+    );
+  }
 }
 
 /** The defaults as resolved options. */
@@ -248,6 +281,7 @@ export const DEFAULT_LOCK_OPTIONS: ResolvedLockOptions = Object.freeze({
   mode: 'write',
   signal: undefined,
   retry: DEFAULTS.retry,
+  session: undefined,
 });
 
 /**
@@ -261,13 +295,15 @@ export function resolveLockerOptions(options: unknown): {
   if (options !== undefined && (typeof options !== 'object' || options === null)) {
     throw new InvalidArgumentError('options', 'an options object', options);
   }
-  const o = (options ?? {}) as LockerOptions & { signal?: unknown };
-  if (o.signal !== undefined) {
-    throw new InvalidArgumentError(
-      'options.signal',
-      'a per-lock option, not a locker option',
-      'signal',
-    );
+  const o = (options ?? {}) as LockerOptions & { signal?: unknown; session?: unknown };
+  for (const perLock of ['signal', 'session'] as const) {
+    if (o[perLock] !== undefined) {
+      throw new InvalidArgumentError(
+        `options.${perLock}`,
+        'a per-lock option, not a locker option',
+        perLock,
+      );
+    }
   }
   const { driftFactor: factor, ...lock } = o;
   const defaults = resolveLockOptions(DEFAULT_LOCK_OPTIONS, lock);

@@ -32,6 +32,28 @@ export interface AttemptRequest {
    * own that is not kept alive, instead of its shared session.
    */
   readonly autoRenew: boolean;
+  /**
+   * A session the user opened with this backend's `openSession`: the grant must live in it (and
+   * `autoRenew` is then true). Absent: the backend picks its own session, if it has any.
+   */
+  readonly session?: BackendSession;
+}
+
+/**
+ * An engine session opened for the user (an etcd lease, a ZooKeeper session): kept alive in the
+ * background until closed, orphaned or lost. Grants made in it end when it ends.
+ */
+export interface BackendSession {
+  /** Engine's id of the session, for messages (hex). */
+  readonly id: string;
+  /** TTL the engine granted, ms. */
+  readonly ttlMs: number;
+  /** Aborted, with the cause as reason, when the session ends (closed, revoked, expired, lost). */
+  readonly signal: AbortSignal;
+  /** End the session on the engine, which drops every grant in it. Idempotent; never rejects. */
+  close(): Promise<void>;
+  /** Stop keeping the session alive; the engine drops it, and its grants, after its TTL. */
+  orphan(): void;
 }
 
 /** The engine granted the key. */
@@ -160,6 +182,12 @@ export interface Backend {
   abandon(request: AttemptRequest): Promise<void>;
   /** Current state of `key`. */
   inspect(key: string): Promise<LockInfo>;
+  /**
+   * Open a session for the user (engines with sessions only: etcd, ZooKeeper).
+   * @param ttlMs requested TTL, ms (validated by the core); the engine may grant more.
+   * @throws BackendError when the engine cannot answer.
+   */
+  openSession?(ttlMs: number): Promise<BackendSession>;
   /** Close connections and timers this backend opened. Clients passed in by the user stay open. */
   close(): Promise<void>;
 }

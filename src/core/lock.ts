@@ -91,7 +91,11 @@ export class Lock {
     const startedAt = monotonicNow();
     const backend = await this.#ctx.backend();
     const options = this.options;
-    const ttlMs = validateTtl(options.ttlMs, 'ttlMs', backend.maxTtlMs);
+    const { session } = options;
+    if (session !== undefined && !session.isOpen) {
+      throw new InvalidArgumentError('session', 'an open session', 'closed');
+    }
+    const ttlMs = session?.ttlMs ?? validateTtl(options.ttlMs, 'ttlMs', backend.maxTtlMs);
     if (!backend.modes.includes(options.mode)) {
       throw new InvalidArgumentError(
         'mode',
@@ -121,6 +125,7 @@ export class Lock {
       ttlMs: options.maxHoldMs === undefined ? ttlMs : Math.min(ttlMs, options.maxHoldMs),
       mode: options.mode,
       autoRenew: options.autoRenew,
+      ...(session ? { session: session.engine } : {}),
     };
     // No grant could ever be believed valid: without this, acquire would abandon every grant
     // and retry forever.
@@ -133,7 +138,7 @@ export class Lock {
     // One signal of this call's own for "stop waiting": the caller's, or the locker closing.
     // (Listeners go on it, not on the shared closing signal, which would collect one per call.)
     const signal = AbortSignal.any(
-      options.signal ? [options.signal, this.#ctx.closing] : [this.#ctx.closing],
+      [options.signal, this.#ctx.closing, session?.signal].filter((s) => s !== undefined),
     );
     let attempts = 0;
     let sent = false;
@@ -234,10 +239,22 @@ export class Lock {
 
   #throwIfAborted(signal: AbortSignal, startedAt: number): void {
     if (!signal.aborted) return;
-    const closed = this.#ctx.closing.aborted;
-    throw new LockTimeoutError(this.key, monotonicNow() - startedAt, {
-      reason: closed ? 'was cancelled: the locker was closed' : 'was aborted',
-      cause: closed ? undefined : this.options.signal?.reason,
+    const waitedMs = monotonicNow() - startedAt;
+    if (this.#ctx.closing.aborted) {
+      throw new LockTimeoutError(this.key, waitedMs, {
+        reason: 'was cancelled: the locker was closed',
+      });
+    }
+    const { session } = this.options;
+    if (session !== undefined && !session.isOpen) {
+      throw new LockTimeoutError(this.key, waitedMs, {
+        reason: `was cancelled: its session ${session.id} ended`,
+        cause: session.signal.reason,
+      });
+    }
+    throw new LockTimeoutError(this.key, waitedMs, {
+      reason: 'was aborted',
+      cause: this.options.signal?.reason,
     });
   }
 

@@ -4,15 +4,18 @@
 import { randomBytes } from 'node:crypto';
 import { BackendError, InvalidArgumentError, LockLostError } from '../errors.js';
 import {
+  assertLongerThanDrift,
   type LockOptions,
   type ResolvedLockOptions,
   resolveLockOptions,
   validateKey,
+  validateTtl,
 } from '../options.js';
 import type { Backend, LockInfo } from './backend.js';
 import type { Lease } from './lease.js';
 import { Lock, type LockContext } from './lock.js';
 import { runHolding } from './reentry.js';
+import { Session } from './session.js';
 import { Watchdog } from './watchdog.js';
 
 /** Longest time `close()` waits for withdrawals still in flight, ms. */
@@ -20,6 +23,12 @@ const CLEANUP_WAIT_MS = 2_000;
 
 /** Per-call options of `withLock` / `acquire` (the same as a lock's). */
 export type AcquireOptions = LockOptions;
+
+/** Options of `openSession`. */
+export interface SessionOptions {
+  /** Requested session TTL, ms; the engine may grant more. @default the locker's `ttlMs` */
+  readonly ttlMs?: number;
+}
 
 /**
  * Hands out locks on one store. Create with `createLocker(store, options)`; `close()` when done.
@@ -31,6 +40,8 @@ export class Locker implements AsyncDisposable {
   readonly #ctx: LockContext;
   readonly #watchdog = new Watchdog();
   readonly #leases = new Set<Lease>();
+  /** Sessions opened by `openSession` and not yet ended. */
+  readonly #sessions = new Set<Session>();
   readonly #closing = new AbortController();
   readonly #cleanups = new Set<Promise<unknown>>();
   #closed = false;
@@ -78,7 +89,54 @@ export class Locker implements AsyncDisposable {
    */
   lock(key: string, options?: LockOptions): Lock {
     this.#assertOpen();
-    return new Lock(this.#ctx, validateKey(key), resolveLockOptions(this.#defaults, options));
+    const resolved = resolveLockOptions(this.#defaults, options);
+    const { session } = resolved;
+    if (session !== undefined && !this.#sessions.has(session)) {
+      throw new InvalidArgumentError(
+        'session',
+        'an open session of this locker',
+        session.isOpen ? `session ${session.id} of another locker` : 'a closed session',
+      );
+    }
+    return new Lock(this.#ctx, validateKey(key), resolved);
+  }
+
+  /**
+   * Open a session: one engine session (etcd lease, ZooKeeper session) kept alive in the
+   * background, for the locks acquired with `{ session }`. They all end when it is closed or
+   * lost (etcd's `concurrency.Session`). `close()` of the locker closes its sessions too.
+   * @returns the session, once the engine granted it (its `ttlMs` is the granted TTL).
+   * @throws InvalidArgumentError for a bad `ttlMs`, or on a store without sessions (Redis,
+   *   SQLite), before any network call.
+   * @throws BackendError when the engine cannot answer.
+   */
+  async openSession(options?: SessionOptions): Promise<Session> {
+    this.#assertOpen();
+    if (options !== undefined && (typeof options !== 'object' || options === null)) {
+      throw new InvalidArgumentError('options', 'an options object', options);
+    }
+    for (const name of Object.keys(options ?? {})) {
+      if (name !== 'ttlMs') throw new InvalidArgumentError(`options.${name}`, 'ttlMs', name);
+    }
+    const requested = options?.ttlMs === undefined ? this.#defaults.ttlMs : options.ttlMs;
+    const backend = await this.#getBackend();
+    const ttlMs = validateTtl(requested, 'ttlMs', backend.maxTtlMs);
+    assertLongerThanDrift(ttlMs, this.#ctx.driftFactor);
+    if (backend.openSession === undefined) {
+      throw new InvalidArgumentError(
+        'store',
+        'a store with sessions (etcd, zookeeper)',
+        backend.name,
+      );
+    }
+    const engine = await backend.openSession(ttlMs);
+    if (this.#closed) {
+      await engine.close();
+      this.#assertOpen();
+    }
+    const session = new Session(engine, (ended) => this.#sessions.delete(ended));
+    if (session.isOpen) this.#sessions.add(session);
+    return session;
   }
 
   /**
@@ -171,7 +229,8 @@ export class Locker implements AsyncDisposable {
 
   /**
    * Cancel pending acquires (they reject with `LockTimeoutError`), stop the watchdog, release
-   * every lease still held (best effort, each by compare-and-delete), wait up to 2 s for
+   * every lease still held (best effort, each by compare-and-delete), close the sessions opened
+   * with `openSession` (orphaned ones too: their TTL no longer matters), wait up to 2 s for
    * withdrawals in flight, and close the backend's own connections. Idempotent.
    */
   async close(): Promise<void> {
@@ -186,6 +245,7 @@ export class Locker implements AsyncDisposable {
       }),
     );
     this.#leases.clear();
+    await Promise.allSettled([...this.#sessions].map((session) => session.close()));
     // Withdrawals of given-up attempts must reach the engine before it is closed; a silent
     // engine does not hold close() longer than this (those keys then expire by their TTL).
     let timer: NodeJS.Timeout | undefined;

@@ -18,13 +18,14 @@ import type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendSession,
   LeaseRef,
   LockInfo,
   LockMode,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
-import { BackendError } from '../../errors.js';
+import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { EtcdSession } from './session.js';
 import type { EtcdUrlConfig } from './url.js';
@@ -55,6 +56,8 @@ export class EtcdBackend implements Backend {
   readonly #timeoutMs: number;
   /** One session per lease TTL in whole seconds. */
   readonly #sessions = new Map<number, Promise<EtcdSession>>();
+  /** Sessions opened for the user (`openSession`), until they end. */
+  readonly #userSessions = new Set<EtcdSession>();
   /** Keys this backend wrote, by owner. */
   readonly #contenders = new Map<string, Contender>();
   #closed = false;
@@ -94,14 +97,35 @@ export class EtcdBackend implements Backend {
     return opening;
   }
 
+  /**
+   * A lease of `ttlMs` (rounded up to whole seconds) kept alive for the user until closed,
+   * orphaned or lost; locks acquired in it put their keys under it.
+   * @throws BackendError when the cluster does not answer.
+   */
+  async openSession(ttlMs: number): Promise<BackendSession> {
+    this.#assertOpen('open session');
+    const session = await EtcdSession.openShared(this.#client, ttlSeconds(ttlMs), this.#timeoutMs);
+    if (this.#closed) {
+      await session.revoke();
+      this.#assertOpen('open session');
+    }
+    this.#watchSession(session);
+    this.#userSessions.add(session);
+    session.signal.addEventListener('abort', () => this.#userSessions.delete(session), {
+      once: true,
+    });
+    return session;
+  }
+
   /** Put this contender's key (if absent) and list the queue in one transaction; granted when nothing blocks it. */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     try {
       return await this.#attempt(request);
     } catch (error) {
       // The contender's lease was gone (revoked by hand, expired unnoticed): its session is now
-      // lost, so queue again once on a fresh session instead of failing the acquire.
-      if (!isLeaseNotFound(error)) throw error;
+      // lost, so queue again once on a fresh session instead of failing the acquire. A session
+      // the user opened is not replaced: the acquire fails.
+      if (!isLeaseNotFound(error) || request.session !== undefined) throw error;
       this.#forget(request.owner);
       return this.#attempt(request);
     }
@@ -116,9 +140,12 @@ export class EtcdBackend implements Backend {
     if (known?.session.alive === true) {
       contender = known;
     } else {
-      // Every contender waits in line on the kept-alive shared session, so that its place
-      // outlasts its ttlMs; a grant without the watchdog then moves to a lease of its own.
-      const session = await this.session(request.ttlMs);
+      // Every contender waits in line on a kept-alive session (the user's, or the shared one),
+      // so that its place outlasts its ttlMs; a grant without the watchdog then moves to a lease
+      // of its own.
+      const session = request.session
+        ? this.#userSession(request.session)
+        : await this.session(request.ttlMs);
       const mark = request.mode === 'read' ? 'r' : 'w';
       const key = `${dir}${mark}-${session.leaseHex}-${request.owner}`;
       contender = { key, session, lost: new AbortController() };
@@ -186,7 +213,7 @@ export class EtcdBackend implements Backend {
     const seconds = ttlSeconds(ttlMs);
     const current = contender.session;
     const target =
-      seconds === current.requestedSeconds
+      seconds === current.requestedSeconds || this.#userSessions.has(current)
         ? current
         : current.shared
           ? await this.session(ttlMs)
@@ -299,6 +326,7 @@ export class EtcdBackend implements Backend {
     this.#closed = true;
     const sessions = await Promise.allSettled(this.#sessions.values());
     this.#sessions.clear();
+    await Promise.allSettled([...this.#userSessions].map((session) => session.revoke()));
     const singleUse = [...this.#contenders.values()].filter((c) => !c.session.shared);
     this.#contenders.clear();
     await Promise.allSettled(singleUse.map((c) => c.session.revoke()));
@@ -338,6 +366,15 @@ export class EtcdBackend implements Backend {
     }
     contender.session = single;
     return single;
+  }
+
+  /** The live user session behind `session`. */
+  #userSession(session: BackendSession): EtcdSession {
+    if (session instanceof EtcdSession && this.#userSessions.has(session)) return session;
+    if (session.signal.aborted) {
+      throw new BackendError(this.name, 'acquire', new Error(`session ${session.id} ended`));
+    }
+    throw new InvalidArgumentError('session', 'a session of this etcd store', session.id);
   }
 
   /** A lease of its own for one lock, not kept alive. */

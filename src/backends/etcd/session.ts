@@ -10,12 +10,13 @@
  *   nothing keeps it alive, so the lock ends with its TTL unless `renewOnce` is called.
  */
 import type { Etcd3, Lease as EtcdLease } from 'etcd3';
+import type { BackendSession } from '../../core/backend.js';
 import { monotonicNow } from '../../core/clock.js';
 import { BackendError } from '../../errors.js';
 import { DEFAULTS, driftMs } from '../../options.js';
 
 /** A live etcd lease. */
-export class EtcdSession {
+export class EtcdSession implements BackendSession {
   /** Lease id, decimal. */
   readonly leaseId: string;
   /** Lease id, hex (as etcdctl prints it); part of every key written under this session. */
@@ -112,6 +113,16 @@ export class EtcdSession {
     }
   }
 
+  /** The lease id in hex. */
+  get id(): string {
+    return this.leaseHex;
+  }
+
+  /** TTL the server granted, ms. */
+  get ttlMs(): number {
+    return this.grantedTtlMs;
+  }
+
   /** Monotonic time until which the lease is believed alive. */
   get validUntil(): number {
     return this.#validUntil;
@@ -154,6 +165,19 @@ export class EtcdSession {
     clearTimeout(this.#timer);
     this.#keptAlive?.release();
     this.#abort.abort(cause);
+  }
+
+  /**
+   * Stop the keepalives without revoking (etcd's `Session.Orphan`): the lease, and every key
+   * under it, ends on the server after its TTL; `signal` aborts when the validity runs out.
+   */
+  orphan(): void {
+    this.#keptAlive?.release();
+  }
+
+  /** As `revoke`. */
+  close(): Promise<void> {
+    return this.revoke();
   }
 
   /** Revoke the lease: etcd deletes every key written under it. */
