@@ -3,17 +3,26 @@
 # it installs what is missing; otherwise it prints the exact command and fails.
 set -euo pipefail
 
-# command the tests run -> Debian package that provides it
+# command (or file, by absolute path) the tests run -> Debian package that provides it.
+# ZooKeeper: scripts/services.sh runs the server class straight from the package's jar with
+# `java` (the package depends on default-jre; default-jre-headless is named in case java is
+# missing). The package starts no system service and listens on no port of its own.
 declare -A PACKAGES=(
   [redis-server]=redis-server
   [redis-cli]=redis-tools
   [etcd]=etcd-server
   [etcdctl]=etcd-client
+  [java]=default-jre-headless
+  [/usr/share/java/zookeeper.jar]=zookeeper
 )
 
 missing=()
 for cmd in "${!PACKAGES[@]}"; do
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("${PACKAGES[$cmd]}")
+  if [[ $cmd == /* ]]; then
+    [[ -e $cmd ]] || missing+=("${PACKAGES[$cmd]}")
+  else
+    command -v "$cmd" >/dev/null 2>&1 || missing+=("${PACKAGES[$cmd]}")
+  fi
 done
 ((${#missing[@]})) || exit 0
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)

@@ -2,6 +2,7 @@
 # Start, stop and report the engines the tests need, on loopback, on non-default ports, with
 # their data in a temporary folder. Usage: scripts/services.sh up|down|status [engine...]
 #        scripts/services.sh etcd-member stop|kill|start|pause|resume <1|2|3>   (fault tests)
+#        scripts/services.sh zk-member stop|kill|start|pause|resume <1|2|3>     (fault tests)
 #
 # Each engine is a set of functions named <engine>_up, <engine>_down and <engine>_status; to add
 # one, write those three and list it in ENGINES. PIDs are written to $STATE/<name>.pid and every
@@ -9,13 +10,18 @@
 set -euo pipefail
 
 STATE=${FENCELOCK_SERVICES_DIR:-${TMPDIR:-/tmp}/fencelock-services}
-ENGINES=(redis etcd)
+ENGINES=(redis etcd zookeeper)
 
 # Ports (override with the environment; keep in step with test/helpers/engines.ts).
 REDIS_PORT=${FENCELOCK_REDIS_PORT:-6390}
 # etcd member n (1..3) listens for clients on CLIENT_BASE+n and for peers on PEER_BASE+n.
 ETCD_CLIENT_PORT_BASE=${FENCELOCK_ETCD_CLIENT_PORT_BASE:-23790}
 ETCD_PEER_PORT_BASE=${FENCELOCK_ETCD_PEER_PORT_BASE:-23800}
+# ZooKeeper server n (1..3) listens for clients on CLIENT_BASE+n-1 (21811-21813), for its
+# followers on PEER_BASE+n-1 (the leader only) and for leader election on ELECTION_BASE+n-1.
+ZK_CLIENT_PORT_BASE=${FENCELOCK_ZK_CLIENT_PORT_BASE:-21811}
+ZK_PEER_PORT_BASE=${FENCELOCK_ZK_PEER_PORT_BASE:-22881}
+ZK_ELECTION_PORT_BASE=${FENCELOCK_ZK_ELECTION_PORT_BASE:-23881}
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -50,7 +56,8 @@ stop_pidfile() { # stop_pidfile <name>
     local pid; pid=$(cat "$pidfile")
     kill -CONT "$pid" 2>/dev/null || true # a test may have left it stopped (SIGSTOP)
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    # Done once it is a zombie: our parent-less servers are reaped by PID 1, which may take ~2 s.
+    for _ in $(seq 50); do [[ $(proc_state "$pid") =~ ^Z?$ ]] && break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
     log "$1 stopped (pid $pid)"
   fi
@@ -238,10 +245,207 @@ etcd_member() { # etcd_member stop|kill|start|pause|resume <1|2|3>
   esac
 }
 
+# --- ZooKeeper: a 3-server ensemble on loopback ---------------------------------------------------
+# Server n (zk1..zk3): clients on 127.0.0.1:$((ZK_CLIENT_PORT_BASE + n - 1)), quorum (leader to
+# followers) on $((ZK_PEER_PORT_BASE + n - 1)), leader election on $((ZK_ELECTION_PORT_BASE + n - 1)).
+# Config, data (with myid) and transaction log in $STATE/zookeeper/zk<n>, server log in
+# $STATE/zookeeper/zk<n>.log, PID in $STATE/zk<n>.pid. `up` starts from fresh data dirs; `down`
+# keeps them (and the logs) until the next `up`. We run QuorumPeerMain straight from Debian's
+# `zookeeper` package (no zkServer.sh, no system service, nothing in /etc/zookeeper or
+# /var/lib/zookeeper): /usr/share/java/zookeeper.jar names its dependencies in its manifest, and
+# slf4j-simple (libslf4j-java, a dependency) writes the log to stderr. tickTime 500 ms lets a
+# client negotiate session timeouts from 1 s (2 ticks) to 60 s; a follower that hears nothing
+# from the leader for syncLimit ticks (2 s) drops it and a new election starts. Fault tests drive
+# single servers with `zk-member`.
+ZK_SERVERS=(1 2 3)
+ZK_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
+# A small heap and a quick start: C1 only, serial GC, no hsperfdata files in /tmp.
+ZK_JVM_FLAGS=(-Xms32m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData
+  -Dorg.slf4j.simpleLogger.showDateTime=true
+  "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS")
+
+zk_client_port() { echo $((ZK_CLIENT_PORT_BASE + $1 - 1)); }
+zk_peer_port() { echo $((ZK_PEER_PORT_BASE + $1 - 1)); }
+zk_election_port() { echo $((ZK_ELECTION_PORT_BASE + $1 - 1)); }
+zk_connect_string() { # 127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813
+  local n hosts=()
+  for n in "${ZK_SERVERS[@]}"; do hosts+=("127.0.0.1:$(zk_client_port "$n")"); done
+  (IFS=,; echo "${hosts[*]}")
+}
+
+zk_4lw() { # zk_4lw <port> <word>: a four-letter-word command; the answer on stdout, 2 s at most
+  (
+    exec 3<>"/dev/tcp/127.0.0.1/$1" && printf '%s' "$2" >&3 || exit 1
+    while IFS= read -r -t 2 -u 3 line || [[ -n $line ]]; do printf '%s\n' "$line"; done
+  ) 2>/dev/null
+}
+zk_mode() { zk_4lw "$(zk_client_port "$1")" srvr | sed -n 's/^Mode: //p'; } # leader, follower
+zk_ensemble_ready() { # every server serves, one of them as the leader
+  local n mode leaders=0
+  for n in "${ZK_SERVERS[@]}"; do
+    mode=$(zk_mode "$n")
+    case $mode in leader) leaders=$((leaders + 1)) ;; follower) ;; *) return 1 ;; esac
+  done
+  ((leaders == 1))
+}
+zk_serving() { [[ $(zk_mode "$1") =~ ^(leader|follower)$ ]]; }
+
+zk_write_config() { # zk_write_config <n>: zoo.cfg and myid of server n, in a fresh folder
+  local n=$1 m dir=$STATE/zookeeper/zk$1
+  mkdir -p "$dir/data" "$dir/txlog"
+  echo "$n" >"$dir/data/myid"
+  {
+    echo "tickTime=500"
+    echo "initLimit=20"
+    echo "syncLimit=4"
+    echo "minSessionTimeout=1000"
+    echo "maxSessionTimeout=60000"
+    echo "dataDir=$dir/data"
+    echo "dataLogDir=$dir/txlog"
+    echo "clientPortAddress=127.0.0.1"
+    echo "clientPort=$(zk_client_port "$n")"
+    echo "maxClientCnxns=0" # no cap per client IP: every test client comes from 127.0.0.1
+    echo "admin.enableServer=false"
+    echo "4lw.commands.whitelist=ruok,srvr,stat,mntr,conf,cons,dump,wchs"
+    # A killed process loses nothing the kernel has (only a host crash would), so skip fsync;
+    # 1 MiB log preallocation instead of 64 MiB.
+    echo "forceSync=no"
+    echo "preAllocSize=1024"
+    echo "cnxTimeout=1000" # election connections to a paused server give up after 1 s, not 5
+    for m in "${ZK_SERVERS[@]}"; do
+      echo "server.$m=127.0.0.1:$(zk_peer_port "$m"):$(zk_election_port "$m")"
+    done
+  } >"$dir/zoo.cfg"
+}
+
+zk_launch() { # zk_launch <n>: start server n in the background, write its PID
+  local n=$1
+  # setsid: its own session, as for etcd. A JVM crash report goes beside the log, not into $PWD.
+  setsid nohup java "${ZK_JVM_FLAGS[@]}" -XX:ErrorFile="$STATE/zookeeper/zk$n-hs_err_%p.log" \
+    -cp "$ZK_CLASSPATH" org.apache.zookeeper.server.quorum.QuorumPeerMain \
+    "$STATE/zookeeper/zk$n/zoo.cfg" \
+    </dev/null >>"$STATE/zookeeper/zk$n.log" 2>&1 &
+  echo $! >"$STATE/zk$n.pid"
+}
+
+zk_require_free_ports() { # zk_require_free_ports <n>
+  require_free_port "$(zk_client_port "$1")" "zk$1 (client)"
+  require_free_port "$(zk_peer_port "$1")" "zk$1 (quorum)"
+  require_free_port "$(zk_election_port "$1")" "zk$1 (election)"
+}
+
+zk_logs_tail() { # the last lines of each server's log, after a failure
+  local n
+  for n in "${ZK_SERVERS[@]}"; do
+    [[ -f $STATE/zookeeper/zk$n.log ]] || continue
+    log "--- last lines of $STATE/zookeeper/zk$n.log"
+    grep -v 'Processing srvr command' "$STATE/zookeeper/zk$n.log" | tail -n 5 >&2 || true
+  done
+}
+
+zookeeper_up() {
+  local n alive=0
+  for n in "${ZK_SERVERS[@]}"; do pid_alive "$STATE/zk$n.pid" && alive=$((alive + 1)); done
+  if ((alive == ${#ZK_SERVERS[@]})); then log "zookeeper already up on $(zk_connect_string)"; return; fi
+  if ((alive > 0)); then
+    log "zookeeper is partly up ($alive of ${#ZK_SERVERS[@]} servers): '$0 zk-member start <n>'" \
+      "the missing ones, or '$0 down zookeeper' first"
+    return 1
+  fi
+  if ! command -v java >/dev/null 2>&1 || [[ ! -f ${ZK_CLASSPATH%%:*} ]]; then
+    log "zookeeper needs java and Debian's zookeeper package: run scripts/install-engines.sh"
+    return 1
+  fi
+  for n in "${ZK_SERVERS[@]}"; do zk_require_free_ports "$n"; done
+  rm -rf "$STATE/zookeeper" && mkdir -p "$STATE/zookeeper"
+  for n in "${ZK_SERVERS[@]}"; do zk_write_config "$n"; done
+  for n in "${ZK_SERVERS[@]}"; do zk_launch "$n"; done
+  if ! wait_until 60 "zookeeper ensemble on $(zk_connect_string)" zk_ensemble_ready; then
+    zk_logs_tail; zookeeper_down; return 1
+  fi
+  for n in "${ZK_SERVERS[@]}"; do
+    if ! pid_alive "$STATE/zk$n.pid"; then
+      log "zk$n exited; see $STATE/zookeeper/zk$n.log"; zk_logs_tail; zookeeper_down; return 1
+    fi
+  done
+  log "zookeeper up: 3 servers on $(zk_connect_string) (quorum" \
+    "$(zk_peer_port 1)-$(zk_peer_port 3), election $(zk_election_port 1)-$(zk_election_port 3))"
+}
+zookeeper_down() {
+  # All at once (SIGCONT, SIGTERM), then wait for each: a JVM exits in ~0.3 s.
+  local n pid stopped=()
+  for n in "${ZK_SERVERS[@]}"; do
+    pid_alive "$STATE/zk$n.pid" || continue
+    pid=$(cat "$STATE/zk$n.pid"); stopped+=("zk$n=$pid")
+    kill -CONT "$pid" 2>/dev/null || true # a test may have left it stopped (SIGSTOP)
+    kill "$pid" 2>/dev/null || true
+  done
+  for n in "${ZK_SERVERS[@]}"; do stop_pidfile "zk$n"; done
+  ((${#stopped[@]} == 0)) || log "zookeeper stopped (${stopped[*]})"
+}
+zookeeper_status() {
+  local n pid mode port
+  for n in "${ZK_SERVERS[@]}"; do
+    port=$(zk_client_port "$n")
+    if ! pid_alive "$STATE/zk$n.pid"; then echo "zk$n: down"; continue; fi
+    pid=$(cat "$STATE/zk$n.pid")
+    if [[ $(proc_state "$pid") == T ]]; then
+      echo "zk$n: paused (SIGSTOP) on 127.0.0.1:$port (pid $pid)"
+      continue
+    fi
+    mode=$(zk_mode "$n")
+    if [[ $mode =~ ^(leader|follower)$ ]]; then
+      echo "zk$n: up on 127.0.0.1:$port, quorum $(zk_peer_port "$n"), election" \
+        "$(zk_election_port "$n") (pid $pid, $mode)"
+    else
+      echo "zk$n: not serving on 127.0.0.1:$port (pid $pid; no quorum? see" \
+        "$STATE/zookeeper/zk$n.log)"
+    fi
+  done
+}
+
+zk_member() { # zk_member stop|kill|start|pause|resume <1|2|3>
+  local action=${1:-} n=${2:-} pid pidfile
+  if [[ ! $action =~ ^(stop|kill|start|pause|resume)$ || ! $n =~ ^[123]$ ]]; then
+    echo "usage: $0 zk-member stop|kill|start|pause|resume <1|2|3>" >&2; exit 2
+  fi
+  pidfile=$STATE/zk$n.pid
+  if [[ $action != start && $action != stop ]] && ! pid_alive "$pidfile"; then
+    log "zk$n is not running"; return 1
+  fi
+  case $action in
+    stop) stop_pidfile "zk$n" ;; # SIGCONT, SIGTERM, SIGKILL after 5 s
+    kill)
+      pid=$(cat "$pidfile")
+      kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do [[ $(proc_state "$pid") =~ ^Z?$ ]] && break; sleep 0.1; done
+      rm -f "$pidfile"
+      log "zk$n killed (SIGKILL, pid $pid)"
+      ;;
+    pause) kill -STOP "$(cat "$pidfile")"; log "zk$n paused (SIGSTOP)" ;;
+    resume) kill -CONT "$(cat "$pidfile")"; log "zk$n resumed (SIGCONT)" ;;
+    start)
+      if pid_alive "$pidfile"; then log "zk$n already running (pid $(cat "$pidfile"))"; return; fi
+      if [[ ! -f $STATE/zookeeper/zk$n/data/myid ]]; then
+        log "zk$n has no data dir in $STATE/zookeeper; start the ensemble with '$0 up zookeeper'"
+        return 1
+      fi
+      zk_require_free_ports "$n"
+      zk_launch "$n"
+      # Serving means it has joined a quorum: with every other server down it never will.
+      wait_until 30 "zk$n on 127.0.0.1:$(zk_client_port "$n")" zk_serving "$n" ||
+        { grep -v 'Processing srvr command' "$STATE/zookeeper/zk$n.log" | tail -n 5 >&2; return 1; }
+      pid_alive "$pidfile" || { log "zk$n exited; see $STATE/zookeeper/zk$n.log"; return 1; }
+      log "zk$n up again on 127.0.0.1:$(zk_client_port "$n") (pid $(cat "$pidfile"), $(zk_mode "$n"))"
+      ;;
+  esac
+}
+
 main() {
   local cmd=${1:-status}; shift || true
   mkdir -p "$STATE"
   if [[ $cmd == etcd-member ]]; then etcd_member "$@"; return; fi
+  if [[ $cmd == zk-member ]]; then zk_member "$@"; return; fi
   local engines=("$@"); ((${#engines[@]})) || engines=("${ENGINES[@]}")
   case $cmd in
     up) for e in "${engines[@]}"; do "${e}_up"; done ;;
@@ -250,6 +454,7 @@ main() {
     *)
       echo "usage: $0 up|down|status [${ENGINES[*]}]" >&2
       echo "       $0 etcd-member stop|kill|start|pause|resume <1|2|3>" >&2
+      echo "       $0 zk-member stop|kill|start|pause|resume <1|2|3>" >&2
       exit 2
       ;;
   esac

@@ -6,6 +6,7 @@
 import { parseEtcdUrl } from './backends/etcd/url.js';
 import { parseRedisUrl } from './backends/redis/url.js';
 import { parseSqliteUrl } from './backends/sqlite/url.js';
+import { parseZookeeperUrl } from './backends/zookeeper/url.js';
 import type { Backend } from './core/backend.js';
 import { InvalidArgumentError } from './errors.js';
 
@@ -37,6 +38,11 @@ const STORES: Record<string, StoreEntry> = {
   etcd: (store) => {
     const config = parseEtcdUrl(store);
     return async () => (await import('./backends/etcd/index.js')).createEtcdBackend(config);
+  },
+  zk: (store) => {
+    const config = parseZookeeperUrl(store);
+    return async () =>
+      (await import('./backends/zookeeper/index.js')).createZookeeperBackend(config);
   },
 };
 

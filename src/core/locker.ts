@@ -275,11 +275,12 @@ export class Locker implements AsyncDisposable {
       return await this.#backend;
     } catch (error) {
       if (error instanceof InvalidArgumentError || error instanceof BackendError) throw error;
-      const missing = (error as { code?: string }).code === 'ERR_MODULE_NOT_FOUND';
+      const code = (error as { code?: string }).code;
+      const missing = code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND';
       throw new BackendError(
         'store',
         missing
-          ? 'load (install the engine client: npm install ioredis / better-sqlite3@12)'
+          ? 'load (install the engine client: npm install ioredis / better-sqlite3@12 / etcd3 / zookeeper)'
           : 'load',
         error,
       );

@@ -14,3 +14,11 @@ export const ETCD_PEER_PORT_BASE = Number(process.env.FENCELOCK_ETCD_PEER_PORT_B
 export const ETCD_ENDPOINTS: readonly string[] = [1, 2, 3].map(
   (n) => `http://127.0.0.1:${ETCD_CLIENT_PORT_BASE + n}`,
 );
+
+/**
+ * Server n (1..3) of the ZooKeeper ensemble serves clients on ZK_CLIENT_PORT_BASE+n−1
+ * (21811 … 21813 by default), as in `scripts/services.sh`.
+ */
+export const ZK_CLIENT_PORT_BASE = Number(process.env.FENCELOCK_ZK_CLIENT_PORT_BASE || 21811);
+/** `127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813` (a `zk://` host list). */
+export const ZK_HOSTS = [1, 2, 3].map((n) => `127.0.0.1:${ZK_CLIENT_PORT_BASE + n - 1}`).join(',');

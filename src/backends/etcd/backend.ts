@@ -13,6 +13,7 @@
  * The owner id is part of the key (not only the lease id, as in `mutex.go`), so two handles in
  * one process never share a lock by accident.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { Etcd3, type IKeyValue, type IRequestOp, type ITxnResponse } from 'etcd3';
 import type {
   AttemptRequest,
@@ -36,6 +37,18 @@ import type { EtcdUrlConfig } from './url.js';
  * the cost of a bug or an unexpected stream end.
  */
 const RECHECK_AFTER_MS = 30_000;
+
+/**
+ * Deadline of each try of the unary requests made inside `run`, ms. The client's call options
+ * read it (each try of a request, on another member after a timeout, gets a fresh deadline), so
+ * a renewal fits several tries into its lease's TTL instead of one `dialTimeoutMs`.
+ */
+const tryDeadline = new AsyncLocalStorage<number>();
+
+/** Per-try deadline of a renewal of a `ttlMs` lease: three tries fit in half the TTL. */
+function renewTryMs(ttlMs: number, timeoutMs: number): number {
+  return Math.min(timeoutMs, Math.max(500, ttlMs / 6));
+}
 
 interface Contender {
   readonly key: string;
@@ -223,11 +236,13 @@ export class EtcdBackend implements Backend {
         ? this.#client.get(contender.key)
         : this.#client.put(contender.key).value(modeOf(contender.key, dir)).lease(target.leaseId);
     const txn = await this.#call('renew', () =>
-      this.#client
-        .if(contender.key, 'Create', '==', String(lease.fencingToken))
-        .then(bind)
-        .else(this.#listOp(dir))
-        .commit(),
+      tryDeadline.run(renewTryMs(target.grantedTtlMs, this.#timeoutMs), () =>
+        this.#client
+          .if(contender.key, 'Create', '==', String(lease.fencingToken))
+          .then(bind)
+          .else(this.#listOp(dir))
+          .commit(),
+      ),
     );
     if (!txn.succeeded) {
       if (target !== current && !target.shared) void target.revoke();
@@ -540,11 +555,16 @@ export function createEtcdBackendFromConfig(config: EtcdUrlConfig): EtcdBackend 
   const client = new Etcd3({
     hosts: [...config.endpoints],
     dialTimeout: config.dialTimeoutMs,
-    // A unary request never waits forever on a member that stopped answering; streams (watches,
-    // keepalives) are long-lived and get gRPC keepalive pings to notice a dead member instead.
+    // A unary request never waits forever on a member that stopped answering; watch streams are
+    // long-lived and get gRPC keepalive pings to notice a dead member instead (session
+    // keepalives are short streams with deadlines of their own, see session.ts).
     defaultCallOptions: (context) =>
-      context.isStream ? {} : { deadline: Date.now() + config.dialTimeoutMs },
-    grpcOptions: { 'grpc.keepalive_time_ms': 1_000, 'grpc.keepalive_timeout_ms': 1_000 },
+      context.isStream
+        ? {}
+        : { deadline: Date.now() + (tryDeadline.getStore() ?? config.dialTimeoutMs) },
+    // Not below 5 s: etcd's default --grpc-keepalive-min-time, under which it answers pings with
+    // GOAWAY (too many pings) and drops the connection.
+    grpcOptions: { 'grpc.keepalive_time_ms': 5_000, 'grpc.keepalive_timeout_ms': 2_000 },
     ...(config.auth
       ? { auth: { username: config.auth.username, password: config.auth.password } }
       : {}),

@@ -6,14 +6,21 @@
  *   longer be proven alive: the server said it expired or was revoked, or no keepalive succeeded
  *   before `validUntil` (start of the last successful keepalive + granted TTL − drift). So loss
  *   is reported within the TTL, not after twice the TTL as the etcd3 package's own `lost` event.
+ * - The keepalive is ours, not the etcd3 package's long-lived stream: every third of the TTL one
+ *   keepalive on a fresh stream, with a deadline, to a member the client picks at random; a
+ *   failed or unanswered one is retried at once on another pick. A member that froze while it
+ *   carried the stream therefore costs one deadline, not the lease.
  * - A single-use session is granted for one lock whose lease is not renewed (`autoRenew: false`):
  *   nothing keeps it alive, so the lock ends with its TTL unless `renewOnce` is called.
  */
-import type { Etcd3, Lease as EtcdLease } from 'etcd3';
+import type { Etcd3 } from 'etcd3';
 import type { BackendSession } from '../../core/backend.js';
 import { monotonicNow } from '../../core/clock.js';
 import { BackendError } from '../../errors.js';
 import { DEFAULTS, driftMs } from '../../options.js';
+
+/** Pause between a failed keepalive and the next try, ms (a new pick of member). */
+const KEEPALIVE_RETRY_MS = 100;
 
 /** A live etcd lease. */
 export class EtcdSession implements BackendSession {
@@ -30,70 +37,58 @@ export class EtcdSession implements BackendSession {
   /** Aborted (with the cause as reason) when the lease is lost. */
   readonly signal: AbortSignal;
   readonly #client: Etcd3;
-  readonly #keptAlive: EtcdLease | undefined;
+  readonly #timeoutMs: number;
   readonly #abort = new AbortController();
   #validUntil: number;
-  #firedAt: number;
-  #timer: NodeJS.Timeout | undefined;
+  /** Fires at `validUntil`: the lease is lost unless a keepalive moved it. */
+  #expiry: NodeJS.Timeout | undefined;
+  /** Next background keepalive of a shared session. */
+  #next: NodeJS.Timeout | undefined;
+  #keepingAlive: boolean;
 
   private constructor(
     client: Etcd3,
-    keptAlive: EtcdLease | undefined,
+    shared: boolean,
     requestedSeconds: number,
     leaseId: string,
     grantedTtlMs: number,
     startedAt: number,
+    timeoutMs: number,
   ) {
     this.#client = client;
+    // Several tries must fit in one TTL: a frozen member costs one deadline, then another pick.
+    this.#timeoutMs = Math.min(timeoutMs, Math.max(500, grantedTtlMs / 6));
     this.requestedSeconds = requestedSeconds;
-    this.#keptAlive = keptAlive;
-    this.shared = keptAlive !== undefined;
+    this.shared = shared;
+    this.#keepingAlive = shared;
     this.leaseId = leaseId;
     this.leaseHex = BigInt(leaseId).toString(16);
     this.grantedTtlMs = grantedTtlMs;
     this.signal = this.#abort.signal;
-    this.#firedAt = startedAt;
     this.#validUntil = this.#bound(startedAt);
-    keptAlive?.on('keepaliveFired', () => {
-      this.#firedAt = monotonicNow();
-    });
-    keptAlive?.on('keepaliveSucceeded', () => this.#extendFrom(this.#firedAt));
-    keptAlive?.on('lost', (error) => this.lose(error));
     this.#arm();
+    this.#scheduleKeepAlive(this.grantedTtlMs / 3);
   }
 
   /**
-   * Grant a shared lease of `ttlSeconds` and wait for its first keepalive, which tells the TTL
-   * the server granted.
+   * Grant a lease of `ttlSeconds` kept alive in the background until revoked, orphaned or lost.
    * @throws BackendError when the cluster does not answer within `timeoutMs`.
    */
-  static async openShared(
-    client: Etcd3,
-    ttlSeconds: number,
-    timeoutMs: number,
-  ): Promise<EtcdSession> {
-    const startedAt = monotonicNow();
-    const lease = client.lease(ttlSeconds, { autoKeepAlive: true });
-    lease.on('lost', () => undefined);
-    try {
-      const first = new Promise<number>((resolve, reject) => {
-        lease.once('keepaliveSucceeded', (res) => resolve(Number(res.TTL)));
-        lease.once('lost', reject);
-      });
-      const [leaseId, ttl] = await withTimeout(Promise.all([lease.grant(), first]), timeoutMs);
-      return new EtcdSession(client, lease, ttlSeconds, leaseId, ttl * 1000, startedAt);
-    } catch (error) {
-      lease.release();
-      throw new BackendError('etcd', `lease grant (ttl ${ttlSeconds} s)`, error);
-    }
+  static openShared(client: Etcd3, ttlSeconds: number, timeoutMs: number): Promise<EtcdSession> {
+    return EtcdSession.#grant(client, true, ttlSeconds, timeoutMs);
   }
 
   /**
    * Grant a lease of `ttlSeconds` for one lock, not kept alive.
    * @throws BackendError when the cluster does not answer within `timeoutMs`.
    */
-  static async openSingleUse(
+  static openSingleUse(client: Etcd3, ttlSeconds: number, timeoutMs: number): Promise<EtcdSession> {
+    return EtcdSession.#grant(client, false, ttlSeconds, timeoutMs);
+  }
+
+  static async #grant(
     client: Etcd3,
+    shared: boolean,
     ttlSeconds: number,
     timeoutMs: number,
   ): Promise<EtcdSession> {
@@ -102,11 +97,12 @@ export class EtcdSession implements BackendSession {
       const res = await withTimeout(client.leaseClient.leaseGrant({ TTL: ttlSeconds }), timeoutMs);
       return new EtcdSession(
         client,
-        undefined,
+        shared,
         ttlSeconds,
         String(res.ID),
         Number(res.TTL) * 1000,
         startedAt,
+        timeoutMs,
       );
     } catch (error) {
       throw new BackendError('etcd', `lease grant (ttl ${ttlSeconds} s)`, error);
@@ -134,25 +130,38 @@ export class EtcdSession implements BackendSession {
   }
 
   /**
-   * One keepalive now (a single-use lease's renewal).
-   * @returns false when the server no longer has the lease.
-   * @throws BackendError when the cluster does not answer.
+   * One keepalive now, on a fresh stream with a deadline (a single-use lease's renewal, and each
+   * beat of a shared session's background keepalive).
+   * @returns false when the server no longer has the lease (the session is then lost).
+   * @throws BackendError when the cluster does not answer within the deadline.
    */
   async renewOnce(): Promise<boolean> {
     const startedAt = monotonicNow();
     let ttl: number;
     try {
-      const stream = await this.#client.leaseClient.leaseKeepAlive();
-      ttl = await new Promise<number>((resolve, reject) => {
-        stream.on('data', (res) => resolve(Number(res.TTL)));
-        stream.on('error', reject);
-        stream.write({ ID: this.leaseId });
-      }).finally(() => stream.end());
+      const stream = await withTimeout(
+        this.#client.leaseClient.leaseKeepAlive({ deadline: Date.now() + this.#timeoutMs }),
+        this.#timeoutMs,
+      );
+      try {
+        ttl = await withTimeout(
+          new Promise<number>((resolve, reject) => {
+            stream.on('data', (res) => resolve(Number(res.TTL)));
+            stream.on('error', reject);
+            stream.on('end', () => reject(new Error('keepalive stream ended')));
+            stream.write({ ID: this.leaseId });
+          }),
+          this.#timeoutMs,
+        );
+      } finally {
+        stream.on('error', () => undefined);
+        stream.cancel();
+      }
     } catch (error) {
       throw new BackendError('etcd', 'lease keepalive', error);
     }
     if (ttl <= 0) {
-      this.lose(new Error('etcd lease expired'));
+      this.lose(new Error('etcd lease expired or was revoked'));
       return false;
     }
     this.#extendFrom(startedAt);
@@ -162,8 +171,9 @@ export class EtcdSession implements BackendSession {
   /** Declare the session lost (idempotent): stop keepalives and abort `signal`. */
   lose(cause: unknown): void {
     if (this.signal.aborted) return;
-    clearTimeout(this.#timer);
-    this.#keptAlive?.release();
+    this.#keepingAlive = false;
+    clearTimeout(this.#expiry);
+    clearTimeout(this.#next);
     this.#abort.abort(cause);
   }
 
@@ -172,7 +182,8 @@ export class EtcdSession implements BackendSession {
    * under it, ends on the server after its TTL; `signal` aborts when the validity runs out.
    */
   orphan(): void {
-    this.#keptAlive?.release();
+    this.#keepingAlive = false;
+    clearTimeout(this.#next);
   }
 
   /** As `revoke`. */
@@ -186,10 +197,31 @@ export class EtcdSession implements BackendSession {
     this.lose(new Error('session closed'));
     if (!wasAlive) return;
     try {
-      await this.#client.leaseClient.leaseRevoke({ ID: this.leaseId });
+      await withTimeout(
+        this.#client.leaseClient.leaseRevoke({ ID: this.leaseId }),
+        this.#timeoutMs,
+      );
     } catch {
       // Already gone, or the cluster is unreachable: the lease then expires by its TTL.
     }
+  }
+
+  #scheduleKeepAlive(delayMs: number): void {
+    if (!this.#keepingAlive) return;
+    this.#next = setTimeout(() => void this.#keepAlive(), delayMs);
+    this.#next.unref();
+  }
+
+  async #keepAlive(): Promise<void> {
+    let alive: boolean;
+    try {
+      alive = await this.renewOnce();
+    } catch {
+      // No answer from the member picked: try another at once, until validity runs out.
+      this.#scheduleKeepAlive(KEEPALIVE_RETRY_MS);
+      return;
+    }
+    if (alive) this.#scheduleKeepAlive(this.grantedTtlMs / 3);
   }
 
   #bound(startedAt: number): number {
@@ -202,10 +234,10 @@ export class EtcdSession implements BackendSession {
   }
 
   #arm(): void {
-    clearTimeout(this.#timer);
+    clearTimeout(this.#expiry);
     // A lease of its own is nobody's to keep alive: the core times the lock's own expiry.
     if (!this.alive || !this.shared) return;
-    this.#timer = setTimeout(
+    this.#expiry = setTimeout(
       () => {
         if (monotonicNow() >= this.#validUntil) {
           this.lose(new Error('etcd lease was not renewed within its TTL'));
@@ -213,7 +245,7 @@ export class EtcdSession implements BackendSession {
       },
       Math.max(0, this.#validUntil - monotonicNow()),
     );
-    this.#timer.unref();
+    this.#expiry.unref();
   }
 }
 

@@ -1,0 +1,481 @@
+/**
+ * ZooKeeper backend (the native `zookeeper` package). Apache Curator's lock recipe
+ * (`InterProcessMutex`, `InterProcessReadWriteLock`, `LockInternals`), with a fencing token and a
+ * lease-loss signal:
+ *
+ * - Every contender creates an EPHEMERAL_SEQUENTIAL node `_c_<owner>-<w|r>-<sequence>` under
+ *   `/<namespace>/locks/<key>` in its session. The owner id in the name is Curator's protected
+ *   mode: a create whose reply was lost is found again by name, never leaked.
+ * - A writer holds the lock when its node has the lowest sequence, a reader when no writer's node
+ *   is lower. Everyone else watches only its predecessor (the nearest lower node that blocks it),
+ *   so a release wakes one waiter (no herd), and reads the children again when it is deleted.
+ * - The fencing token is the czxid of the owner's node (zxids only grow).
+ * - Release deletes the owner's node by path and version; a node of another session is never
+ *   touched.
+ *
+ * Sessions: one ZooKeeper session per requested TTL (the negotiated session timeout is the TTL
+ * of its locks), or the session the user opened. On a lost connection (SUSPENDED) the granted
+ * locks of the session are lost at once by default (Curator's advice; `suspended: 'wait'` keeps
+ * them until the session's validity runs out instead), and their nodes are deleted when the
+ * connection comes back; on session expiry (LOST) every lock of the session is lost.
+ */
+import type {
+  AttemptRequest,
+  AttemptResult,
+  Backend,
+  BackendSession,
+  LeaseRef,
+  LockInfo,
+  LockMode,
+  ReleaseOutcome,
+  RenewResult,
+} from '../../core/backend.js';
+import { BackendError, InvalidArgumentError } from '../../errors.js';
+import { DEFAULTS, MAX_TIMER_MS } from '../../options.js';
+import {
+  CREATE_MODE,
+  type NativeZooKeeperClass,
+  type NodeStat,
+  ZCODE,
+  ZkSession,
+  type ZooKeeperError,
+  zkCode,
+} from './session.js';
+import type { SuspendedPolicy } from './url.js';
+
+/** How long a waiter trusts its watch before reading the children again, ms. */
+const RECHECK_AFTER_MS = 30_000;
+
+/** A contender node name: `_c_<owner>-<w|r>-<10-digit sequence>`. */
+const NODE_NAME = /^_c_([0-9a-f]+)-([wr])-(\d{10})$/;
+
+interface Contender {
+  readonly owner: string;
+  readonly path: string;
+  readonly name: string;
+  readonly session: ZkSession;
+  readonly autoRenew: boolean;
+  /** czxid of the node, once read. */
+  token: bigint | undefined;
+  /** Version of the node (its data, the TTL, changes when a lease without watchdog is extended). */
+  version: number;
+  /** Without the watchdog: the TTL after which the node is deleted, ms. */
+  ttlMs: number;
+  /** Aborted when the grant is lost (session lost, or suspended under `suspended: 'lose'`). */
+  readonly lost: AbortController;
+  /** Without the watchdog: deletes the node when its TTL runs out. */
+  expiry: NodeJS.Timeout | undefined;
+}
+
+interface Entry {
+  readonly name: string;
+  readonly owner: string;
+  readonly writer: boolean;
+  readonly sequence: number;
+}
+
+/** Settings of a ZooKeeper backend. */
+export interface ZookeeperBackendSettings {
+  readonly connect: string;
+  readonly namespace: string;
+  readonly connectTimeoutMs: number;
+  readonly suspended: SuspendedPolicy;
+}
+
+/** The ZooKeeper backend. Build it with `createZookeeperBackend`. */
+export class ZookeeperBackend implements Backend {
+  readonly name = 'zookeeper';
+  readonly maxTtlMs = MAX_TIMER_MS;
+  readonly modes: readonly LockMode[] = ['write', 'read'];
+  readonly #native: NativeZooKeeperClass;
+  readonly #settings: ZookeeperBackendSettings;
+  /** One session per requested timeout, ms. */
+  readonly #sessions = new Map<number, Promise<ZkSession>>();
+  readonly #userSessions = new Set<ZkSession>();
+  /** Nodes this backend created, by owner. */
+  readonly #contenders = new Map<string, Contender>();
+  #closed = false;
+
+  constructor(native: NativeZooKeeperClass, settings: ZookeeperBackendSettings) {
+    this.#native = native;
+    this.#settings = settings;
+  }
+
+  /** What a lost connection means for held locks: `lose` (default) or `wait`. */
+  get suspendedPolicy(): SuspendedPolicy {
+    return this.#settings.suspended;
+  }
+
+  /** The node under which the contenders for `key` are created. */
+  dirOf(key: string): string {
+    // Node names cannot be `.` or `..`; encoding every dot keeps the mapping one-to-one.
+    return `/${this.#settings.namespace}/locks/${encodeURIComponent(key).replaceAll('.', '%2E')}`;
+  }
+
+  /**
+   * The session the grants for `ttlMs` live in: its timeout is `ttlMs` as the server negotiates
+   * it (within [2, 20] × its tickTime). Opened on first use, shared by all such locks.
+   */
+  session(ttlMs: number): Promise<ZkSession> {
+    const existing = this.#sessions.get(ttlMs);
+    if (existing) return existing;
+    const opening = this.#open(ttlMs);
+    this.#sessions.set(ttlMs, opening);
+    opening.then(
+      (session) =>
+        session.signal.addEventListener('abort', () => {
+          if (this.#sessions.get(ttlMs) === opening) this.#sessions.delete(ttlMs);
+        }),
+      () => this.#sessions.delete(ttlMs),
+    );
+    return opening;
+  }
+
+  /**
+   * A session of `ttlMs` for the user, kept until closed, orphaned or lost.
+   * @throws BackendError when no server answers.
+   */
+  async openSession(ttlMs: number): Promise<BackendSession> {
+    const session = await this.#open(ttlMs);
+    this.#userSessions.add(session);
+    session.signal.addEventListener('abort', () => this.#userSessions.delete(session), {
+      once: true,
+    });
+    return session;
+  }
+
+  /** Create this contender's node (once) and read the children; granted when nothing blocks it. */
+  async attempt(request: AttemptRequest): Promise<AttemptResult> {
+    this.#assertOpen('acquire');
+    const dir = this.dirOf(request.key);
+    let contender = this.#contenders.get(request.owner);
+    if (contender !== undefined && !contender.session.alive) {
+      this.#forget(request.owner);
+      contender = undefined;
+    }
+    if (contender === undefined) {
+      const session = request.session
+        ? this.#userSession(request.session)
+        : await this.session(request.ttlMs);
+      contender = await this.#enqueue(session, dir, request);
+    }
+    const { session } = contender;
+    const entries = parseChildren(await this.#call('acquire', () => session.children(dir)));
+    const mine = entries.find((e) => e.name === contender.name);
+    if (mine === undefined) {
+      // Our node is gone (deleted behind our back): start again as a new contender.
+      this.#forget(request.owner);
+      throw new BackendError(this.name, 'acquire', new Error('contender node vanished'));
+    }
+    if (contender.token === undefined) {
+      const stat = await this.#call('acquire', () => session.stat(contender.path));
+      if (stat === undefined) {
+        this.#forget(request.owner);
+        throw new BackendError(this.name, 'acquire', new Error('contender node vanished'));
+      }
+      contender.token = BigInt(stat.czxid);
+    }
+    const predecessor = entries
+      .filter((e) => e.sequence < mine.sequence && (request.mode === 'write' || e.writer))
+      .at(-1);
+    if (predecessor === undefined) return this.#grant(contender, request);
+    const predecessorPath = `${dir}/${predecessor.name}`;
+    return {
+      granted: false,
+      queued: true,
+      recheckAfterMs: RECHECK_AFTER_MS,
+      waitForChange: (signal, maxMs) =>
+        session.waitForDelete(predecessorPath, signal, maxMs).catch(() => undefined),
+    };
+  }
+
+  /**
+   * Confirm that the owner's node still exists with the lease's czxid. The session is kept
+   * alive by the client, and its negotiated timeout is the TTL of a lease with the watchdog (a
+   * node cannot move to another session). A lease without the watchdog gets its TTL restarted:
+   * `ttlMs` (the session's timeout when `ttlMs` is what the session was opened with), written
+   * into the node for `inspect`; it is never believed past the session's own validity.
+   */
+  async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    const contender = this.#contenders.get(lease.owner);
+    const dir = this.dirOf(lease.key);
+    if (contender === undefined || !contender.session.alive || contender.lost.signal.aborted) {
+      return { ok: false, reason: (await this.#anyContender(dir)) ? 'not-owner' : 'not-held' };
+    }
+    if (contender.token !== lease.fencingToken) return { ok: false, reason: 'not-owner' };
+    const { session } = contender;
+    const applied =
+      contender.autoRenew || ttlMs === session.requestedTimeoutMs ? session.timeoutMs : ttlMs;
+    let stat: NodeStat | undefined;
+    try {
+      stat = await this.#call('renew', () =>
+        applied === contender.ttlMs
+          ? session.stat(contender.path)
+          : session.setData(contender.path, String(applied), contender.version),
+      );
+    } catch (error) {
+      const code = zkCode(error);
+      if (code !== ZCODE.noNode && code !== ZCODE.badVersion) throw error;
+      stat = undefined;
+    }
+    if (stat === undefined || BigInt(stat.czxid) !== lease.fencingToken) {
+      this.#forget(lease.owner);
+      return { ok: false, reason: (await this.#anyContender(dir)) ? 'not-owner' : 'not-held' };
+    }
+    contender.version = stat.version;
+    contender.ttlMs = applied;
+    if (!contender.autoRenew) this.#startExpiry(contender);
+    return { ok: true, ttlMs: applied, validUntil: session.validUntil };
+  }
+
+  /** Delete the owner's node by path and version, if its czxid is the token. */
+  async release(lease: LeaseRef): Promise<ReleaseOutcome> {
+    const dir = this.dirOf(lease.key);
+    const known = this.#contenders.get(lease.owner);
+    if (known !== undefined && known.token !== lease.fencingToken) {
+      // Not this owner's grant: leave its node (if any) alone.
+      return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
+    }
+    const session = known?.session.alive ? known.session : await this.session(DEFAULTS.ttlMs);
+    const path = known?.path ?? (await this.#findNode(session, dir, lease.owner));
+    if (path === undefined) {
+      return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
+    }
+    let version = known?.version ?? -1;
+    if (known === undefined) {
+      const stat = await this.#call('release', () => session.stat(path));
+      if (stat !== undefined && BigInt(stat.czxid) !== lease.fencingToken) return 'not-owner';
+      version = stat?.version ?? -1;
+    }
+    let deleted: boolean;
+    try {
+      deleted = await this.#call('release', () => session.delete(path, version));
+    } catch (error) {
+      // A lost connection: the node goes on reconnection (the sweep) or with the session.
+      if (known !== undefined) known.lost.abort(error);
+      throw error;
+    }
+    this.#forget(lease.owner);
+    if (deleted) return 'released';
+    return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
+  }
+
+  /** Delete this contender's node (waiting or granted). */
+  async abandon(request: AttemptRequest): Promise<void> {
+    const dir = this.dirOf(request.key);
+    const known = this.#contenders.get(request.owner);
+    const session = known?.session.alive ? known.session : await this.session(DEFAULTS.ttlMs);
+    const path = known?.path ?? (await this.#findNode(session, dir, request.owner));
+    this.#forget(request.owner);
+    if (path !== undefined) await this.#call('abandon', () => session.delete(path, -1));
+  }
+
+  /** Lowest node (owner, czxid, its session's timeout) and the newest node's czxid. */
+  async inspect(key: string): Promise<LockInfo> {
+    const dir = this.dirOf(key);
+    const session = await this.session(DEFAULTS.ttlMs);
+    const entries = parseChildren(await this.#call('inspect', () => session.children(dir)));
+    const first = entries[0];
+    const last = entries.at(-1);
+    if (first === undefined || last === undefined)
+      return { key, holder: null, lastFencingToken: 0n };
+    const [head, tail] = await Promise.all([
+      this.#call('inspect', () => session.read(`${dir}/${first.name}`)),
+      last === first ? undefined : this.#call('inspect', () => session.stat(`${dir}/${last.name}`)),
+    ]);
+    if (head === undefined) return this.inspect(key);
+    const headToken = BigInt(head.stat.czxid);
+    return {
+      key,
+      holder: { owner: first.owner, fencingToken: headToken, ttlMs: Number(head.data) || 0 },
+      lastFencingToken: tail === undefined ? headToken : BigInt(tail.czxid),
+    };
+  }
+
+  /** Close every session this backend opened (the server deletes their nodes). */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const contender of this.#contenders.values()) clearTimeout(contender.expiry);
+    this.#contenders.clear();
+    const sessions = await Promise.allSettled(this.#sessions.values());
+    this.#sessions.clear();
+    for (const s of sessions) if (s.status === 'fulfilled') await s.value.close();
+    for (const session of [...this.#userSessions]) await session.close();
+  }
+
+  async #open(ttlMs: number): Promise<ZkSession> {
+    this.#assertOpen('open session');
+    const session = await ZkSession.open(this.#native, {
+      connect: this.#settings.connect,
+      requestedTimeoutMs: ttlMs,
+      connectTimeoutMs: this.#settings.connectTimeoutMs,
+    });
+    if (this.#closed) {
+      await session.close();
+      this.#assertOpen('open session');
+    }
+    session.signal.addEventListener(
+      'abort',
+      () => {
+        for (const contender of this.#contenders.values()) {
+          if (contender.session === session) contender.lost.abort(session.signal.reason);
+        }
+      },
+      { once: true },
+    );
+    session.onReconnect = () => void this.#sweep(session);
+    return session;
+  }
+
+  /** Create the contender's node in `session`, creating the parents when missing. */
+  async #enqueue(session: ZkSession, dir: string, request: AttemptRequest): Promise<Contender> {
+    const prefix = `_c_${request.owner}-${request.mode === 'read' ? 'r' : 'w'}-`;
+    const data = String(session.timeoutMs);
+    let path: string | undefined;
+    for (let tries = 0; path === undefined; tries++) {
+      try {
+        path = await session.create(`${dir}/${prefix}`, data, CREATE_MODE.ephemeralSequential);
+      } catch (error) {
+        const code = zkCode(error);
+        if (code === ZCODE.noNode && tries < 3) {
+          await this.#call('acquire', () => this.#createParents(session, dir));
+        } else if (code === ZCODE.connectionLoss || code === ZCODE.operationTimeout) {
+          // The create may have been applied with its reply lost: find it by owner (protected mode).
+          path = await this.#findNode(session, dir, request.owner);
+          if (path === undefined) throw new BackendError(this.name, 'acquire', error);
+        } else throw new BackendError(this.name, 'acquire', error);
+      }
+    }
+    const contender: Contender = {
+      owner: request.owner,
+      path,
+      name: path.slice(dir.length + 1),
+      session,
+      autoRenew: request.autoRenew,
+      token: undefined,
+      version: 0,
+      ttlMs: session.timeoutMs,
+      lost: new AbortController(),
+      expiry: undefined,
+    };
+    this.#contenders.set(request.owner, contender);
+    return contender;
+  }
+
+  /** `/<namespace>` and `/<namespace>/locks` persistent, the key's node a container (the server removes it once empty). */
+  async #createParents(session: ZkSession, dir: string): Promise<void> {
+    const root = `/${this.#settings.namespace}`;
+    for (const [path, mode] of [
+      [root, CREATE_MODE.persistent],
+      [`${root}/locks`, CREATE_MODE.persistent],
+      [dir, CREATE_MODE.container],
+    ] as const) {
+      try {
+        await session.create(path, '', mode);
+      } catch (error) {
+        if (zkCode(error) !== ZCODE.nodeExists) throw error;
+      }
+    }
+  }
+
+  #grant(contender: Contender, request: AttemptRequest): AttemptResult {
+    const { session } = contender;
+    const token = contender.token as bigint;
+    if (this.#settings.suspended === 'lose' && !contender.lost.signal.aborted) {
+      const suspended = session.suspended;
+      const onSuspended = () => contender.lost.abort(suspended.reason);
+      if (suspended.aborted) onSuspended();
+      else {
+        suspended.addEventListener('abort', onSuspended, { once: true });
+        contender.lost.signal.addEventListener(
+          'abort',
+          () => suspended.removeEventListener('abort', onSuspended),
+          { once: true },
+        );
+      }
+    }
+    if (!request.autoRenew && contender.expiry === undefined) this.#startExpiry(contender);
+    return {
+      granted: true,
+      token,
+      ttlMs: session.timeoutMs,
+      lost: contender.lost.signal,
+      validUntil: session.validUntil,
+    };
+  }
+
+  /** Without the watchdog, the node is deleted when the session timeout passes unrenewed. */
+  #startExpiry(contender: Contender): void {
+    clearTimeout(contender.expiry);
+    contender.expiry = setTimeout(() => {
+      if (this.#contenders.get(contender.owner) !== contender) return;
+      this.#forget(contender.owner);
+      contender.session.delete(contender.path, contender.version).catch(() => undefined);
+    }, contender.ttlMs);
+    contender.expiry.unref();
+  }
+
+  /** After a reconnection: delete the nodes of grants lost while the connection was down. */
+  async #sweep(session: ZkSession): Promise<void> {
+    for (const contender of [...this.#contenders.values()]) {
+      if (contender.session !== session || !contender.lost.signal.aborted) continue;
+      this.#forget(contender.owner);
+      await session.delete(contender.path, -1).catch(() => undefined);
+    }
+  }
+
+  /** The node of `owner` under `dir`, found by its protected name. */
+  async #findNode(session: ZkSession, dir: string, owner: string): Promise<string | undefined> {
+    const names = await this.#call('lookup', () => session.children(dir));
+    const name = names.find((n) => n.startsWith(`_c_${owner}-`));
+    return name === undefined ? undefined : `${dir}/${name}`;
+  }
+
+  async #anyContender(dir: string): Promise<boolean> {
+    const session = await this.session(DEFAULTS.ttlMs);
+    const names = await this.#call('lookup', () => session.children(dir));
+    return parseChildren(names).length > 0;
+  }
+
+  #forget(owner: string): void {
+    const contender = this.#contenders.get(owner);
+    if (contender === undefined) return;
+    clearTimeout(contender.expiry);
+    this.#contenders.delete(owner);
+  }
+
+  /** The live user session behind `session`. */
+  #userSession(session: BackendSession): ZkSession {
+    if (session instanceof ZkSession && this.#userSessions.has(session)) return session;
+    if (session.signal.aborted) {
+      throw new BackendError(this.name, 'acquire', new Error(`session ${session.id} ended`));
+    }
+    throw new InvalidArgumentError('session', 'a session of this ZooKeeper store', session.id);
+  }
+
+  #assertOpen(operation: string): void {
+    if (this.#closed) throw new BackendError(this.name, operation, new Error('backend is closed'));
+  }
+
+  async #call<T>(operation: string, run: () => Promise<T>): Promise<T> {
+    this.#assertOpen(operation);
+    try {
+      return await run();
+    } catch (error) {
+      if (error instanceof BackendError) throw error;
+      throw new BackendError(this.name, operation, error as ZooKeeperError);
+    }
+  }
+}
+
+/** Contender entries among `names`, lowest sequence first (other names are ignored). */
+function parseChildren(names: readonly string[]): Entry[] {
+  const entries: Entry[] = [];
+  for (const name of names) {
+    const m = NODE_NAME.exec(name);
+    if (m === null) continue;
+    entries.push({ name, owner: m[1]!, writer: m[2] === 'w', sequence: Number(m[3]) });
+  }
+  return entries.sort((a, b) => a.sequence - b.sequence);
+}

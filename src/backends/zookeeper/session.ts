@@ -1,0 +1,416 @@
+/**
+ * A ZooKeeper session: one client of the native `zookeeper` package (the C client), and what
+ * fencelock knows about the session's validity. Curator's `ConnectionStateManager` states, with
+ * a clock of our own:
+ *
+ * - CONNECTED: requests succeed. Every request that succeeds proves the server heard from the
+ *   session after the request started, so the server cannot expire it before that start plus the
+ *   negotiated timeout: `validUntil` = start of the last successful request + timeout − drift.
+ *   A heartbeat (one `exists` every third of the timeout) keeps that bound fresh when no lock
+ *   traffic does.
+ * - SUSPENDED: the client lost its connection (its `connecting` event) and reconnects by itself.
+ *   The session may still be alive on the server, or not: it learns which only on reconnection.
+ *   `suspended` aborts at once, so a backend that treats SUSPENDED as loss (Curator's advice, the
+ *   default) can say so; `validUntil` still bounds how long it may be believed.
+ * - LOST: the client closed with "session expired", or no request succeeded before `validUntil`.
+ *   `signal` aborts and the client is closed; a new session is needed. (The C client binding may
+ *   also report expiry after the whole ensemble stalled while the session was in fact alive:
+ *   declaring it lost then is conservative, and its nodes go when the server expires it.)
+ *
+ * Errors of the C client are numeric codes (`ZooKeeperError.code`): -101 no node, -110 node
+ * exists, -4 connection loss, -7 operation timeout, -112 session expired, -9 invalid state.
+ */
+import type { BackendSession } from '../../core/backend.js';
+import { monotonicNow } from '../../core/clock.js';
+import { BackendError } from '../../errors.js';
+import { DEFAULTS, driftMs } from '../../options.js';
+
+/** ZooKeeper's return codes used here (`ZooDefs`, the C client's `ZOO_ERRORS`). */
+export const ZCODE = Object.freeze({
+  connectionLoss: -4,
+  operationTimeout: -7,
+  invalidState: -9,
+  noNode: -101,
+  badVersion: -103,
+  nodeExists: -110,
+  notEmpty: -111,
+  sessionExpired: -112,
+  closing: -116,
+});
+
+/** Node create modes (`CreateMode`). */
+export const CREATE_MODE = Object.freeze({ persistent: 0, ephemeralSequential: 3, container: 4 });
+
+/** Watch event types (`Watcher.Event.EventType`): -1 is a session event, not a node's. */
+const SESSION_EVENT = -1;
+
+/** The parts of a node's `Stat` we read. */
+export interface NodeStat {
+  /** Zxid of the create, as a JS number (exact below 2^53). */
+  readonly czxid: number;
+  readonly version: number;
+  /** Session id (hex) of an ephemeral node's owner, `'0'` for others. */
+  readonly ephemeralOwner: string;
+}
+
+type Callback<T> = (rc: number, error: string, value: T) => void;
+
+/** The callback API of the native client (`zookeeper` package) that fencelock calls. */
+export interface NativeZooKeeper {
+  readonly timeout: number;
+  readonly client_id: string;
+  init(config: object): unknown;
+  close(): unknown;
+  on(event: 'connect' | 'connecting' | 'close', listener: (...args: unknown[]) => void): unknown;
+  a_create(path: string, data: string, flags: number, cb: Callback<string>): unknown;
+  a_exists(path: string, watch: boolean, cb: Callback<NodeStat>): unknown;
+  aw_exists(
+    path: string,
+    watchCb: (type: number, state: number, path: string) => void,
+    cb: Callback<NodeStat>,
+  ): unknown;
+  a_get_children(path: string, watch: boolean, cb: Callback<string[]>): unknown;
+  a_get(
+    path: string,
+    watch: boolean,
+    cb: (rc: number, error: string, stat: NodeStat, data: unknown) => void,
+  ): unknown;
+  a_delete_(path: string, version: number, cb: (rc: number, error: string) => void): unknown;
+  a_set(path: string, data: string, version: number, cb: Callback<NodeStat>): unknown;
+}
+
+/** A constructor of the native client. */
+export type NativeZooKeeperClass = new (config: object) => NativeZooKeeper;
+
+/** An error code from the ZooKeeper client, with its message. */
+export class ZooKeeperError extends Error {
+  readonly code: number;
+  constructor(code: number, message: string) {
+    super(`${message} (ZooKeeper code ${code})`);
+    this.name = 'ZooKeeperError';
+    this.code = code;
+  }
+}
+
+/** The ZooKeeper code of `error` (also through a BackendError's cause), if it has one. */
+export function zkCode(error: unknown): number | undefined {
+  if (error instanceof ZooKeeperError) return error.code;
+  if (error instanceof BackendError) return zkCode(error.cause);
+  return undefined;
+}
+
+/** Options of a session. */
+export interface ZkSessionOptions {
+  /** `host:port,host:port` (the C client's connect string). */
+  readonly connect: string;
+  /** Session timeout asked for, ms; the server negotiates it into its [2, 20] × tickTime. */
+  readonly requestedTimeoutMs: number;
+  /** How long to wait for the first connection, ms. */
+  readonly connectTimeoutMs: number;
+}
+
+/** One ZooKeeper session. */
+export class ZkSession implements BackendSession {
+  /** Session timeout the server negotiated, ms. */
+  readonly timeoutMs: number;
+  /** Session timeout asked for, ms. */
+  readonly requestedTimeoutMs: number;
+  /** Session id, hex (as the server logs it). */
+  readonly id: string;
+  /** Aborted (with the cause as reason) when the session is lost or closed. */
+  readonly signal: AbortSignal;
+  readonly #zk: NativeZooKeeper;
+  readonly #lost = new AbortController();
+  #suspension = new AbortController();
+  #validUntil: number;
+  #expiry: NodeJS.Timeout | undefined;
+  #heartbeat: NodeJS.Timeout | undefined;
+  #keepingAlive = true;
+  /** Called with every reconnection within the session. */
+  onReconnect: (() => void) | undefined;
+
+  private constructor(zk: NativeZooKeeper, requestedTimeoutMs: number, startedAt: number) {
+    this.#zk = zk;
+    this.requestedTimeoutMs = requestedTimeoutMs;
+    this.timeoutMs = zk.timeout;
+    this.id = zk.client_id;
+    this.signal = this.#lost.signal;
+    this.#validUntil = this.#bound(startedAt);
+    zk.on('connecting', () => this.#suspend());
+    zk.on('connect', () => this.#resume());
+    zk.on('close', (_zk, code) => {
+      if (code === ZCODE.sessionExpired) {
+        this.lose(new ZooKeeperError(ZCODE.sessionExpired, 'ZooKeeper session expired'));
+      } else this.lose(new Error(`ZooKeeper client closed (code ${String(code)})`));
+    });
+    this.#arm();
+    this.#scheduleHeartbeat();
+  }
+
+  /**
+   * Connect a new client and wait for its session.
+   * @throws BackendError when no server answers within `connectTimeoutMs`.
+   */
+  static async open(native: NativeZooKeeperClass, options: ZkSessionOptions): Promise<ZkSession> {
+    const startedAt = monotonicNow();
+    const zk = new native({
+      connect: options.connect,
+      timeout: options.requestedTimeoutMs,
+      // The C client writes its log to stderr, process-wide; errors reach callers as codes.
+      debug_level: 0,
+      host_order_deterministic: false,
+    });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          reject(new Error(`no ZooKeeper server answered within ${options.connectTimeoutMs} ms`));
+        }, options.connectTimeoutMs);
+        zk.on('connect', () => {
+          clearTimeout(timer);
+          resolve();
+        });
+        zk.on('close', (_zk, code) => {
+          clearTimeout(timer);
+          reject(new Error(`ZooKeeper client closed while connecting (code ${String(code)})`));
+        });
+        zk.init({});
+      });
+    } catch (error) {
+      zk.close();
+      throw new BackendError('zookeeper', `connect to ${options.connect}`, error);
+    }
+    return new ZkSession(zk, options.requestedTimeoutMs, startedAt);
+  }
+
+  /** TTL of the locks in this session: the negotiated timeout, ms. */
+  get ttlMs(): number {
+    return this.timeoutMs;
+  }
+
+  /** Monotonic time until which the session is believed alive on the server. */
+  get validUntil(): number {
+    return this.#validUntil;
+  }
+
+  /** True until the session is lost or closed. */
+  get alive(): boolean {
+    return !this.signal.aborted;
+  }
+
+  /** Aborted when the connection is lost (SUSPENDED); replaced by a fresh one on reconnection. */
+  get suspended(): AbortSignal {
+    return this.#suspension.signal;
+  }
+
+  /**
+   * Create a node; resolves with the path the server gave it (sequence suffix included).
+   * @throws ZooKeeperError
+   */
+  create(path: string, data: string, mode: number): Promise<string> {
+    return this.#call<string>((cb) => this.#zk.a_create(path, data, mode, cb));
+  }
+
+  /**
+   * Stat of `path`, or undefined when it does not exist.
+   * @throws ZooKeeperError
+   */
+  async stat(path: string): Promise<NodeStat | undefined> {
+    try {
+      return await this.#call<NodeStat>((cb) => this.#zk.a_exists(path, false, cb));
+    } catch (error) {
+      if (zkCode(error) === ZCODE.noNode) return undefined;
+      throw error;
+    }
+  }
+
+  /**
+   * Stat and data of `path`, or undefined when it does not exist.
+   * @throws ZooKeeperError
+   */
+  async read(path: string): Promise<{ stat: NodeStat; data: string } | undefined> {
+    try {
+      return await this.#call<{ stat: NodeStat; data: string }>((cb) =>
+        this.#zk.a_get(path, false, (rc, error, stat, data) =>
+          cb(rc, error, { stat, data: data === undefined || data === null ? '' : String(data) }),
+        ),
+      );
+    } catch (error) {
+      if (zkCode(error) === ZCODE.noNode) return undefined;
+      throw error;
+    }
+  }
+
+  /**
+   * Names of the children of `path`; empty when it does not exist.
+   * @throws ZooKeeperError
+   */
+  async children(path: string): Promise<string[]> {
+    try {
+      return await this.#call<string[]>((cb) => this.#zk.a_get_children(path, false, cb));
+    } catch (error) {
+      if (zkCode(error) === ZCODE.noNode) return [];
+      throw error;
+    }
+  }
+
+  /**
+   * Set the data of `path` if its version is `version`; resolves with the new stat.
+   * @throws ZooKeeperError (-101 when missing, -103 on another version)
+   */
+  setData(path: string, data: string, version: number): Promise<NodeStat> {
+    return this.#call<NodeStat>((cb) => this.#zk.a_set(path, data, version, cb));
+  }
+
+  /**
+   * Delete `path` if its version is `version` (-1: any).
+   * @returns false when the node does not exist.
+   * @throws ZooKeeperError (-103 on another version)
+   */
+  async delete(path: string, version: number): Promise<boolean> {
+    try {
+      await this.#call<void>((cb) =>
+        this.#zk.a_delete_(path, version, (rc, error) => cb(rc, error, undefined)),
+      );
+      return true;
+    } catch (error) {
+      if (zkCode(error) === ZCODE.noNode) return false;
+      throw error;
+    }
+  }
+
+  /**
+   * Resolve when `path` is deleted (a one-shot watch; ZooKeeper keeps it across reconnections),
+   * or at once when it does not exist; also at `maxMs`, when `signal` aborts, or the session ends.
+   * @throws ZooKeeperError when the watch cannot be set.
+   */
+  async waitForDelete(path: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    if (signal.aborted || !this.alive) return;
+    let timer: NodeJS.Timeout | undefined;
+    let done!: () => void;
+    const ended = new Promise<void>((resolve) => {
+      done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        this.signal.removeEventListener('abort', done);
+        resolve();
+      };
+      timer = setTimeout(done, maxMs);
+      signal.addEventListener('abort', done, { once: true });
+      this.signal.addEventListener('abort', done, { once: true });
+    });
+    try {
+      await this.#call<NodeStat>((cb) =>
+        this.#zk.aw_exists(
+          path,
+          (type) => {
+            if (type !== SESSION_EVENT) done();
+          },
+          cb,
+        ),
+      );
+    } catch (error) {
+      if (zkCode(error) !== ZCODE.noNode) {
+        done();
+        throw error;
+      }
+      done();
+    }
+    await ended;
+  }
+
+  /** Declare the session lost (idempotent): stop the heartbeat, abort `signal`, close the client. */
+  lose(cause: unknown): void {
+    if (this.signal.aborted) return;
+    this.#keepingAlive = false;
+    clearTimeout(this.#expiry);
+    clearTimeout(this.#heartbeat);
+    this.#suspension.abort(cause);
+    this.#lost.abort(cause);
+    this.#zk.close();
+  }
+
+  /**
+   * Close the session: the server deletes its ephemeral nodes at once (when it hears the close;
+   * otherwise at its timeout). Idempotent.
+   */
+  async close(): Promise<void> {
+    this.lose(new Error('session closed'));
+  }
+
+  /**
+   * Stop the heartbeat. The C client still pings the server while the process lives, so the
+   * session lives on; fencelock stops believing in it when its validity runs out.
+   */
+  orphan(): void {
+    this.#keepingAlive = false;
+    clearTimeout(this.#heartbeat);
+  }
+
+  #suspend(): void {
+    if (!this.alive || this.#suspension.signal.aborted) return;
+    this.#suspension.abort(
+      new Error(`connection to ZooKeeper lost (session ${this.id} suspended)`),
+    );
+  }
+
+  #resume(): void {
+    if (!this.alive || !this.#suspension.signal.aborted) return;
+    this.#suspension = new AbortController();
+    this.onReconnect?.();
+  }
+
+  /** Run one callback-API call; its success moves the validity bound. */
+  #call<T>(start: (cb: Callback<T>) => unknown): Promise<T> {
+    const startedAt = monotonicNow();
+    return new Promise<T>((resolve, reject) => {
+      const returned = start((rc, error, value) => {
+        if (rc === 0) {
+          this.#extendFrom(startedAt);
+          resolve(value);
+        } else reject(new ZooKeeperError(rc, error || 'ZooKeeper error'));
+      });
+      // The binding refuses a call synchronously (a code, no callback) once the client is closed.
+      if (typeof returned === 'number' && returned !== 0) {
+        reject(new ZooKeeperError(returned, 'ZooKeeper client is closed or expired'));
+      }
+    });
+  }
+
+  #scheduleHeartbeat(delayMs = this.timeoutMs / 3): void {
+    if (!this.#keepingAlive) return;
+    this.#heartbeat = setTimeout(() => {
+      this.stat('/').then(
+        () => this.#scheduleHeartbeat(),
+        // No answer: the C client reconnects by itself; beat again soon, until validity runs out.
+        () => this.#scheduleHeartbeat(100),
+      );
+    }, delayMs);
+    this.#heartbeat.unref();
+  }
+
+  #bound(startedAt: number): number {
+    return startedAt + this.timeoutMs - driftMs(this.timeoutMs, DEFAULTS.driftFactor);
+  }
+
+  #extendFrom(startedAt: number): void {
+    if (!this.alive) return;
+    const bound = this.#bound(startedAt);
+    if (bound <= this.#validUntil) return;
+    this.#validUntil = bound;
+    this.#arm();
+  }
+
+  #arm(): void {
+    clearTimeout(this.#expiry);
+    if (!this.alive) return;
+    this.#expiry = setTimeout(
+      () => {
+        if (monotonicNow() >= this.#validUntil) {
+          this.lose(new Error('ZooKeeper session not confirmed within its timeout'));
+        } else this.#arm();
+      },
+      Math.max(0, this.#validUntil - monotonicNow()),
+    );
+    this.#expiry.unref();
+  }
+}
