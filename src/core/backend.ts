@@ -37,6 +37,11 @@ export interface AttemptRequest {
    * `autoRenew` is then true). Absent: the backend picks its own session, if it has any.
    */
   readonly session?: BackendSession;
+  /**
+   * A `read` request made while the same caller holds the write lock of the key (a downgrade):
+   * the owner of that write lock, whose entry must not block this reader.
+   */
+  readonly heldWriter?: string;
 }
 
 /**

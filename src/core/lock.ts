@@ -104,6 +104,20 @@ export class Lock {
       );
     }
     const scopeKey = `${this.#ctx.scopePrefix}${options.mode}\0${this.key}`;
+    // Read-write locks (Curator's InterProcessReadWriteLock): inside a held write lock a read
+    // lock of the same key is granted past it (downgrade); a write lock requested inside a held
+    // read lock would wait for itself forever (upgrade), so it is refused at once.
+    const other = heldInContext(
+      `${this.#ctx.scopePrefix}${options.mode === 'read' ? 'write' : 'read'}\0${this.key}`,
+    );
+    const heldWriter = options.mode === 'read' && other?.isHeld ? other.owner : undefined;
+    if (options.mode === 'write' && other?.isHeld) {
+      throw new InvalidArgumentError(
+        'mode',
+        `not 'write' inside a read lock of the same key (a read-to-write upgrade would wait for itself; release the read lock first)`,
+        options.mode,
+      );
+    }
     if (options.reentrant) {
       const held = heldInContext(scopeKey) ?? this.#lease;
       if (held?.key === this.key && held.reenter()) {
@@ -126,6 +140,7 @@ export class Lock {
       mode: options.mode,
       autoRenew: options.autoRenew,
       ...(session ? { session: session.engine } : {}),
+      ...(heldWriter ? { heldWriter } : {}),
     };
     // No grant could ever be believed valid: without this, acquire would abandon every grant
     // and retry forever.

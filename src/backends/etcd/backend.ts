@@ -182,7 +182,12 @@ export class EtcdBackend implements Backend {
     }
     const token = BigInt(mine.create_revision);
     const blocking = kvs.filter(
-      (kv) => BigInt(kv.create_revision) < token && (request.mode === 'write' || isWriter(kv, dir)),
+      (kv) =>
+        BigInt(kv.create_revision) < token &&
+        (request.mode === 'write' ||
+          (isWriter(kv, dir) &&
+            (request.heldWriter === undefined ||
+              !kv.key.toString().endsWith(`-${request.heldWriter}`)))),
     );
     const predecessor = blocking.at(-1);
     if (predecessor === undefined) {

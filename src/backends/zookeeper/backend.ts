@@ -176,7 +176,11 @@ export class ZookeeperBackend implements Backend {
       contender.token = BigInt(stat.czxid);
     }
     const predecessor = entries
-      .filter((e) => e.sequence < mine.sequence && (request.mode === 'write' || e.writer))
+      .filter(
+        (e) =>
+          e.sequence < mine.sequence &&
+          (request.mode === 'write' || (e.writer && e.owner !== request.heldWriter)),
+      )
       .at(-1);
     if (predecessor === undefined) return this.#grant(contender, request);
     const predecessorPath = `${dir}/${predecessor.name}`;
