@@ -20,7 +20,9 @@ const require = createRequire(import.meta.url);
 
 /** Connect an admin client to the ensemble (10 s session). */
 export async function openAdmin(hosts = ZK_HOSTS): Promise<ZkAdmin> {
-  const ZooKeeper = require('zookeeper') as new (config: object) => ZkAdmin & {
+  const ZooKeeper = require('zookeeper') as new (
+    config: object,
+  ) => ZkAdmin & {
     init(config: object): void;
     once(event: string, listener: (...args: unknown[]) => void): void;
   };

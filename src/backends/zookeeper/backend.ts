@@ -65,6 +65,8 @@ interface Contender {
   readonly lost: AbortController;
   /** Without the watchdog: deletes the node when its TTL runs out. */
   expiry: NodeJS.Timeout | undefined;
+  /** Removes the grant's listener on the session's suspension (`suspended: 'lose'`). */
+  unlink: (() => void) | undefined;
 }
 
 interface Entry {
@@ -160,20 +162,21 @@ export class ZookeeperBackend implements Backend {
       contender = await this.#enqueue(session, dir, request);
     }
     const { session } = contender;
-    const entries = parseChildren(await this.#call('acquire', () => session.children(dir)));
+    // The first time, the node's czxid (the token) is read in the same round trip: ZooKeeper
+    // answers a session's requests in order, so the two are pipelined.
+    const [names, stat] = await this.#call('acquire', () =>
+      Promise.all([
+        session.children(dir),
+        contender.token === undefined ? session.stat(contender.path) : undefined,
+      ]),
+    );
+    const entries = parseChildren(names);
     const mine = entries.find((e) => e.name === contender.name);
-    if (mine === undefined) {
+    if (stat !== undefined) contender.token = BigInt(stat.czxid);
+    if (mine === undefined || contender.token === undefined) {
       // Our node is gone (deleted behind our back): start again as a new contender.
       this.#forget(request.owner);
       throw new BackendError(this.name, 'acquire', new Error('contender node vanished'));
-    }
-    if (contender.token === undefined) {
-      const stat = await this.#call('acquire', () => session.stat(contender.path));
-      if (stat === undefined) {
-        this.#forget(request.owner);
-        throw new BackendError(this.name, 'acquire', new Error('contender node vanished'));
-      }
-      contender.token = BigInt(stat.czxid);
     }
     const predecessor = entries
       .filter(
@@ -362,6 +365,7 @@ export class ZookeeperBackend implements Backend {
       ttlMs: session.timeoutMs,
       lost: new AbortController(),
       expiry: undefined,
+      unlink: undefined,
     };
     this.#contenders.set(request.owner, contender);
     return contender;
@@ -386,17 +390,13 @@ export class ZookeeperBackend implements Backend {
   #grant(contender: Contender, request: AttemptRequest): AttemptResult {
     const { session } = contender;
     const token = contender.token as bigint;
-    if (this.#settings.suspended === 'lose' && !contender.lost.signal.aborted) {
+    if (this.#settings.suspended === 'lose' && contender.unlink === undefined) {
       const suspended = session.suspended;
       const onSuspended = () => contender.lost.abort(suspended.reason);
       if (suspended.aborted) onSuspended();
       else {
         suspended.addEventListener('abort', onSuspended, { once: true });
-        contender.lost.signal.addEventListener(
-          'abort',
-          () => suspended.removeEventListener('abort', onSuspended),
-          { once: true },
-        );
+        contender.unlink = () => suspended.removeEventListener('abort', onSuspended);
       }
     }
     if (!request.autoRenew && contender.expiry === undefined) this.#startExpiry(contender);
@@ -446,6 +446,7 @@ export class ZookeeperBackend implements Backend {
     const contender = this.#contenders.get(owner);
     if (contender === undefined) return;
     clearTimeout(contender.expiry);
+    contender.unlink?.();
     this.#contenders.delete(owner);
   }
 
