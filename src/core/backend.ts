@@ -80,6 +80,11 @@ export interface Granted {
    * believes the lease valid past it, even when `ttlMs` from the attempt would reach further.
    */
   readonly validUntil?: number;
+  /**
+   * For engines whose connection can drop while the session lives on (ZooKeeper SUSPENDED):
+   * true while the grant may be lost and the engine cannot say. `lease.atRisk` reads it.
+   */
+  readonly atRisk?: () => boolean;
 }
 
 /** The key is held by someone else (or this contender is queued behind others). */

@@ -42,6 +42,8 @@ export interface LeaseGrant {
   readonly lost: AbortSignal | undefined;
   /** The session's validity bound (monotonic ms), if the backend gives one. */
   readonly validUntil: number | undefined;
+  /** Whether the engine connection is down (the grant may be lost), if the backend can tell. */
+  readonly atRisk: (() => boolean) | undefined;
 }
 
 /**
@@ -63,6 +65,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
   readonly #grantedAt: number;
   readonly #maxHoldUntil: number;
   readonly #autoRenew: boolean;
+  readonly #atRisk: (() => boolean) | undefined;
   #ttlMs: number;
   #renewTtlMs: number;
   #expiresAt: number;
@@ -88,6 +91,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
         ? Number.POSITIVE_INFINITY
         : grant.attemptStartedAt + grant.maxHoldMs;
     this.#autoRenew = grant.autoRenew;
+    this.#atRisk = grant.atRisk;
     this.#ttlMs = grant.ttlMs;
     this.#renewTtlMs = grant.renewTtlMs;
     this.#capped = grant.ttlMs < grant.renewTtlMs;
@@ -102,6 +106,16 @@ export class Lease implements LeaseRef, AsyncDisposable {
         this.#unlinkSession = () => lost.removeEventListener('abort', onLost);
       }
     }
+  }
+
+  /**
+   * True while the lease is held but the engine connection is down, so the engine may already
+   * have ended it (ZooKeeper's SUSPENDED under `suspended=wait`; Curator's "at risk"). Work that
+   * must not run twice should pause until this is false again. Always false on engines whose
+   * grants do not live in a connection.
+   */
+  get atRisk(): boolean {
+    return this.#state === 'held' && (this.#atRisk?.() ?? false);
   }
 
   /** Lease length last applied by the engine, ms. */

@@ -212,6 +212,7 @@ export class Lock {
               maxHoldMs: options.maxHoldMs,
               lost: result.lost,
               validUntil: result.validUntil,
+              atRisk: result.atRisk,
             },
           );
           this.#lease = lease;

@@ -406,6 +406,7 @@ export class ZookeeperBackend implements Backend {
       ttlMs: session.timeoutMs,
       lost: contender.lost.signal,
       validUntil: session.validUntil,
+      atRisk: () => session.suspended.aborted,
     };
   }
 
