@@ -3,6 +3,7 @@
 # their data in a temporary folder. Usage: scripts/services.sh up|down|status [engine...]
 #        scripts/services.sh etcd-member stop|kill|start|pause|resume <1|2|3>   (fault tests)
 #        scripts/services.sh zk-member stop|kill|start|pause|resume <1|2|3>     (fault tests)
+#        scripts/services.sh redlock-node stop|kill|start|restart-empty|pause|resume <1..5>
 #
 # Each engine is a set of functions named <engine>_up, <engine>_down and <engine>_status; to add
 # one, write those three and list it in ENGINES. PIDs are written to $STATE/<name>.pid and every
@@ -10,10 +11,12 @@
 set -euo pipefail
 
 STATE=${FENCELOCK_SERVICES_DIR:-${TMPDIR:-/tmp}/fencelock-services}
-ENGINES=(redis etcd zookeeper)
+ENGINES=(redis redlock etcd zookeeper)
 
 # Ports (override with the environment; keep in step with test/helpers/engines.ts).
 REDIS_PORT=${FENCELOCK_REDIS_PORT:-6390}
+# Redlock node n (1..5), five independent Redis servers, listens on REDLOCK_PORT_BASE+n.
+REDLOCK_PORT_BASE=${FENCELOCK_REDLOCK_PORT_BASE:-6400}
 # etcd member n (1..3) listens for clients on CLIENT_BASE+n and for peers on PEER_BASE+n.
 ETCD_CLIENT_PORT_BASE=${FENCELOCK_ETCD_CLIENT_PORT_BASE:-23790}
 ETCD_PEER_PORT_BASE=${FENCELOCK_ETCD_PEER_PORT_BASE:-23800}
@@ -83,6 +86,65 @@ redis_status() {
   else
     echo "redis: down"
   fi
+}
+
+# --- Redlock: five independent Redis nodes ------------------------------------------------------
+# Node n (redlock1..redlock5): 127.0.0.1:$((REDLOCK_PORT_BASE + n)), data in $STATE/redlock/<n>,
+# no persistence (a restarted node comes back empty: the case the Redlock delayed-restart rule is
+# about). Fault tests drive single nodes with `redlock-node`.
+REDLOCK_NODES=(1 2 3 4 5)
+redlock_port() { echo $((REDLOCK_PORT_BASE + $1)); }
+
+redlock_launch() { # redlock_launch <n>: start node n (fresh data), wait until it answers
+  local n=$1 port; port=$(redlock_port "$1")
+  local dir=$STATE/redlock/$n
+  require_free_port "$port" "redlock node $n"
+  rm -rf "$dir" && mkdir -p "$dir"
+  redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --save '' --appendonly no \
+    --daemonize yes --pidfile "$STATE/redlock$n.pid" --logfile "$dir/redis.log"
+  wait_until 20 "redlock node $n on $port" redis-cli -p "$port" ping
+}
+
+redlock_up() {
+  local n
+  for n in "${REDLOCK_NODES[@]}"; do
+    if pid_alive "$STATE/redlock$n.pid"; then continue; fi
+    redlock_launch "$n"
+  done
+  log "redlock up: 5 nodes on 127.0.0.1:$(redlock_port 1)-$(redlock_port 5)"
+}
+redlock_down() { local n; for n in "${REDLOCK_NODES[@]}"; do stop_pidfile "redlock$n"; done; }
+redlock_status() {
+  local n port
+  for n in "${REDLOCK_NODES[@]}"; do
+    port=$(redlock_port "$n")
+    if pid_alive "$STATE/redlock$n.pid" && redis-cli -p "$port" ping >/dev/null 2>&1; then
+      echo "redlock$n: up on 127.0.0.1:$port (pid $(cat "$STATE/redlock$n.pid"))"
+    elif pid_alive "$STATE/redlock$n.pid"; then
+      echo "redlock$n: not answering on 127.0.0.1:$port (pid $(cat "$STATE/redlock$n.pid"))"
+    else
+      echo "redlock$n: down"
+    fi
+  done
+}
+
+redlock_node() { # redlock_node stop|kill|start|restart-empty|pause|resume <1..5>
+  local action=${1:-} n=${2:-}
+  if [[ ! $n =~ ^[1-5]$ ]]; then
+    echo "usage: $0 redlock-node stop|kill|start|restart-empty|pause|resume <1..5>" >&2; exit 2
+  fi
+  local pidfile=$STATE/redlock$n.pid
+  case $action in
+    stop) stop_pidfile "redlock$n" ;;
+    kill) if pid_alive "$pidfile"; then kill -9 "$(cat "$pidfile")"; rm -f "$pidfile"; fi
+      log "redlock$n killed" ;;
+    start) pid_alive "$pidfile" || redlock_launch "$n"; log "redlock$n up" ;;
+    restart-empty) if pid_alive "$pidfile"; then kill -9 "$(cat "$pidfile")"; rm -f "$pidfile"; fi
+      sleep 0.1; redlock_launch "$n"; log "redlock$n restarted empty" ;;
+    pause) kill -STOP "$(cat "$pidfile")"; log "redlock$n paused (SIGSTOP)" ;;
+    resume) kill -CONT "$(cat "$pidfile")"; log "redlock$n resumed (SIGCONT)" ;;
+    *) echo "usage: $0 redlock-node stop|kill|start|restart-empty|pause|resume <1..5>" >&2; exit 2 ;;
+  esac
 }
 
 # --- etcd: a 3-member cluster on loopback --------------------------------------------------------
@@ -446,6 +508,7 @@ main() {
   mkdir -p "$STATE"
   if [[ $cmd == etcd-member ]]; then etcd_member "$@"; return; fi
   if [[ $cmd == zk-member ]]; then zk_member "$@"; return; fi
+  if [[ $cmd == redlock-node ]]; then redlock_node "$@"; return; fi
   local engines=("$@"); ((${#engines[@]})) || engines=("${ENGINES[@]}")
   case $cmd in
     up) for e in "${engines[@]}"; do "${e}_up"; done ;;
@@ -455,6 +518,7 @@ main() {
       echo "usage: $0 up|down|status [${ENGINES[*]}]" >&2
       echo "       $0 etcd-member stop|kill|start|pause|resume <1|2|3>" >&2
       echo "       $0 zk-member stop|kill|start|pause|resume <1|2|3>" >&2
+      echo "       $0 redlock-node stop|kill|start|restart-empty|pause|resume <1..5>" >&2
       exit 2
       ;;
   esac

@@ -5,6 +5,7 @@
  */
 import { parseEtcdUrl } from './backends/etcd/url.js';
 import { parseRedisUrl } from './backends/redis/url.js';
+import { parseRedlockUrl } from './backends/redlock/url.js';
 import { parseSqliteUrl } from './backends/sqlite/url.js';
 import { parseZookeeperUrl } from './backends/zookeeper/url.js';
 import type { Backend } from './core/backend.js';
@@ -38,6 +39,10 @@ const STORES: Record<string, StoreEntry> = {
   etcd: (store) => {
     const config = parseEtcdUrl(store);
     return async () => (await import('./backends/etcd/index.js')).createEtcdBackend(config);
+  },
+  redlock: (store) => {
+    const config = parseRedlockUrl(store);
+    return async () => (await import('./backends/redlock/index.js')).createRedlockBackend(config);
   },
   zk: (store) => {
     const config = parseZookeeperUrl(store);

@@ -22,3 +22,10 @@ export const ETCD_ENDPOINTS: readonly string[] = [1, 2, 3].map(
 export const ZK_CLIENT_PORT_BASE = Number(process.env.FENCELOCK_ZK_CLIENT_PORT_BASE || 21811);
 /** `127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813` (a `zk://` host list). */
 export const ZK_HOSTS = [1, 2, 3].map((n) => `127.0.0.1:${ZK_CLIENT_PORT_BASE + n - 1}`).join(',');
+
+/** Redlock node n (1..5) of `scripts/services.sh` listens on REDLOCK_PORT_BASE+n (6401 … 6405). */
+export const REDLOCK_PORT_BASE = Number(process.env.FENCELOCK_REDLOCK_PORT_BASE || 6400);
+/** `redis://127.0.0.1:6401` … `:6405`. */
+export const REDLOCK_NODE_URLS: readonly string[] = [1, 2, 3, 4, 5].map(
+  (n) => `redis://127.0.0.1:${REDLOCK_PORT_BASE + n}`,
+);

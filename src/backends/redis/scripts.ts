@@ -67,3 +67,7 @@ export const inspectScript = defineScript<
   readonly [],
   [string | null, number, string | null]
 >('inspect');
+/** Settle (Redlock): 1 this owner's key now carries the combined token, 0 not held by it. */
+export const settleScript = defineScript<LockKeys, readonly [owner: string, token: string], 1 | 0>(
+  'settle',
+);

@@ -1,0 +1,344 @@
+/**
+ * Redlock over N independent Redis nodes (the algorithm of the Redis documentation,
+ * "Distributed locks with Redis"), on the single-node backend's Lua scripts:
+ *
+ * - Acquire runs the acquire script on every node at once, each bounded by the per-node timeout.
+ *   Granted when a majority (N/2+1) granted; the core then believes the lease valid until
+ *   `start of the attempt + ttlMs − drift`, on the monotonic clock, so the time the vote took is
+ *   charged to the lease. Otherwise the key is withdrawn on every node (also where the reply was
+ *   lost) before the core retries with jitter.
+ * - Fencing token: each node's acquire script bumps that node's counter; the token is the highest
+ *   among the granting nodes. When fewer than a majority of them agree on it, a second round
+ *   (`settle`) writes it into their lock values and raises their counters to it, on a majority.
+ *   Any later grant needs a majority too, which shares a node with that one, so its counter (and
+ *   the token) is higher — as long as no node loses its data (a restart without `appendfsync
+ *   always`) and no key expires early on a node (a clock jump): then tokens can repeat. Use a
+ *   consensus store (etcd, ZooKeeper) where tokens must be strict.
+ * - Renew and release run on every node and need a majority too. A failed vote lists every node's
+ *   outcome (`QuorumError.nodes`).
+ */
+import type { Redis } from 'ioredis';
+import type {
+  AttemptRequest,
+  AttemptResult,
+  Backend,
+  LeaseRef,
+  LockInfo,
+  ReleaseOutcome,
+  RenewResult,
+} from '../../core/backend.js';
+import { BackendError, QuorumError } from '../../errors.js';
+import { MAX_TIMER_MS } from '../../options.js';
+import {
+  abandonScript,
+  acquireScript,
+  inspectScript,
+  releaseScript,
+  renewScript,
+  settleScript,
+} from '../redis/scripts.js';
+import { type NodeResult, outcomesOf, quorumOf, vote } from './quorum.js';
+
+/** One Redis node of a Redlock. */
+export interface RedlockNode {
+  /** `host:port`, for reports. */
+  readonly name: string;
+  readonly client: Redis;
+  /** Opened by the backend (closed by `close()`), or the user's. */
+  readonly owned: boolean;
+}
+
+/** Longest wait for a node's answer to QUIT on close(), ms. */
+const CLOSE_TIMEOUT_MS = 1_000;
+
+/** The Redlock backend. Build it with `createRedlockBackend`. */
+export class RedlockBackend implements Backend {
+  readonly name = 'redlock';
+  readonly maxTtlMs = MAX_TIMER_MS;
+  readonly modes = ['write'] as const;
+  /** Votes needed: a majority of the nodes. */
+  readonly quorum: number;
+  readonly #nodes: readonly RedlockNode[];
+  readonly #prefix: string;
+  readonly #nodeTimeoutMs: number;
+  readonly #connecting = new Map<RedlockNode, Promise<void>>();
+  #closed = false;
+
+  /**
+   * @param nodes an odd number ≥ 3 of independent nodes (checked by `createRedlockBackend`).
+   * @param nodeTimeoutMs longest wait for one node's answer, ms.
+   */
+  constructor(nodes: readonly RedlockNode[], prefix: string, nodeTimeoutMs: number) {
+    this.#nodes = nodes;
+    this.#prefix = prefix;
+    this.#nodeTimeoutMs = nodeTimeoutMs;
+    this.quorum = quorumOf(nodes.length);
+  }
+
+  /** The nodes, in the order given. */
+  get nodes(): readonly RedlockNode[] {
+    return this.#nodes;
+  }
+
+  /** The Redis keys of a lock on every node (as the single-node backend's). */
+  keysOf(key: string): { lock: string; fence: string; channel: string } {
+    const base = `${this.#prefix}:{${key}}`;
+    return { lock: `${base}:lock`, fence: `${base}:fence`, channel: `${base}:released` };
+  }
+
+  /**
+   * Acquire on every node; granted on a majority, else withdrawn everywhere.
+   * @throws QuorumError when fewer than a majority of the nodes answered.
+   */
+  async attempt(request: AttemptRequest): Promise<AttemptResult> {
+    const k = this.keysOf(request.key);
+    const isGrant = (r: NodeResult<[1, string] | [0, number]>) =>
+      r.status === 'ok' && r.value[0] === 1;
+    const acquiring = this.#vote(
+      this.#timeoutFor(request.ttlMs),
+      (client) => acquireScript.run(client, [k.lock, k.fence], [request.owner, request.ttlMs]),
+      (results) => this.#decided(results.filter(isGrant).length, results.length),
+    );
+    const early = await acquiring.early;
+    const grants = early.flatMap((r) => (r.status === 'ok' && r.value[0] === 1 ? [r] : []));
+    if (grants.length >= this.quorum) {
+      const token = maxOf(grants.map((r) => BigInt(r.value[1])));
+      const agreeing = grants.filter((r) => BigInt(r.value[1]) === token).length;
+      if (agreeing < this.quorum) await this.#settle(request, token);
+      else {
+        // Nodes that granted after the vote was decided carry their own counter: settle them
+        // in the background so that release and renew find the combined token there too.
+        void acquiring.all.then((all) => {
+          const late = all.some(
+            (r) => r.status === 'ok' && r.value[0] === 1 && BigInt(r.value[1]) !== token,
+          );
+          return late ? this.#settle(request, token).catch(() => undefined) : undefined;
+        });
+      }
+      return { granted: true, token, ttlMs: request.ttlMs };
+    }
+    // No majority: withdraw on every node (where the reply was lost too) before the core retries.
+    const all = await acquiring.all;
+    await this.abandon(request).catch(() => undefined);
+    const answered = all.filter((r) => r.status === 'ok').length;
+    if (answered < this.quorum) {
+      throw new QuorumError(
+        request.key,
+        'acquire',
+        outcomesOf(all, (v) => v[0] === 0),
+      );
+    }
+    const holderTtlMs = all.reduce(
+      (max, r) => (r.status === 'ok' && r.value[0] === 0 ? Math.max(max, r.value[1]) : max),
+      0,
+    );
+    return { granted: false, holderTtlMs };
+  }
+
+  /**
+   * Extend on every node; renewed when a majority did.
+   * @throws QuorumError when fewer than a majority answered.
+   */
+  async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    const k = this.keysOf(lease.key);
+    const renewing = this.#vote(
+      this.#timeoutFor(ttlMs),
+      (client) =>
+        renewScript.run(client, [k.lock], [lease.owner, String(lease.fencingToken), ttlMs]),
+      (results) =>
+        this.#decided(
+          results.filter((r) => r.status === 'ok' && r.value === 1).length,
+          results.length,
+        ),
+    );
+    const early = await renewing.early;
+    if (early.filter((r) => r.status === 'ok' && r.value === 1).length >= this.quorum) {
+      return { ok: true, ttlMs };
+    }
+    const all = await renewing.all;
+    const verdict = this.#verdict(lease.key, 'renew', all);
+    return { ok: false, reason: verdict === 'released' ? 'not-held' : verdict };
+  }
+
+  /**
+   * Compare-and-delete on every node; `released` when a majority deleted this lease.
+   * @throws QuorumError when fewer than a majority answered.
+   */
+  async release(lease: LeaseRef): Promise<ReleaseOutcome> {
+    const k = this.keysOf(lease.key);
+    const all = await this.#vote(
+      this.#nodeTimeoutMs,
+      (client) =>
+        releaseScript.run(client, [k.lock, k.channel], [lease.owner, String(lease.fencingToken)]),
+      () => false,
+    ).all;
+    return this.#verdict(lease.key, 'release', all);
+  }
+
+  /**
+   * Delete this owner's key on every node, whatever its token.
+   * @throws QuorumError when no node answered.
+   */
+  async abandon(request: AttemptRequest): Promise<void> {
+    const k = this.keysOf(request.key);
+    const all = await this.#vote(
+      this.#nodeTimeoutMs,
+      (client) => abandonScript.run(client, [k.lock, k.channel], [request.owner]),
+      () => false,
+    ).all;
+    if (!all.some((r) => r.status === 'ok')) {
+      throw new QuorumError(
+        request.key,
+        'abandon',
+        outcomesOf(all, () => false),
+      );
+    }
+  }
+
+  /**
+   * The owner holding the key on a majority (its token, and the time a majority still holds it),
+   * and the highest fence counter of any node.
+   * @throws QuorumError when fewer than a majority answered.
+   */
+  async inspect(key: string): Promise<LockInfo> {
+    const k = this.keysOf(key);
+    const all = await this.#vote(
+      this.#nodeTimeoutMs,
+      (client) => inspectScript.run(client, [k.lock, k.fence], []),
+      () => false,
+    ).all;
+    const answers = all.flatMap((r) => (r.status === 'ok' ? [r.value] : []));
+    if (answers.length < this.quorum) {
+      throw new QuorumError(
+        key,
+        'inspect',
+        outcomesOf(all, (v) => v[0] !== null),
+      );
+    }
+    const byOwner = new Map<string, { tokens: bigint[]; ttls: number[] }>();
+    let lastFencingToken = 0n;
+    for (const [value, pttl, last] of answers) {
+      if (last !== null && BigInt(last) > lastFencingToken) lastFencingToken = BigInt(last);
+      if (value === null) continue;
+      const sep = value.indexOf(':');
+      const owner = value.slice(0, sep);
+      const entry = byOwner.get(owner) ?? { tokens: [], ttls: [] };
+      entry.tokens.push(BigInt(value.slice(sep + 1)));
+      entry.ttls.push(Math.max(0, pttl));
+      byOwner.set(owner, entry);
+    }
+    for (const [owner, { tokens, ttls }] of byOwner) {
+      if (tokens.length < this.quorum) continue;
+      const fencingToken = maxOf(tokens);
+      // The majority holds the key until the quorum-th longest remaining TTL runs out.
+      const ttlMs = [...ttls].sort((a, b) => b - a)[this.quorum - 1] ?? 0;
+      return { key, holder: { owner, fencingToken, ttlMs }, lastFencingToken };
+    }
+    return { key, holder: null, lastFencingToken };
+  }
+
+  /** Quit the connections this backend opened, each within 1 s. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await Promise.all(this.#nodes.filter((n) => n.owned).map((n) => quit(n.client)));
+  }
+
+  /** Write the combined token on every node that holds this owner's key; needs a majority. */
+  async #settle(request: AttemptRequest, token: bigint): Promise<void> {
+    const k = this.keysOf(request.key);
+    const settled = (r: NodeResult<1 | 0>) => r.status === 'ok' && r.value === 1;
+    const settling = this.#vote(
+      this.#timeoutFor(request.ttlMs),
+      (client) => settleScript.run(client, [k.lock, k.fence], [request.owner, String(token)]),
+      (results) => this.#decided(results.filter(settled).length, results.length),
+    );
+    const early = await settling.early;
+    if (early.filter(settled).length >= this.quorum) return;
+    const all = await settling.all;
+    await this.abandon(request).catch(() => undefined);
+    throw new QuorumError(
+      request.key,
+      'acquire (settle token)',
+      outcomesOf(all, (v) => v === 0),
+    );
+  }
+
+  /** Decided: a majority said yes, or too many answered otherwise for a majority to be possible. */
+  #decided(yes: number, answered: number): boolean {
+    return yes >= this.quorum || answered - yes > this.#nodes.length - this.quorum;
+  }
+
+  /** released / not-owner / not-held from every node's 1 / -1 / 0; QuorumError without a majority. */
+  #verdict(key: string, operation: string, all: readonly NodeResult<1 | 0 | -1>[]): ReleaseOutcome {
+    const answers = all.flatMap((r) => (r.status === 'ok' ? [r.value] : []));
+    if (answers.filter((a) => a === 1).length >= this.quorum) return 'released';
+    if (answers.length < this.quorum) {
+      throw new QuorumError(
+        key,
+        operation,
+        outcomesOf(all, (v) => v === -1),
+      );
+    }
+    return answers.includes(-1) ? 'not-owner' : 'not-held';
+  }
+
+  /** Per-node timeout for a vote on a lease of `ttlMs`: at most a tenth of it, at least 5 ms. */
+  #timeoutFor(ttlMs: number): number {
+    return Math.max(5, Math.min(this.#nodeTimeoutMs, ttlMs / 10));
+  }
+
+  /** Run a script on every node, each bounded by `timeoutMs`. */
+  #vote<T>(
+    timeoutMs: number,
+    run: (client: Redis) => Promise<T>,
+    decided: (results: readonly NodeResult<T>[]) => boolean,
+  ) {
+    if (this.#closed) throw new BackendError(this.name, 'use', new Error('backend is closed'));
+    return vote(
+      this.#nodes,
+      (node) => node.name,
+      async (node) => {
+        await this.#connect(node);
+        return run(node.client);
+      },
+      timeoutMs,
+      decided,
+    );
+  }
+
+  /** First use of a node the backend opened: connect (its commands never queue offline). */
+  #connect(node: RedlockNode): Promise<void> | undefined {
+    if (!node.owned || node.client.status !== 'wait') return undefined;
+    let connecting = this.#connecting.get(node);
+    if (connecting === undefined) {
+      connecting = node.client.connect().catch(() => undefined);
+      this.#connecting.set(node, connecting);
+    }
+    return connecting;
+  }
+}
+
+/** The largest of `values` (0n for none). */
+function maxOf(values: readonly bigint[]): bigint {
+  let max = 0n;
+  for (const value of values) if (value > max) max = value;
+  return max;
+}
+
+/** QUIT, but never wait on a silent node longer than 1 s; then drop the socket. */
+async function quit(client: Redis): Promise<void> {
+  if (client.status === 'end' || client.status === 'wait') {
+    client.disconnect();
+    return;
+  }
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    client.quit().catch(() => undefined),
+    new Promise((resolve) => {
+      timer = setTimeout(resolve, CLOSE_TIMEOUT_MS);
+    }),
+  ]);
+  clearTimeout(timer);
+  client.disconnect();
+}
