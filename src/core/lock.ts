@@ -5,14 +5,20 @@
  * timeout, abort or error. The loop shape is Curator's `LockInternals.internalLockLoop`.
  */
 import { randomBytes } from 'node:crypto';
-import { BackendError, FencelockError, InvalidArgumentError, LockTimeoutError } from '../errors.js';
+import {
+  BackendError,
+  FencelockError,
+  InvalidArgumentError,
+  LockTimeoutError,
+  QuorumError,
+} from '../errors.js';
 import {
   assertLongerThanDrift,
   driftMs,
   type ResolvedLockOptions,
   validateTtl,
 } from '../options.js';
-import type { AttemptRequest, Backend } from './backend.js';
+import type { AttemptRequest, AttemptResult, Backend } from './backend.js';
 import { monotonicNow } from './clock.js';
 import { publish } from './events.js';
 import { Lease, type LeaseContext } from './lease.js';
@@ -74,6 +80,8 @@ export class Lock {
    *   abort reason or the last engine error).
    * @throws InvalidArgumentError when `ttlMs` exceeds the engine's maximum (before any network call).
    * @throws BackendError when the engine cannot answer.
+   * @throws QuorumError (Redlock) when no attempt reached a majority of nodes by the deadline;
+   *   each failed vote is retried with backoff until then.
    */
   acquire(): Promise<Lease> {
     return this.#acquire(false) as Promise<Lease>;
@@ -82,6 +90,7 @@ export class Lock {
   /**
    * One attempt: the lease, or null when another owner holds the key.
    * @throws BackendError when the engine cannot answer.
+   * @throws QuorumError (Redlock) when the vote reached no majority of nodes.
    */
   tryAcquire(): Promise<Lease | null> {
     return this.#acquire(true);
@@ -157,6 +166,7 @@ export class Lock {
     );
     let attempts = 0;
     let sent = false;
+    let lastQuorumError: QuorumError | undefined;
     const event = (outcome: 'granted' | 'busy' | 'timeout' | 'error', extra = {}) =>
       publish('acquire', () => ({
         backend: backend.name,
@@ -172,18 +182,33 @@ export class Lock {
         this.#throwIfAborted(signal, startedAt);
         const attemptStartedAt = monotonicNow();
         sent = true;
-        const result = await this.#untilDeadline(
-          backend.attempt(request),
-          deadline,
-          signal,
-          request,
-          backend,
-        );
+        let result: AttemptResult | undefined;
+        try {
+          result = await this.#untilDeadline(
+            backend.attempt(request),
+            deadline,
+            signal,
+            request,
+            backend,
+          );
+        } catch (error) {
+          // A vote without a majority (Redlock) is one attempt's failure, not the engine's: the
+          // backend has withdrawn it everywhere; try again with jitter while the caller waits.
+          attempts += 1;
+          const left = deadline - monotonicNow();
+          if (!(error instanceof QuorumError) || left <= 0) throw error;
+          lastQuorumError = error;
+          await sleep(Math.min(left, backoffDelayMs(attempts - 1, options.retry)), signal);
+          continue;
+        }
         attempts += 1;
         if (result === undefined) {
           this.#throwIfAborted(signal, startedAt);
+          // Out of time while the votes kept failing: the nodes' outcomes say more than a timeout.
+          if (lastQuorumError) throw lastQuorumError;
           throw new LockTimeoutError(this.key, monotonicNow() - startedAt);
         }
+        lastQuorumError = undefined;
         if (result.granted) {
           const validUntil =
             attemptStartedAt + result.ttlMs - driftMs(result.ttlMs, this.#ctx.driftFactor);

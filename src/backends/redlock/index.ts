@@ -85,6 +85,8 @@ function toNode(node: unknown, index: number, nodeTimeoutMs: number): RedlockNod
       maxRetriesPerRequest: 0,
       commandTimeout: nodeTimeoutMs,
       connectTimeout: Math.max(nodeTimeoutMs, 1_000),
+      // Reconnect to a node that came back within half a second (ioredis waits up to 2 s).
+      retryStrategy: (times: number) => Math.min(times * 50, 500),
     });
     client.on('error', () => undefined);
     return { name: `${url.hostname}:${url.port || 6379}`, client, owned: true };
