@@ -24,6 +24,7 @@ import { publish } from './events.js';
 import { Lease, type LeaseContext } from './lease.js';
 import { heldInContext } from './reentry.js';
 import { backoffDelayMs, sleep } from './retry.js';
+import { upgradeRefused } from './rwlock.js';
 
 /** What a lock handle needs from its locker. */
 export interface LockContext extends Omit<LeaseContext, 'backend'> {
@@ -120,13 +121,7 @@ export class Lock {
       `${this.#ctx.scopePrefix}${options.mode === 'read' ? 'write' : 'read'}\0${this.key}`,
     );
     const heldWriter = options.mode === 'read' && other?.isHeld ? other.owner : undefined;
-    if (options.mode === 'write' && other?.isHeld) {
-      throw new InvalidArgumentError(
-        'mode',
-        `not 'write' inside a read lock of the same key (a read-to-write upgrade would wait for itself; release the read lock first)`,
-        options.mode,
-      );
-    }
+    if (options.mode === 'write' && other?.isHeld) throw upgradeRefused(this.key);
     if (options.reentrant) {
       const held = heldInContext(scopeKey) ?? this.#lease;
       if (held?.key === this.key && held.reenter()) {

@@ -1,7 +1,8 @@
 /**
  * The flash-sale demo end to end: spawn the built CLI (`node dist/cli/main.js demo flash-sale …
  * --json`), parse the JSON on the last stdout line, and check the figures. Runs against the
- * embedded store and the Redis started by `scripts/services.sh`; no engine is mocked.
+ * embedded store and the Redis, etcd and ZooKeeper started by `scripts/services.sh`; no engine is
+ * mocked.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -10,7 +11,9 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker } from '../../src/index.js';
-import { ETCD_ENDPOINTS, REDIS_URL } from '../helpers/engines.js';
+import { ETCD_ENDPOINTS, REDIS_URL, ZK_HOSTS } from '../helpers/engines.js';
+import { openAdmin } from '../helpers/zookeeper.js';
+import { children, removeNamespace } from '../integration/zookeeper/support.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const CLI = join(ROOT, 'dist/cli/main.js');
@@ -142,6 +145,27 @@ describe('demo flash-sale', () => {
     const hosts = ETCD_ENDPOINTS.map((e) => e.replace('http://', '')).join(',');
     const store = `etcd://${hosts}/flash-sale-test-${process.pid}`;
     expectCorrectLockedRun(await runDemo([...SMALL, '--store', store, '--json']), store);
+  });
+
+  it('sells exactly the stock on the ZooKeeper ensemble, with strictly increasing tokens', async () => {
+    const namespace = `flash-sale-test-${process.pid}`;
+    const store = `zk://${ZK_HOSTS}/${namespace}`;
+    const admin = await openAdmin();
+    try {
+      expect(await children(admin, `/${namespace}`)).toEqual([]);
+      expectCorrectLockedRun(await runDemo([...SMALL, '--store', store, '--json']), store);
+      // The workers locked in that namespace, and every contender node is gone.
+      expect(await admin.exists(`/${namespace}/locks`, false)).toBeDefined();
+      for (const dir of await children(admin, `/${namespace}/locks`)) {
+        expect(await children(admin, `/${namespace}/locks/${dir}`)).toEqual([]);
+      }
+    } finally {
+      try {
+        await removeNamespace(admin, namespace);
+      } finally {
+        admin.close();
+      }
+    }
   });
 
   it('oversells with --no-lock, and says so', async () => {

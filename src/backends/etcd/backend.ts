@@ -26,6 +26,7 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
+import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { EtcdSession } from './session.js';
@@ -190,6 +191,10 @@ export class EtcdBackend implements Backend {
               !kv.key.toString().endsWith(`-${request.heldWriter}`)))),
     );
     const predecessor = blocking.at(-1);
+    if (predecessor !== undefined && request.heldWriter !== undefined) {
+      await this.abandon(request);
+      throw downgradeBlocked(request.key);
+    }
     if (predecessor === undefined) {
       const held =
         request.autoRenew || !contenderSession.shared

@@ -30,6 +30,7 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
+import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { DEFAULTS, MAX_TIMER_MS } from '../../options.js';
 import {
@@ -186,6 +187,10 @@ export class ZookeeperBackend implements Backend {
       )
       .at(-1);
     if (predecessor === undefined) return this.#grant(contender, request);
+    if (request.heldWriter !== undefined) {
+      await this.abandon(request);
+      throw downgradeBlocked(request.key);
+    }
     const predecessorPath = `${dir}/${predecessor.name}`;
     return {
       granted: false,

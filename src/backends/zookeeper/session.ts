@@ -126,6 +126,8 @@ export class ZkSession implements BackendSession {
   #expiry: NodeJS.Timeout | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
   #keepingAlive = true;
+  /** Waits on a node's deletion, by path: one watch set per path. */
+  readonly #watches = new Map<string, Set<() => void>>();
   /** Called with every reconnection within the session. */
   onReconnect: (() => void) | undefined;
 
@@ -279,8 +281,11 @@ export class ZkSession implements BackendSession {
   }
 
   /**
-   * Resolve when `path` is deleted (a one-shot watch; ZooKeeper keeps it across reconnections),
-   * or at once when it does not exist; also at `maxMs`, when `signal` aborts, or the session ends.
+   * Resolve when `path` is deleted, or at once when it does not exist; also at `maxMs`, when
+   * `signal` aborts, or the session ends. One watch per path and session, shared by every wait
+   * on it (Curator reuses one watcher per waiter the same way): a wait that gives up leaves the
+   * watch set for the next one, so a waiter that rechecks never stacks watches. ZooKeeper keeps
+   * the watch across reconnections.
    * @throws ZooKeeperError when the watch cannot be set.
    */
   async waitForDelete(path: string, signal: AbortSignal, maxMs: number): Promise<void> {
@@ -292,30 +297,40 @@ export class ZkSession implements BackendSession {
         clearTimeout(timer);
         signal.removeEventListener('abort', done);
         this.signal.removeEventListener('abort', done);
+        this.#watches.get(path)?.delete(done);
         resolve();
       };
       timer = setTimeout(done, maxMs);
       signal.addEventListener('abort', done, { once: true });
       this.signal.addEventListener('abort', done, { once: true });
     });
+    const existing = this.#watches.get(path);
+    if (existing !== undefined) {
+      existing.add(done);
+      return ended;
+    }
+    const waiting = new Set<() => void>([done]);
+    this.#watches.set(path, waiting);
+    const fire = () => {
+      if (this.#watches.get(path) === waiting) this.#watches.delete(path);
+      for (const wake of waiting) wake();
+    };
     try {
       await this.#call<NodeStat>((cb) =>
         this.#zk.aw_exists(
           path,
           (type) => {
-            if (type !== SESSION_EVENT) done();
+            if (type !== SESSION_EVENT) fire();
           },
           cb,
         ),
       );
     } catch (error) {
-      if (zkCode(error) !== ZCODE.noNode) {
-        done();
-        throw error;
-      }
-      done();
+      // Gone already (no watch was set), or the watch could not be set: nobody may wait on it.
+      fire();
+      if (zkCode(error) !== ZCODE.noNode) throw error;
     }
-    await ended;
+    return ended;
   }
 
   /** Declare the session lost (idempotent): stop the heartbeat, abort `signal`, close the client. */

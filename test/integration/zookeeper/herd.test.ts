@@ -27,10 +27,11 @@ import type {
   NativeZooKeeperClass,
 } from '../../../src/backends/zookeeper/session.js';
 import { createLocker, type Locker } from '../../../src/index.js';
-import { openAdmin, removeTree, type ZkAdmin } from '../../helpers/zookeeper.js';
+import { openAdmin, type ZkAdmin } from '../../helpers/zookeeper.js';
 import {
   contenders,
   countChildren,
+  removeNamespace,
   sleep,
   uniqueNamespace,
   waitForCount,
@@ -131,8 +132,11 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.allSettled(lockers.map((l) => l.close()));
   await Promise.allSettled(backends.map((b) => b.close()));
-  await removeTree(admin, `/${namespace}`);
-  admin.close();
+  try {
+    await removeNamespace(admin, namespace);
+  } finally {
+    admin.close();
+  }
 });
 
 describe('ZooKeeper: no thundering herd (T11 step 1)', () => {
@@ -153,7 +157,7 @@ describe('ZooKeeper: no thundering herd (T11 step 1)', () => {
     await sleep(800);
     expect(await lease.release()).toBe('released');
     const kinds = new Set(log.filter((e) => e.path !== '/').map((e) => e.what));
-    expect(kinds).toEqual(new Set(['a_create', 'a_get_children', 'a_exists', 'a_delete_']));
+    for (const kind of ['a_create', 'a_get_children', 'a_delete_']) expect(kinds).toContain(kind);
     // A 1 s session beats every ~333 ms: at least one heartbeat in 800 ms.
     expect(log.filter((e) => e.path === '/' && e.what === 'a_exists').length).toBeGreaterThan(0);
     await locker.close();
@@ -212,8 +216,8 @@ describe('ZooKeeper: no thundering herd (T11 step 1)', () => {
     const line = await contenders(admin, dir);
     expect(line).toHaveLength(WAITERS + 1);
     expect(line[0]!.czxid).toBe(holder.fencingToken);
-    // The last watch is set just after the node is created: wait for it before comparing.
-    for (let tries = 0; watchedPaths[WAITERS - 1]!.length === 0 && tries < 200; tries++) {
+    // A watch is set just after its node is created: wait for the last ones before comparing.
+    for (let tries = 0; watchedPaths.some((w) => w.length === 0) && tries < 200; tries++) {
       await sleep(10);
     }
     expect(watchedPaths).toEqual(line.slice(0, WAITERS).map((predecessor) => [predecessor.path]));
@@ -281,4 +285,52 @@ describe('ZooKeeper: no thundering herd (T11 step 1)', () => {
     expect(handoffRequests).toBeLessThanOrEqual(4 * WAITERS);
     expect(await countChildren(admin, dir)).toBe(0);
   }, 90_000);
+
+  it('a waiter that re-reads the line after 30 s of silence still holds one watch', async () => {
+    // The backend asks waiters to re-read the children every 30 s (`recheckAfterMs`) in case a
+    // watch was missed; the watch it set before has not fired (its predecessor is still there),
+    // so setting another one each time would pile up watches (and callbacks) for as long as the
+    // waiter waits. This test waits for one such re-read (~30 s).
+    const key = 'herd:recheck';
+    const holderLocker = createLocker(zkUrl(namespace), { ttlMs: 30_000 });
+    lockers.push(holderLocker);
+    const holder = await holderLocker.acquire(key);
+    const dir = ((await holderLocker.backend()) as ZookeeperBackend).dirOf(key);
+    const log: RequestEvent[] = [];
+    const { Client, peak, watched } = countingClass(0, log);
+    const backend = new ZookeeperBackend(Client, {
+      connect: ZK_HOSTS,
+      namespace,
+      connectTimeoutMs: 10_000,
+      suspended: 'lose',
+    });
+    backends.push(backend);
+    const locker = createLocker(backend, { ttlMs: 30_000 });
+    lockers.push(locker);
+    const waiting = locker.acquire(key, { waitMs: 120_000 });
+    waiting.catch(() => undefined);
+    await waitForCount(admin, dir, 2);
+    const [holderNode] = await contenders(admin, dir);
+
+    // Wait for the re-read (a second read of the children), then for its reply to be handled.
+    const reads = () => log.filter((e) => e.what === 'a_get_children').length;
+    const deadline = performance.now() + 45_000;
+    while (reads() < 2 && performance.now() < deadline) await sleep(100);
+    expect(reads(), 'the waiter re-read the children').toBeGreaterThanOrEqual(2);
+    await sleep(500);
+    console.info(
+      `zookeeper recheck: ${log.filter((e) => e.path !== '/').length} lock requests in ` +
+        `${Math.round(performance.now() - (deadline - 45_000))} ms of waiting; ` +
+        `watches set ${watched.length}, peak held ${peak()}`,
+    );
+    // Still only watching its predecessor, and still one watch at a time.
+    expect(new Set(watched)).toEqual(new Set([holderNode!.path]));
+    expect(peak(), 'watches held at once by the waiter').toBeLessThanOrEqual(1);
+
+    expect(await holder.release()).toBe('released');
+    const lease = await waiting;
+    expect(lease.fencingToken).toBeGreaterThan(holder.fencingToken);
+    expect(await lease.release()).toBe('released');
+    expect(await countChildren(admin, dir)).toBe(0);
+  }, 75_000);
 });

@@ -48,20 +48,45 @@ export interface ContenderNode {
 
 const NODE_NAME = /^_c_([0-9a-f]+)-([wr])-(\d{10})$/;
 
+/** Whether `error` is the admin client's "no node" (code -101; its messages start with the code). */
+function isNoNode(error: unknown): boolean {
+  return error instanceof Error && /^-101\b/.test(error.message);
+}
+
+/**
+ * Children of `path`, unsorted; [] when it does not exist. Any other error (a lost connection)
+ * rejects: an engine that cannot answer must never look like an empty one. The admin's server
+ * is synced with the leader first: a ZooKeeper follower may lag, and a read from it alone could
+ * miss what another client's session just did.
+ */
+export async function children(admin: ZkAdmin, path: string): Promise<string[]> {
+  await (admin as ZkAdmin & { sync(path: string): Promise<string> }).sync(path);
+  try {
+    return await admin.get_children(path, false);
+  } catch (error) {
+    if (isNoNode(error)) return [];
+    throw error;
+  }
+}
+
 /**
  * The contender nodes under `dir`, lowest sequence first (the queue order), with their czxid.
  * A node deleted between the listing and its stat is left out. Throws on a child that is not a
  * contender node (the backend must write nothing else there).
  */
 export async function contenders(admin: ZkAdmin, dir: string): Promise<ContenderNode[]> {
-  const names = await admin.get_children(dir, false).catch(() => [] as string[]);
   const nodes: ContenderNode[] = [];
-  for (const name of names) {
+  for (const name of await children(admin, dir)) {
     const m = NODE_NAME.exec(name);
     if (m === null) throw new Error(`unexpected child ${name} under ${dir}`);
     const path = `${dir}/${name}`;
-    const stat = await admin.exists(path, false).catch(() => undefined);
-    if (stat === undefined) continue;
+    let stat: { czxid: number; ephemeralOwner: string };
+    try {
+      stat = await admin.exists(path, false);
+    } catch (error) {
+      if (isNoNode(error)) continue;
+      throw error;
+    }
     nodes.push({
       name,
       path,
@@ -77,7 +102,34 @@ export async function contenders(admin: ZkAdmin, dir: string): Promise<Contender
 
 /** Number of children of `dir` (0 when it does not exist). */
 export async function countChildren(admin: ZkAdmin, dir: string): Promise<number> {
-  return (await admin.get_children(dir, false).catch(() => [] as string[])).length;
+  return (await children(admin, dir)).length;
+}
+
+/**
+ * Remove `/<namespace>` and everything under it, and make sure it is gone: sessions that were
+ * just closed may still have ephemeral nodes there (the server deletes them when it processes
+ * the close), and a lagging follower may list children late, so it retries for up to
+ * `timeoutMs`. Throws if the namespace is still there then.
+ */
+export async function removeNamespace(
+  admin: ZkAdmin,
+  namespace: string,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const root = `/${namespace}`;
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    await (admin as ZkAdmin & { sync(path: string): Promise<string> }).sync(root);
+    await removeTree(admin, root);
+    try {
+      await admin.exists(root, false);
+    } catch (error) {
+      if (isNoNode(error)) return;
+      throw error;
+    }
+    if (performance.now() >= deadline) throw new Error(`${root} is still there after clean-up`);
+    await sleep(100);
+  }
 }
 
 /** Poll until exactly `count` children exist under `dir`; throws after `timeoutMs`. */
@@ -141,8 +193,11 @@ export function useNamespace(tag: string): {
   afterAll(async () => {
     await Promise.allSettled(closables.map(async (c) => c.close()));
     if (admin === undefined) return;
-    await removeTree(admin, `/${namespace}`);
-    admin.close();
+    try {
+      await removeNamespace(admin, namespace);
+    } finally {
+      admin.close();
+    }
   });
   const track = <T extends Closable>(closable: T): T => {
     closables.push(closable);
