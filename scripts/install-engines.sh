@@ -10,6 +10,7 @@ set -euo pipefail
 declare -A PACKAGES=(
   [redis-server]=redis-server
   [redis-cli]=redis-tools
+  [redis-sentinel]=redis-sentinel
   [etcd]=etcd-server
   [etcdctl]=etcd-client
   [java]=default-jre-headless

@@ -11,12 +11,16 @@
 set -euo pipefail
 
 STATE=${FENCELOCK_SERVICES_DIR:-${TMPDIR:-/tmp}/fencelock-services}
-ENGINES=(redis redlock etcd zookeeper)
+ENGINES=(redis redlock sentinel etcd zookeeper)
 
 # Ports (override with the environment; keep in step with test/helpers/engines.ts).
 REDIS_PORT=${FENCELOCK_REDIS_PORT:-6390}
 # Redlock node n (1..5), five independent Redis servers, listens on REDLOCK_PORT_BASE+n.
 REDLOCK_PORT_BASE=${FENCELOCK_REDLOCK_PORT_BASE:-6400}
+# Sentinel topology: primary on SENTINEL_DATA_PORT_BASE+1, replica on +2; Sentinel n (1..3) on
+# SENTINEL_PORT_BASE+n. The Sentinels watch the primary under the name "fencelock".
+SENTINEL_DATA_PORT_BASE=${FENCELOCK_SENTINEL_DATA_PORT_BASE:-6410}
+SENTINEL_PORT_BASE=${FENCELOCK_SENTINEL_PORT_BASE:-26410}
 # etcd member n (1..3) listens for clients on CLIENT_BASE+n and for peers on PEER_BASE+n.
 ETCD_CLIENT_PORT_BASE=${FENCELOCK_ETCD_CLIENT_PORT_BASE:-23790}
 ETCD_PEER_PORT_BASE=${FENCELOCK_ETCD_PEER_PORT_BASE:-23800}
@@ -145,6 +149,87 @@ redlock_node() { # redlock_node stop|kill|start|restart-empty|pause|resume <1..5
     resume) kill -CONT "$(cat "$pidfile")"; log "redlock$n resumed (SIGCONT)" ;;
     *) echo "usage: $0 redlock-node stop|kill|start|restart-empty|pause|resume <1..5>" >&2; exit 2 ;;
   esac
+}
+
+# --- Sentinel: a primary, one replica and three Sentinels ---------------------------------------
+# Data nodes sdata1 (primary at start) and sdata2 (its replica), Sentinels sentinel1..3, each in
+# $STATE/sentinel/<name>. down-after 1000 ms and failover-timeout 5000 ms (FAULTS.md F4), quorum 2.
+# `up` always starts a fresh topology with sdata1 as primary, so a test that failed over (and
+# killed the old primary) gets it back with `down sentinel` then `up sentinel`.
+SENTINEL_MASTER=fencelock
+sdata_port() { echo $((SENTINEL_DATA_PORT_BASE + $1)); }
+sentinel_port() { echo $((SENTINEL_PORT_BASE + $1)); }
+
+sentinel_up() {
+  if pid_alive "$STATE/sdata1.pid" || pid_alive "$STATE/sdata2.pid"; then
+    log "sentinel topology already up"; return
+  fi
+  local n port dir
+  for n in 1 2; do require_free_port "$(sdata_port "$n")" "sentinel data node $n"; done
+  for n in 1 2 3; do require_free_port "$(sentinel_port "$n")" "sentinel $n"; done
+  rm -rf "$STATE/sentinel" && mkdir -p "$STATE/sentinel"
+  for n in 1 2; do
+    port=$(sdata_port "$n") dir=$STATE/sentinel/sdata$n
+    mkdir -p "$dir"
+    local args=(--bind 127.0.0.1 --port "$port" --dir "$dir" --save '' --appendonly no
+      --daemonize yes --pidfile "$STATE/sdata$n.pid" --logfile "$dir/redis.log")
+    if ((n == 2)); then args+=(--replicaof 127.0.0.1 "$(sdata_port 1)"); fi
+    redis-server "${args[@]}"
+    wait_until 20 "sentinel data node $n on $port" redis-cli -p "$port" ping
+  done
+  wait_until 20 "replica sync" sentinel_replica_synced
+  for n in 1 2 3; do
+    port=$(sentinel_port "$n") dir=$STATE/sentinel/sentinel$n
+    mkdir -p "$dir"
+    printf '%s
+' "bind 127.0.0.1" "port $port" "dir $dir" "daemonize yes" \
+      "pidfile $STATE/sentinel$n.pid" "logfile $dir/sentinel.log" \
+      "sentinel monitor $SENTINEL_MASTER 127.0.0.1 $(sdata_port 1) 2" \
+      "sentinel down-after-milliseconds $SENTINEL_MASTER 1000" \
+      "sentinel failover-timeout $SENTINEL_MASTER 5000" \
+      "sentinel parallel-syncs $SENTINEL_MASTER 1" >"$dir/sentinel.conf"
+    redis-sentinel "$dir/sentinel.conf"
+    wait_until 20 "sentinel $n on $port" redis-cli -p "$port" ping
+  done
+  wait_until 30 "sentinels agreeing on the primary" sentinel_ready
+  log "sentinel up: primary 127.0.0.1:$(sdata_port 1), replica :$(sdata_port 2)," \
+    "sentinels :$(sentinel_port 1)-$(sentinel_port 3) (name $SENTINEL_MASTER)"
+}
+sentinel_replica_synced() {
+  redis-cli -p "$(sdata_port 2)" info replication | grep -q 'master_link_status:up'
+}
+sentinel_field() { # sentinel_field <sentinel n> <field>: a field of SENTINEL MASTER
+  redis-cli -p "$(sentinel_port "$1")" sentinel master "$SENTINEL_MASTER" 2>/dev/null |
+    grep -A1 -x "$2" | tail -1
+}
+sentinel_ready() { # every Sentinel knows the primary, its replica and the other two Sentinels
+  local n
+  for n in 1 2 3; do
+    [[ $(sentinel_field "$n" num-slaves) == 1 ]] || return 1
+    [[ $(sentinel_field "$n" num-other-sentinels) == 2 ]] || return 1
+  done
+}
+sentinel_down() {
+  local n
+  for n in 1 2 3; do stop_pidfile "sentinel$n"; done
+  for n in 1 2; do stop_pidfile "sdata$n"; done
+}
+sentinel_status() {
+  local n
+  for n in 1 2; do
+    if pid_alive "$STATE/sdata$n.pid"; then
+      echo "sdata$n: up on 127.0.0.1:$(sdata_port "$n") ($(redis-cli -p "$(sdata_port "$n")" role 2>/dev/null | head -1))"
+    else
+      echo "sdata$n: down"
+    fi
+  done
+  for n in 1 2 3; do
+    if pid_alive "$STATE/sentinel$n.pid"; then
+      echo "sentinel$n: up on 127.0.0.1:$(sentinel_port "$n")"
+    else
+      echo "sentinel$n: down"
+    fi
+  done
 }
 
 # --- etcd: a 3-member cluster on loopback --------------------------------------------------------

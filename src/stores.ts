@@ -4,7 +4,7 @@
  * engine client, is imported on first use.
  */
 import { parseEtcdUrl } from './backends/etcd/url.js';
-import { parseRedisUrl } from './backends/redis/url.js';
+import { parseRedisUrl, parseSentinelUrl } from './backends/redis/url.js';
 import { parseRedlockUrl } from './backends/redlock/url.js';
 import { parseSqliteUrl } from './backends/sqlite/url.js';
 import { parseZookeeperUrl } from './backends/zookeeper/url.js';
@@ -35,6 +35,11 @@ const STORES: Record<string, StoreEntry> = {
   },
   redis,
   rediss: redis,
+  // Several Sentinels (`redis+sentinel://h1:p1,h2:p2/name`): the backend parses the string.
+  'redis+sentinel': (store) => {
+    const config = parseSentinelUrl(store);
+    return async () => (await import('./backends/redis/index.js')).createRedisBackend(config);
+  },
   // Several hosts (`etcd://h1:p1,h2:p2`) are not a WHATWG URL: the backend parses the string.
   etcd: (store) => {
     const config = parseEtcdUrl(store);

@@ -29,3 +29,13 @@ export const REDLOCK_PORT_BASE = Number(process.env.FENCELOCK_REDLOCK_PORT_BASE 
 export const REDLOCK_NODE_URLS: readonly string[] = [1, 2, 3, 4, 5].map(
   (n) => `redis://127.0.0.1:${REDLOCK_PORT_BASE + n}`,
 );
+
+/** The Sentinel topology of `scripts/services.sh up sentinel`: primary, replica, 3 Sentinels. */
+export const SENTINEL_DATA_PORT_BASE = Number(
+  process.env.FENCELOCK_SENTINEL_DATA_PORT_BASE || 6410,
+);
+export const SENTINEL_PORT_BASE = Number(process.env.FENCELOCK_SENTINEL_PORT_BASE || 26410);
+/** `redis+sentinel://127.0.0.1:26411,127.0.0.1:26412,127.0.0.1:26413/fencelock`. */
+export const SENTINEL_URL = `redis+sentinel://${[1, 2, 3]
+  .map((n) => `127.0.0.1:${SENTINEL_PORT_BASE + n}`)
+  .join(',')}/fencelock`;

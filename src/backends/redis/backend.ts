@@ -44,6 +44,16 @@ export interface RedisBackendOptions {
   readonly notifications?: boolean;
   /** Timeout of one command on connections this backend opens, ms. @default 5000 */
   readonly commandTimeoutMs?: number;
+  /**
+   * After each grant, `WAIT` until this many replicas have the write; if fewer acknowledge
+   * within `replicaTimeoutMs`, the grant is released and the acquire fails with a
+   * `BackendError`. This narrows the window in which a failover (a replica promoted before it
+   * got the key) grants the lock twice; it does not close it: the write can still be lost after
+   * the acknowledgement, and `WAIT` does not make Redis strongly consistent. @default 0
+   */
+  readonly minReplicas?: number;
+  /** How long to wait for `minReplicas`, ms. @default 200 */
+  readonly replicaTimeoutMs?: number;
 }
 
 /** Longest wait for a server's answer to QUIT on close(), ms. */
@@ -76,6 +86,8 @@ export class RedisBackend implements Backend {
   readonly #ownsClient: boolean;
   readonly #prefix: string;
   readonly #notifications: boolean;
+  readonly #minReplicas: number;
+  readonly #replicaTimeoutMs: number;
   #subscriber: Redis | undefined;
   readonly #channels = new Map<string, Channel>();
   #closed = false;
@@ -86,11 +98,22 @@ export class RedisBackend implements Backend {
   /** Last connection-level error of a client this backend opened, for error messages. */
   #lastConnectionError: Error | undefined;
 
-  constructor(client: Redis, ownsClient: boolean, prefix: string, notifications: boolean) {
+  constructor(
+    client: Redis,
+    ownsClient: boolean,
+    settings: {
+      readonly prefix: string;
+      readonly notifications: boolean;
+      readonly minReplicas: number;
+      readonly replicaTimeoutMs: number;
+    },
+  ) {
     this.#client = client;
     this.#ownsClient = ownsClient;
-    this.#prefix = prefix;
-    this.#notifications = notifications;
+    this.#prefix = settings.prefix;
+    this.#notifications = settings.notifications;
+    this.#minReplicas = settings.minReplicas;
+    this.#replicaTimeoutMs = settings.replicaTimeoutMs;
     if (ownsClient) {
       // Connection errors surface through the commands that fail; keep the last one for them.
       client.on('error', (error: Error) => {
@@ -116,7 +139,11 @@ export class RedisBackend implements Backend {
     const reply = await this.#call('acquire', () =>
       acquireScript.run(this.#client, [k.lock, k.fence], [request.owner, request.ttlMs]),
     );
-    if (reply[0] === 1) return { granted: true, token: BigInt(reply[1]), ttlMs: request.ttlMs };
+    if (reply[0] === 1) {
+      const token = BigInt(reply[1]);
+      if (this.#minReplicas > 0) await this.#awaitReplicas(request, token);
+      return { granted: true, token, ttlMs: request.ttlMs };
+    }
     const holderTtlMs = Math.max(reply[1], 0);
     if (!this.#notifications) return { granted: false, holderTtlMs };
     return {
@@ -124,6 +151,28 @@ export class RedisBackend implements Backend {
       holderTtlMs,
       waitForChange: (signal, maxMs) => this.#waitForRelease(k.channel, signal, maxMs),
     };
+  }
+
+  /**
+   * `WAIT` on the granting connection for `minReplicas`; too few: release the grant and fail.
+   * @throws BackendError
+   */
+  async #awaitReplicas(request: AttemptRequest, token: bigint): Promise<void> {
+    const acked = await this.#call('acquire (WAIT for replicas)', () =>
+      this.#client.wait(this.#minReplicas, this.#replicaTimeoutMs),
+    );
+    if (acked >= this.#minReplicas) return;
+    const k = this.keysOf(request.key);
+    await this.#call('acquire (release after WAIT)', () =>
+      releaseScript.run(this.#client, [k.lock, k.channel], [request.owner, String(token)]),
+    ).catch(() => undefined);
+    throw new BackendError(
+      this.name,
+      `acquire of "${request.key}"`,
+      new Error(
+        `only ${acked} of ${this.#minReplicas} replicas acknowledged the grant within ${this.#replicaTimeoutMs} ms; it was released, since a failover could lose it`,
+      ),
+    );
   }
 
   /** `PEXPIRE` only while owner and token match (never re-creates a vanished key). */
@@ -309,12 +358,24 @@ async function quit(client: Redis, timeoutMs: number): Promise<void> {
  * @throws InvalidArgumentError (from the URL check) when the URL is malformed.
  */
 export function createRedisBackendFromConfig(config: RedisUrlConfig): RedisBackend {
-  const client = new Redis(config.url, {
+  const options = {
     commandTimeout: config.commandTimeoutMs,
     maxRetriesPerRequest: 2,
     connectTimeout: 5_000,
     // Connect on the first command, not at construction.
     lazyConnect: true,
-  });
-  return new RedisBackend(client, true, config.prefix, config.notifications);
+  };
+  const { sentinel } = config;
+  const client = sentinel
+    ? new Redis({
+        ...options,
+        // ioredis asks the Sentinels for the current primary, and again after a failover.
+        sentinels: sentinel.sentinels.map((s) => ({ host: s.host, port: s.port })),
+        name: sentinel.name,
+        db: sentinel.db,
+        ...(sentinel.username ? { username: sentinel.username } : {}),
+        ...(sentinel.password ? { password: sentinel.password } : {}),
+      })
+    : new Redis(config.url ?? 'redis://127.0.0.1:6379', options);
+  return new RedisBackend(client, true, config);
 }

@@ -9,10 +9,15 @@
 import type { Redis } from 'ioredis';
 import { InvalidArgumentError } from '../../errors.js';
 import { createRedisBackendFromConfig, RedisBackend, type RedisBackendOptions } from './backend.js';
-import { parseRedisUrl, type RedisUrlConfig } from './url.js';
+import { parseRedisUrl, parseSentinelUrl, type RedisUrlConfig } from './url.js';
 
 export { RedisBackend, type RedisBackendOptions } from './backend.js';
-export { parseRedisUrl, type RedisUrlConfig } from './url.js';
+export {
+  parseRedisUrl,
+  parseSentinelUrl,
+  type RedisUrlConfig,
+  type SentinelConfig,
+} from './url.js';
 
 /**
  * Create a Redis backend from `{ url }` or `{ client }` (an ioredis client, left open on close),
@@ -24,6 +29,9 @@ export { parseRedisUrl, type RedisUrlConfig } from './url.js';
 export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig): RedisBackend {
   if (typeof options !== 'object' || options === null) {
     throw new InvalidArgumentError('options', '{ url } or { client }', options);
+  }
+  if ('sentinel' in options && options.sentinel !== undefined) {
+    return createRedisBackendFromConfig(options);
   }
   const o = options as RedisBackendOptions;
   if ((o.url === undefined) === (o.client === undefined)) {
@@ -37,10 +45,15 @@ export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig
   if (o.prefix !== undefined) params.set('prefix', String(o.prefix));
   if (o.notifications !== undefined) params.set('notifications', String(o.notifications));
   if (o.commandTimeoutMs !== undefined) params.set('commandTimeoutMs', String(o.commandTimeoutMs));
+  if (o.minReplicas !== undefined) params.set('minReplicas', String(o.minReplicas));
+  if (o.replicaTimeoutMs !== undefined) params.set('replicaTimeoutMs', String(o.replicaTimeoutMs));
   const query = params.size > 0 ? `?${params}` : '';
   if (o.url !== undefined) {
     if (typeof o.url !== 'string')
       throw new InvalidArgumentError('url', 'a redis:// URL string', o.url);
+    if (/^redis\+sentinel:/i.test(o.url)) {
+      return createRedisBackendFromConfig(parseSentinelUrl(withParams(o.url, params)));
+    }
     let parsed: URL;
     try {
       parsed = new URL(o.url);
@@ -57,7 +70,13 @@ export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig
     throw new InvalidArgumentError('client', 'an ioredis Redis client', o.client);
   }
   const config = parseRedisUrl(new URL(`redis://client${query}`));
-  return new RedisBackend(o.client, false, config.prefix, config.notifications);
+  return new RedisBackend(o.client, false, config);
+}
+
+/** `url` with `params` added to its query string. */
+function withParams(url: string, params: URLSearchParams): string {
+  if (params.size === 0) return url;
+  return `${url}${url.includes('?') ? '&' : '?'}${params}`;
 }
 
 /**

@@ -1,20 +1,45 @@
 /**
- * Parse `redis://[user:pass@]host:port[/db]` and `rediss://…` (TLS) store URLs without importing
- * the engine client. Query parameters: `prefix` (key prefix, default `fencelock`),
- * `notifications` (`false` turns pub/sub waiting off), `commandTimeoutMs`.
+ * Parse `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS) and
+ * `redis+sentinel://[user:pass@]host:port[,host:port…]/<primaryName>[/db]` store URLs without
+ * importing the engine client. Query parameters: `prefix` (key prefix, default `fencelock`),
+ * `notifications` (`false` turns pub/sub waiting off), `commandTimeoutMs`, `minReplicas` and
+ * `replicaTimeoutMs` (after a grant, `WAIT` for that many replicas; see `RedisBackendOptions`).
  */
 import { InvalidArgumentError } from '../../errors.js';
 import { integerParameter } from '../../options.js';
 
+/** Where the Sentinels are and which primary they watch. */
+export interface SentinelConfig {
+  readonly sentinels: readonly { readonly host: string; readonly port: number }[];
+  /** The primary's name in the Sentinels' configuration (`sentinel monitor <name> …`). */
+  readonly name: string;
+  readonly db: number;
+  readonly username?: string;
+  readonly password?: string;
+}
+
 /** A checked Redis store URL. */
 export interface RedisUrlConfig {
-  readonly url: string;
+  /** `redis://…` of a single node; absent with Sentinel. */
+  readonly url?: string;
+  /** The Sentinel deployment; absent for a single node. */
+  readonly sentinel?: SentinelConfig;
   readonly prefix: string;
   readonly notifications: boolean;
   readonly commandTimeoutMs: number;
+  /** Replicas that must acknowledge a grant (`WAIT`); 0 = do not wait. */
+  readonly minReplicas: number;
+  /** How long to wait for them, ms. */
+  readonly replicaTimeoutMs: number;
 }
 
-const PARAMS = new Set(['prefix', 'notifications', 'commandTimeoutMs']);
+const PARAMS = new Set([
+  'prefix',
+  'notifications',
+  'commandTimeoutMs',
+  'minReplicas',
+  'replicaTimeoutMs',
+]);
 
 /** @throws InvalidArgumentError for a bad host, port, db or parameter. */
 export function parseRedisUrl(url: URL): RedisUrlConfig {
@@ -28,12 +53,54 @@ export function parseRedisUrl(url: URL): RedisUrlConfig {
   if (db !== '' && !/^\d{1,5}$/.test(db)) {
     throw new InvalidArgumentError('store', `${shape} with a numeric db`, url.href);
   }
-  for (const name of url.searchParams.keys()) {
+  const bare = new URL(url.href);
+  bare.search = '';
+  return { url: bare.href, ...parseParams(url.searchParams) };
+}
+
+const SENTINEL_SHAPE = 'redis+sentinel://[user:pass@]host:port[,host:port…]/<primaryName>[/db]';
+
+/** @throws InvalidArgumentError for a malformed Sentinel URL or parameter. */
+export function parseSentinelUrl(store: string): RedisUrlConfig {
+  const match =
+    /^redis\+sentinel:\/\/(?:([^:@/]*):([^@/]*)@)?([^/?#@]+)\/([^/?#]+)(?:\/(\d{1,5}))?\/?(\?[^#]*)?$/i.exec(
+      store,
+    );
+  if (match === null) throw new InvalidArgumentError('store', SENTINEL_SHAPE, store);
+  const [, user, password, hosts = '', name = '', db = '0', query = ''] = match;
+  const sentinels = hosts.split(',').map((host) => {
+    const m = /^([a-z0-9.-]+|\[[0-9a-f:]+\]):(\d{1,5})$/i.exec(host);
+    const port = Number(m?.[2]);
+    if (m === null || !(port >= 1 && port <= 65535)) {
+      throw new InvalidArgumentError('store', `${SENTINEL_SHAPE} with host:port Sentinels`, store);
+    }
+    return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
+  });
+  let primaryName: string;
+  try {
+    primaryName = decodeURIComponent(name);
+  } catch {
+    throw new InvalidArgumentError('store', `${SENTINEL_SHAPE} with a well-formed name`, store);
+  }
+  return {
+    sentinel: {
+      sentinels,
+      name: primaryName,
+      db: Number(db),
+      ...(user ? { username: decodeURIComponent(user) } : {}),
+      ...(password ? { password: decodeURIComponent(password) } : {}),
+    },
+    ...parseParams(new URLSearchParams(query)),
+  };
+}
+
+function parseParams(params: URLSearchParams): Omit<RedisUrlConfig, 'url' | 'sentinel'> {
+  for (const name of params.keys()) {
     if (!PARAMS.has(name)) {
       throw new InvalidArgumentError(`store parameter ${name}`, [...PARAMS].join(', '), name);
     }
   }
-  const prefix = url.searchParams.get('prefix') ?? 'fencelock';
+  const prefix = params.get('prefix') ?? 'fencelock';
   if (prefix === '' || /[{}]/.test(prefix)) {
     throw new InvalidArgumentError(
       'store parameter prefix',
@@ -41,17 +108,15 @@ export function parseRedisUrl(url: URL): RedisUrlConfig {
       prefix,
     );
   }
-  const notifications = url.searchParams.get('notifications') ?? 'true';
+  const notifications = params.get('notifications') ?? 'true';
   if (notifications !== 'true' && notifications !== 'false') {
     throw new InvalidArgumentError('store parameter notifications', 'true or false', notifications);
   }
-  const timeout = integerParameter(url.searchParams, 'commandTimeoutMs', 5000, 1, 600_000);
-  const bare = new URL(url.href);
-  bare.search = '';
   return {
-    url: bare.href,
     prefix,
     notifications: notifications === 'true',
-    commandTimeoutMs: timeout,
+    commandTimeoutMs: integerParameter(params, 'commandTimeoutMs', 5000, 1, 600_000),
+    minReplicas: integerParameter(params, 'minReplicas', 0, 0, 100),
+    replicaTimeoutMs: integerParameter(params, 'replicaTimeoutMs', 200, 1, 600_000),
   };
 }
