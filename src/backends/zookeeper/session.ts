@@ -59,6 +59,7 @@ type Callback<T> = (rc: number, error: string, value: T) => void;
 export interface NativeZooKeeper {
   readonly timeout: number;
   readonly client_id: string;
+  readonly client_password: string;
   init(config: object): unknown;
   close(): unknown;
   on(event: 'connect' | 'connecting' | 'close', listener: (...args: unknown[]) => void): unknown;
@@ -119,7 +120,13 @@ export class ZkSession implements BackendSession {
   readonly id: string;
   /** Aborted (with the cause as reason) when the session is lost or closed. */
   readonly signal: AbortSignal;
-  readonly #zk: NativeZooKeeper;
+  #zk: NativeZooKeeper;
+  readonly #native: NativeZooKeeperClass;
+  readonly #options: ZkSessionOptions;
+  /** The client closed with "session expired" while our bound says it may live: asking again. */
+  #reviving = false;
+  /** `orphan()` was called: the validity bound no longer moves. */
+  #orphaned = false;
   readonly #lost = new AbortController();
   #suspension = new AbortController();
   #validUntil: number;
@@ -131,22 +138,101 @@ export class ZkSession implements BackendSession {
   /** Called with every reconnection within the session. */
   onReconnect: (() => void) | undefined;
 
-  private constructor(zk: NativeZooKeeper, requestedTimeoutMs: number, startedAt: number) {
+  private constructor(
+    zk: NativeZooKeeper,
+    native: NativeZooKeeperClass,
+    options: ZkSessionOptions,
+    startedAt: number,
+  ) {
     this.#zk = zk;
-    this.requestedTimeoutMs = requestedTimeoutMs;
+    this.#native = native;
+    this.#options = options;
+    this.requestedTimeoutMs = options.requestedTimeoutMs;
     this.timeoutMs = zk.timeout;
     this.id = zk.client_id;
     this.signal = this.#lost.signal;
     this.#validUntil = this.#bound(startedAt);
-    zk.on('connecting', () => this.#suspend());
-    zk.on('connect', () => this.#resume());
+    this.#listen(zk);
+    this.#arm();
+    this.#scheduleHeartbeat();
+  }
+
+  #listen(zk: NativeZooKeeper): void {
+    zk.on('connecting', () => {
+      if (zk === this.#zk) this.#suspend();
+    });
+    zk.on('connect', () => {
+      if (zk === this.#zk) this.#resume();
+    });
     zk.on('close', (_zk, code) => {
-      if (code === ZCODE.sessionExpired) {
+      if (zk !== this.#zk || !this.alive) return;
+      if (code === ZCODE.sessionExpired && monotonicNow() < this.#validUntil) this.#revive();
+      else if (code === ZCODE.sessionExpired) {
         this.lose(new ZooKeeperError(ZCODE.sessionExpired, 'ZooKeeper session expired'));
       } else this.lose(new Error(`ZooKeeper client closed (code ${String(code)})`));
     });
-    this.#arm();
-    this.#scheduleHeartbeat();
+  }
+
+  /**
+   * The native client closed itself with "session expired" although the session may still be
+   * alive (the binding also says so after a run of empty reads while it reconnects, e.g. when
+   * its server is killed). Ask the ensemble: reconnect with the session's id and password. The
+   * same session back means it was alive; its ephemeral nodes are intact, but the old client's
+   * watches are gone, so every wait is woken to look again. Anything else (a real expiry, no
+   * answer before the validity runs out) loses the session.
+   */
+  #revive(): void {
+    if (this.#reviving || !this.alive) return;
+    this.#reviving = true;
+    this.#suspend();
+    let next: NativeZooKeeper;
+    try {
+      next = new this.#native({
+        connect: this.#options.connect,
+        timeout: this.#options.requestedTimeoutMs,
+        debug_level: 0,
+        host_order_deterministic: false,
+        client_id: this.id,
+        client_password: this.#zk.client_password,
+      });
+    } catch (error) {
+      this.lose(error);
+      return;
+    }
+    next.on('connect', () => {
+      if (!this.#reviving) return;
+      this.#reviving = false;
+      if (!this.alive || next.client_id !== this.id) {
+        next.close();
+        this.lose(new ZooKeeperError(ZCODE.sessionExpired, 'ZooKeeper session expired'));
+        return;
+      }
+      this.#zk = next;
+      this.#listen(next);
+      this.#resume();
+      for (const waiting of [...this.#watches.values()]) for (const wake of waiting) wake();
+      this.#watches.clear();
+    });
+    next.on('close', (_zk, code) => {
+      if (!this.#reviving) return;
+      this.#reviving = false;
+      // The binding's guess again (its new connection hit the dead server first): try once more
+      // while the bound allows; the expiry timer ends it otherwise.
+      if (code === ZCODE.sessionExpired && this.alive && monotonicNow() < this.#validUntil) {
+        setTimeout(() => this.#revive(), 100).unref();
+        return;
+      }
+      this.lose(new ZooKeeperError(Number(code), 'ZooKeeper session expired'));
+    });
+    // Give up when the validity runs out first (the expiry timer loses the session then).
+    this.#lost.signal.addEventListener(
+      'abort',
+      () => {
+        if (this.#zk !== next) next.close();
+      },
+      { once: true },
+    );
+    next.init({});
   }
 
   /**
@@ -181,7 +267,7 @@ export class ZkSession implements BackendSession {
       zk.close();
       throw new BackendError('zookeeper', `connect to ${options.connect}`, error);
     }
-    return new ZkSession(zk, options.requestedTimeoutMs, startedAt);
+    return new ZkSession(zk, native, options, startedAt);
   }
 
   /** TTL of the locks in this session: the negotiated timeout, ms. */
@@ -341,6 +427,7 @@ export class ZkSession implements BackendSession {
     clearTimeout(this.#heartbeat);
     this.#suspension.abort(cause);
     this.#lost.abort(cause);
+    this.#reviving = false;
     this.#zk.close();
   }
 
@@ -353,10 +440,12 @@ export class ZkSession implements BackendSession {
   }
 
   /**
-   * Stop the heartbeat. The C client still pings the server while the process lives, so the
-   * session lives on; fencelock stops believing in it when its validity runs out.
+   * Stop believing in the session past its current validity (etcd's `Session.Orphan`): the
+   * heartbeat stops and no request moves the bound any more, so when it runs out the session is
+   * lost and the client closed, and the server deletes its nodes. Until then its locks hold.
    */
   orphan(): void {
+    this.#orphaned = true;
     this.#keepingAlive = false;
     clearTimeout(this.#heartbeat);
   }
@@ -408,7 +497,7 @@ export class ZkSession implements BackendSession {
   }
 
   #extendFrom(startedAt: number): void {
-    if (!this.alive) return;
+    if (!this.alive || this.#orphaned) return;
     const bound = this.#bound(startedAt);
     if (bound <= this.#validUntil) return;
     this.#validUntil = bound;
