@@ -46,7 +46,11 @@ async function rawUncontended() {
   await zk.create(`/${ns}-raw`, '', ZooKeeper.constants.ZOO_PERSISTENT).catch(() => undefined);
   const s = await timed(async () => {
     for (let i = 0; i < pairs; i++) {
-      const path = await zk.create(`/${ns}-raw/n-`, '', ZooKeeper.constants.ZOO_EPHEMERAL_SEQUENTIAL);
+      const path = await zk.create(
+        `/${ns}-raw/n-`,
+        '',
+        ZooKeeper.constants.ZOO_EPHEMERAL_SEQUENTIAL,
+      );
       await zk.get_children(`/${ns}-raw`, false);
       await zk.delete_(path, -1);
     }

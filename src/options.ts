@@ -313,6 +313,26 @@ export function resolveLockerOptions(options: unknown): {
   return { defaults, driftFactor };
 }
 
+/**
+ * The `host:port[,host:port…]` list of a multi-host store URL (etcd, ZooKeeper, Redlock,
+ * Sentinel). IPv6 hosts stay in brackets.
+ * @throws InvalidArgumentError naming the store's `shape` when a member is malformed.
+ */
+export function parseHostList(
+  hosts: string,
+  shape: string,
+  store: string,
+): { host: string; port: number }[] {
+  return hosts.split(',').map((member) => {
+    const m = /^([a-z0-9.-]+|\[[0-9a-f:]+\]):(\d{1,5})$/i.exec(member);
+    const port = Number(m?.[2]);
+    if (m === null || !(port >= 1 && port <= 65535)) {
+      throw new InvalidArgumentError('store', `${shape} with host:port members`, store);
+    }
+    return { host: m[1] as string, port };
+  });
+}
+
 /** Drift allowance for a lease of `ttlMs` (Redlock spec): `ttlMs × driftFactor + 2` ms. */
 export function driftMs(ttlMs: number, driftFactor: number): number {
   return ttlMs * driftFactor + 2;

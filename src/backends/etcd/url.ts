@@ -4,7 +4,7 @@
  * writes. Parameter: `dialTimeoutMs` (default 5000).
  */
 import { InvalidArgumentError } from '../../errors.js';
-import { integerParameter } from '../../options.js';
+import { integerParameter, parseHostList } from '../../options.js';
 
 /** A checked etcd store URL. */
 export interface EtcdUrlConfig {
@@ -23,14 +23,7 @@ export function parseEtcdUrl(store: string): EtcdUrlConfig {
   const match = /^etcd:\/\/(?:([^:@/]*):([^@/]*)@)?([^/?#]+)(\/[^?#]*)?(\?[^#]*)?$/i.exec(store);
   if (match === null) throw new InvalidArgumentError('store', SHAPE, store);
   const [, user, password, hosts = '', path = '', query = ''] = match;
-  const endpoints = hosts.split(',').map((host) => {
-    const m = /^([a-z0-9.-]+|\[[0-9a-f:]+\]):(\d{1,5})$/i.exec(host);
-    const port = Number(m?.[2]);
-    if (m === null || !(port >= 1 && port <= 65535)) {
-      throw new InvalidArgumentError('store', `${SHAPE} with host:port members`, store);
-    }
-    return `http://${m[1]}:${port}`;
-  });
+  const endpoints = parseHostList(hosts, SHAPE, store).map((m) => `http://${m.host}:${m.port}`);
   const decode = (text: string, part: string): string => {
     try {
       return decodeURIComponent(text);

@@ -6,7 +6,7 @@
  * `replicaTimeoutMs` (after a grant, `WAIT` for that many replicas; see `RedisBackendOptions`).
  */
 import { InvalidArgumentError } from '../../errors.js';
-import { integerParameter } from '../../options.js';
+import { integerParameter, parseHostList } from '../../options.js';
 
 /** Where the Sentinels are and which primary they watch. */
 export interface SentinelConfig {
@@ -68,14 +68,10 @@ export function parseSentinelUrl(store: string): RedisUrlConfig {
     );
   if (match === null) throw new InvalidArgumentError('store', SENTINEL_SHAPE, store);
   const [, user, password, hosts = '', name = '', db = '0', query = ''] = match;
-  const sentinels = hosts.split(',').map((host) => {
-    const m = /^([a-z0-9.-]+|\[[0-9a-f:]+\]):(\d{1,5})$/i.exec(host);
-    const port = Number(m?.[2]);
-    if (m === null || !(port >= 1 && port <= 65535)) {
-      throw new InvalidArgumentError('store', `${SENTINEL_SHAPE} with host:port Sentinels`, store);
-    }
-    return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
-  });
+  const sentinels = parseHostList(hosts, SENTINEL_SHAPE, store).map((m) => ({
+    host: m.host.replace(/^\[|\]$/g, ''),
+    port: m.port,
+  }));
   let primaryName: string;
   try {
     primaryName = decodeURIComponent(name);

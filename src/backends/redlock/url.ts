@@ -3,7 +3,7 @@
  * importing the engine client: an odd number (≥ 3) of independent Redis nodes.
  */
 import { InvalidArgumentError } from '../../errors.js';
-import { integerParameter } from '../../options.js';
+import { integerParameter, parseHostList } from '../../options.js';
 
 /** A checked Redlock store URL. */
 export interface RedlockUrlConfig {
@@ -24,14 +24,7 @@ export function parseRedlockUrl(store: string): RedlockUrlConfig {
   const match = /^redlock:\/\/([^/?#@]+)\/?(\?[^#]*)?$/i.exec(store);
   if (match === null) throw new InvalidArgumentError('store', SHAPE, store);
   const [, hosts = '', query = ''] = match;
-  const nodes = hosts.split(',').map((host) => {
-    const m = /^([a-z0-9.-]+|\[[0-9a-f:]+\]):(\d{1,5})$/i.exec(host);
-    const port = Number(m?.[2]);
-    if (m === null || !(port >= 1 && port <= 65535)) {
-      throw new InvalidArgumentError('store', `${SHAPE} with host:port nodes`, store);
-    }
-    return `redis://${m[1]}:${port}`;
-  });
+  const nodes = parseHostList(hosts, SHAPE, store).map((m) => `redis://${m.host}:${m.port}`);
   assertNodeCount(nodes.length);
   const params = new URLSearchParams(query);
   for (const name of params.keys()) {

@@ -5,7 +5,7 @@
  * `wait`: what a lost connection means for the locks held, see `ZookeeperBackendOptions`).
  */
 import { InvalidArgumentError } from '../../errors.js';
-import { integerParameter } from '../../options.js';
+import { integerParameter, parseHostList } from '../../options.js';
 
 /** What a lost connection (SUSPENDED) means for the locks held in the session. */
 export type SuspendedPolicy = 'lose' | 'wait';
@@ -28,14 +28,7 @@ export function parseZookeeperUrl(store: string): ZookeeperUrlConfig {
   const match = /^zk:\/\/([^/?#@]+)(\/[^?#]*)?(\?[^#]*)?$/i.exec(store);
   if (match === null) throw new InvalidArgumentError('store', SHAPE, store);
   const [, hosts = '', path = '', query = ''] = match;
-  const members = hosts.split(',').map((host) => {
-    const m = /^([a-z0-9.-]+|\[[0-9a-f:]+\]):(\d{1,5})$/i.exec(host);
-    const port = Number(m?.[2]);
-    if (m === null || !(port >= 1 && port <= 65535)) {
-      throw new InvalidArgumentError('store', `${SHAPE} with host:port servers`, store);
-    }
-    return `${m[1]}:${port}`;
-  });
+  const members = parseHostList(hosts, SHAPE, store).map((m) => `${m.host}:${m.port}`);
   let namespace: string;
   try {
     namespace = decodeURIComponent(path.replace(/^\/+|\/+$/g, '')) || 'fencelock';

@@ -61,20 +61,7 @@ export async function waitForCount(
   }
 }
 
-/** Whether `promise` has settled after `ms` (it is left running). */
-export async function settledWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let settled = false;
-  promise.then(
-    () => {
-      settled = true;
-    },
-    () => {
-      settled = true;
-    },
-  );
-  await sleep(ms);
-  return settled;
-}
+export { settledWithin } from '../../helpers/promises.js';
 
 /**
  * One namespace for a test file: its store URL, an admin client opened before the tests, and

@@ -52,20 +52,7 @@ export async function waitUntil(
   }
 }
 
-/** Whether `promise` has settled after `ms` (it is left running; never an unhandled rejection). */
-export async function settledWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let settled = false;
-  promise.then(
-    () => {
-      settled = true;
-    },
-    () => {
-      settled = true;
-    },
-  );
-  await sleep(ms);
-  return settled;
-}
+export { settledWithin } from '../../helpers/promises.js';
 
 /** `performance.now()` when `signal` aborts (filled in later; undefined until then). */
 export function abortTime(signal: AbortSignal): { at: number | undefined } {

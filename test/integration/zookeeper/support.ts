@@ -150,20 +150,7 @@ export async function waitForCount(
   }
 }
 
-/** Whether `promise` has settled after `ms` (it is left running). */
-export async function settledWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let settled = false;
-  promise.then(
-    () => {
-      settled = true;
-    },
-    () => {
-      settled = true;
-    },
-  );
-  await sleep(ms);
-  return settled;
-}
+export { settledWithin } from '../../helpers/promises.js';
 
 /** Something `useNamespace` closes after the file's tests. */
 interface Closable {
