@@ -11,6 +11,7 @@ declare -A PACKAGES=(
   [redis-server]=redis-server
   [redis-cli]=redis-tools
   [redis-sentinel]=redis-sentinel
+  [nft]=nftables
   [etcd]=etcd-server
   [etcdctl]=etcd-client
   [java]=default-jre-headless

@@ -23,6 +23,7 @@ import type {
 } from '../../core/backend.js';
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
+import { composeToken, counterOf, FailoverEpoch } from './failover-epoch.js';
 import {
   abandonScript,
   acquireScript,
@@ -88,6 +89,8 @@ export class RedisBackend implements Backend {
   readonly #notifications: boolean;
   readonly #minReplicas: number;
   readonly #replicaTimeoutMs: number;
+  /** On Sentinel: the failover epoch that prefixes every token; undefined on a single node. */
+  readonly #epochs: FailoverEpoch | undefined;
   #subscriber: Redis | undefined;
   readonly #channels = new Map<string, Channel>();
   #closed = false;
@@ -107,7 +110,9 @@ export class RedisBackend implements Backend {
       readonly minReplicas: number;
       readonly replicaTimeoutMs: number;
     },
+    epochs?: FailoverEpoch,
   ) {
+    this.#epochs = epochs;
     this.#client = client;
     this.#ownsClient = ownsClient;
     this.#prefix = settings.prefix;
@@ -133,15 +138,33 @@ export class RedisBackend implements Backend {
     return { lock: `${base}:lock`, fence: `${base}:fence`, channel: `${base}:released` };
   }
 
-  /** Run the acquire script: grant with a fresh `INCR` token, or report the holder's PTTL. */
+  /**
+   * Run the acquire script: grant with a fresh `INCR` token, or report the holder's PTTL. On
+   * Sentinel the token is `failover epoch × 2^32 + counter` (see failover-epoch.ts).
+   */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     const k = this.keysOf(request.key);
-    const reply = await this.#call('acquire', () =>
-      acquireScript.run(this.#client, [k.lock, k.fence], [request.owner, request.ttlMs]),
-    );
+    const [epoch, reply] = await this.#call('acquire', async () => {
+      const before = await this.#epochs?.current();
+      return [
+        before,
+        await acquireScript.run(this.#client, [k.lock, k.fence], [request.owner, request.ttlMs]),
+      ] as const;
+    });
     if (reply[0] === 1) {
-      const token = BigInt(reply[1]);
-      if (this.#minReplicas > 0) await this.#awaitReplicas(request, token);
+      const counter = BigInt(reply[1]);
+      if (epoch !== undefined && this.#epochs?.generation !== epoch.generation) {
+        // The connection changed while the script ran: the grant may sit on another primary
+        // than the epoch read names. Withdraw it; the next attempt reads the epoch again.
+        await this.abandon(request).catch(() => undefined);
+        throw new BackendError(
+          this.name,
+          `acquire of "${request.key}"`,
+          new Error('the connection to the primary changed during the grant (a failover?)'),
+        );
+      }
+      if (this.#minReplicas > 0) await this.#awaitReplicas(request, counter);
+      const token = epoch === undefined ? counter : composeToken(epoch.epoch, counter);
       return { granted: true, token, ttlMs: request.ttlMs };
     }
     const holderTtlMs = Math.max(reply[1], 0);
@@ -151,6 +174,11 @@ export class RedisBackend implements Backend {
       holderTtlMs,
       waitForChange: (signal, maxMs) => this.#waitForRelease(k.channel, signal, maxMs),
     };
+  }
+
+  /** The counter part of a lease's token, as the scripts store it. */
+  #counterOf(lease: LeaseRef): string {
+    return String(this.#epochs === undefined ? lease.fencingToken : counterOf(lease.fencingToken));
   }
 
   /**
@@ -179,7 +207,7 @@ export class RedisBackend implements Backend {
   async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     const k = this.keysOf(lease.key);
     const reply = await this.#call('renew', () =>
-      renewScript.run(this.#client, [k.lock], [lease.owner, String(lease.fencingToken), ttlMs]),
+      renewScript.run(this.#client, [k.lock], [lease.owner, this.#counterOf(lease), ttlMs]),
     );
     if (reply === 1) return { ok: true, ttlMs };
     return { ok: false, reason: reply === 0 ? 'not-held' : 'not-owner' };
@@ -189,11 +217,7 @@ export class RedisBackend implements Backend {
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const k = this.keysOf(lease.key);
     const reply = await this.#call('release', () =>
-      releaseScript.run(
-        this.#client,
-        [k.lock, k.channel],
-        [lease.owner, String(lease.fencingToken)],
-      ),
+      releaseScript.run(this.#client, [k.lock, k.channel], [lease.owner, this.#counterOf(lease)]),
     );
     return reply === 1 ? 'released' : reply === 0 ? 'not-held' : 'not-owner';
   }
@@ -209,19 +233,25 @@ export class RedisBackend implements Backend {
   /** Holder, remaining PTTL and the fence counter, read atomically. */
   async inspect(key: string): Promise<LockInfo> {
     const k = this.keysOf(key);
-    const [value, pttl, last] = await this.#call('inspect', () =>
-      inspectScript.run(this.#client, [k.lock, k.fence], []),
-    );
+    const [epoch, [value, pttl, last]] = await this.#call('inspect', async () => {
+      const reading = await this.#epochs?.current();
+      return [
+        reading?.epoch,
+        await inspectScript.run(this.#client, [k.lock, k.fence], []),
+      ] as const;
+    });
+    const tokenOf = (counter: string) =>
+      epoch === undefined ? BigInt(counter) : composeToken(epoch, BigInt(counter));
     let holder: LockInfo['holder'] = null;
     if (value !== null) {
       const sep = value.indexOf(':');
       holder = {
         owner: value.slice(0, sep),
-        fencingToken: BigInt(value.slice(sep + 1)),
+        fencingToken: tokenOf(value.slice(sep + 1)),
         ttlMs: Math.max(0, pttl),
       };
     }
-    return { key, holder, lastFencingToken: last === null ? 0n : BigInt(last) };
+    return { key, holder, lastFencingToken: last === null ? 0n : tokenOf(last) };
   }
 
   /** Wake local waiters, quit the subscriber and (if owned) the client, each within 1 s. */
@@ -377,5 +407,10 @@ export function createRedisBackendFromConfig(config: RedisUrlConfig): RedisBacke
         ...(sentinel.password ? { password: sentinel.password } : {}),
       })
     : new Redis(config.url ?? 'redis://127.0.0.1:6379', options);
-  return new RedisBackend(client, true, config);
+  return new RedisBackend(
+    client,
+    true,
+    config,
+    sentinel ? new FailoverEpoch(client, sentinel, config.commandTimeoutMs) : undefined,
+  );
 }

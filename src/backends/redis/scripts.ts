@@ -71,3 +71,9 @@ export const inspectScript = defineScript<
 export const settleScript = defineScript<LockKeys, readonly [owner: string, token: string], 1 | 0>(
   'settle',
 );
+/** Fenced write (the Redis fencing guard): `[1, token]` written, `[0, current token]` refused. */
+export const fencedWriteScript = defineScript<
+  readonly [resourceKey: string],
+  readonly [token: string, value: string],
+  [1 | 0, string]
+>('fenced-write');
