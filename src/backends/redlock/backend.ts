@@ -38,6 +38,7 @@ import {
   settleScript,
 } from '../redis/scripts.js';
 import { type NodeResult, outcomesOf, quorumOf, vote } from './quorum.js';
+import { RestartWatch } from './restarts.js';
 
 /** One Redis node of a Redlock. */
 export interface RedlockNode {
@@ -62,6 +63,7 @@ export class RedlockBackend implements Backend {
   readonly #prefix: string;
   readonly #nodeTimeoutMs: number;
   readonly #connecting = new Map<RedlockNode, Promise<void>>();
+  readonly #restarts: RestartWatch;
   #closed = false;
 
   /**
@@ -73,6 +75,7 @@ export class RedlockBackend implements Backend {
     this.#prefix = prefix;
     this.#nodeTimeoutMs = nodeTimeoutMs;
     this.quorum = quorumOf(nodes.length);
+    this.#restarts = new RestartWatch(nodes);
   }
 
   /** The nodes, in the order given. */
@@ -115,6 +118,12 @@ export class RedlockBackend implements Backend {
           return late ? this.#settle(request, token).catch(() => undefined) : undefined;
         });
       }
+      const on = (results: readonly NodeResult<[1, string] | [0, number]>[]) =>
+        results.filter(isGrant).map((r) => r.node);
+      this.#restarts.granted(request.owner, request.key, request.ttlMs, on(early));
+      void acquiring.all.then((all) =>
+        this.#restarts.granted(request.owner, request.key, request.ttlMs, on(all)),
+      );
       return { granted: true, token, ttlMs: request.ttlMs };
     }
     // No majority: withdraw on every node (where the reply was lost too) before the core retries.
@@ -153,6 +162,7 @@ export class RedlockBackend implements Backend {
     );
     const early = await renewing.early;
     if (early.filter((r) => r.status === 'ok' && r.value === 1).length >= this.quorum) {
+      this.#restarts.renewed(lease.owner, ttlMs);
       return { ok: true, ttlMs };
     }
     const all = await renewing.all;
@@ -172,6 +182,7 @@ export class RedlockBackend implements Backend {
         releaseScript.run(client, [k.lock, k.channel], [lease.owner, String(lease.fencingToken)]),
       () => false,
     ).all;
+    this.#restarts.ended(lease.owner);
     return this.#verdict(lease.key, 'release', all);
   }
 
@@ -180,6 +191,7 @@ export class RedlockBackend implements Backend {
    * @throws QuorumError when no node answered.
    */
   async abandon(request: AttemptRequest): Promise<void> {
+    this.#restarts.ended(request.owner);
     const k = this.keysOf(request.key);
     const all = await this.#vote(
       this.#nodeTimeoutMs,
@@ -241,6 +253,7 @@ export class RedlockBackend implements Backend {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#restarts.close();
     await Promise.all(this.#nodes.filter((n) => n.owned).map((n) => quit(n.client)));
   }
 

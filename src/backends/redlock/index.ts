@@ -18,6 +18,7 @@ import {
 
 export { RedlockBackend, type RedlockNode } from './backend.js';
 export { type NodeResult, quorumOf } from './quorum.js';
+export { NODE_RESTARTED_WARNING } from './restarts.js';
 export { parseRedlockUrl, type RedlockUrlConfig } from './url.js';
 
 /** Options of `createRedlockBackend`. */
