@@ -11,7 +11,7 @@
 set -euo pipefail
 
 STATE=${FENCELOCK_SERVICES_DIR:-${TMPDIR:-/tmp}/fencelock-services}
-ENGINES=(redis redlock sentinel etcd zookeeper)
+ENGINES=(redis redlock sentinel cluster etcd zookeeper)
 
 # Ports (override with the environment; keep in step with test/helpers/engines.ts).
 REDIS_PORT=${FENCELOCK_REDIS_PORT:-6390}
@@ -21,6 +21,8 @@ REDLOCK_PORT_BASE=${FENCELOCK_REDLOCK_PORT_BASE:-6400}
 # SENTINEL_PORT_BASE+n. The Sentinels watch the primary under the name "fencelock".
 SENTINEL_DATA_PORT_BASE=${FENCELOCK_SENTINEL_DATA_PORT_BASE:-6410}
 SENTINEL_PORT_BASE=${FENCELOCK_SENTINEL_PORT_BASE:-26410}
+# Redis Cluster: three primaries (no replicas) on CLUSTER_PORT_BASE+n, n = 1..3.
+CLUSTER_PORT_BASE=${FENCELOCK_CLUSTER_PORT_BASE:-6420}
 # etcd member n (1..3) listens for clients on CLIENT_BASE+n and for peers on PEER_BASE+n.
 ETCD_CLIENT_PORT_BASE=${FENCELOCK_ETCD_CLIENT_PORT_BASE:-23790}
 ETCD_PEER_PORT_BASE=${FENCELOCK_ETCD_PEER_PORT_BASE:-23800}
@@ -228,6 +230,47 @@ sentinel_status() {
       echo "sentinel$n: up on 127.0.0.1:$(sentinel_port "$n")"
     else
       echo "sentinel$n: down"
+    fi
+  done
+}
+
+# --- Redis Cluster: three primaries, slots split by redis-cli ------------------------------------
+# Node n (cluster1..cluster3) on 127.0.0.1:$((CLUSTER_PORT_BASE + n)), data and nodes.conf in
+# $STATE/cluster/<n>. `up` always builds a fresh cluster.
+cluster_port() { echo $((CLUSTER_PORT_BASE + $1)); }
+cluster_ok() {
+  local n
+  for n in 1 2 3; do
+    redis-cli -p "$(cluster_port "$n")" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || return 1
+  done
+}
+cluster_up() {
+  if pid_alive "$STATE/cluster1.pid"; then log "redis cluster already up"; return; fi
+  local n port dir members=()
+  for n in 1 2 3; do require_free_port "$(cluster_port "$n")" "redis cluster node $n"; done
+  rm -rf "$STATE/cluster" && mkdir -p "$STATE/cluster"
+  for n in 1 2 3; do
+    port=$(cluster_port "$n") dir=$STATE/cluster/$n
+    mkdir -p "$dir"
+    redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --save '' --appendonly no \
+      --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" --cluster-node-timeout 2000 \
+      --daemonize yes --pidfile "$STATE/cluster$n.pid" --logfile "$dir/redis.log"
+    wait_until 20 "redis cluster node $n on $port" redis-cli -p "$port" ping
+    members+=("127.0.0.1:$port")
+  done
+  redis-cli --cluster create "${members[@]}" --cluster-replicas 0 --cluster-yes >"$STATE/cluster/create.log" 2>&1 ||
+    { log "redis-cli --cluster create failed; see $STATE/cluster/create.log"; return 1; }
+  wait_until 30 "redis cluster state ok" cluster_ok
+  log "redis cluster up: 3 primaries on 127.0.0.1:$(cluster_port 1)-$(cluster_port 3)"
+}
+cluster_down() { local n; for n in 1 2 3; do stop_pidfile "cluster$n"; done; }
+cluster_status() {
+  local n
+  for n in 1 2 3; do
+    if pid_alive "$STATE/cluster$n.pid"; then
+      echo "cluster$n: up on 127.0.0.1:$(cluster_port "$n")"
+    else
+      echo "cluster$n: down"
     fi
   done
 }

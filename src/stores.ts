@@ -4,7 +4,7 @@
  * engine client, is imported on first use.
  */
 import { parseEtcdUrl } from './backends/etcd/url.js';
-import { parseRedisUrl, parseSentinelUrl } from './backends/redis/url.js';
+import { parseClusterUrl, parseRedisUrl, parseSentinelUrl } from './backends/redis/url.js';
 import { parseRedlockUrl } from './backends/redlock/url.js';
 import { parseSqliteUrl } from './backends/sqlite/url.js';
 import { parseZookeeperUrl } from './backends/zookeeper/url.js';
@@ -36,6 +36,10 @@ const STORES: Record<string, StoreEntry> = {
   redis,
   rediss: redis,
   // Several Sentinels (`redis+sentinel://h1:p1,h2:p2/name`): the backend parses the string.
+  'redis+cluster': (store) => {
+    const config = parseClusterUrl(store);
+    return async () => (await import('./backends/redis/index.js')).createRedisBackend(config);
+  },
   'redis+sentinel': (store) => {
     const config = parseSentinelUrl(store);
     return async () => (await import('./backends/redis/index.js')).createRedisBackend(config);

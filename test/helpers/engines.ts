@@ -39,3 +39,10 @@ export const SENTINEL_PORT_BASE = Number(process.env.FENCELOCK_SENTINEL_PORT_BAS
 export const SENTINEL_URL = `redis+sentinel://${[1, 2, 3]
   .map((n) => `127.0.0.1:${SENTINEL_PORT_BASE + n}`)
   .join(',')}/fencelock`;
+
+/** The Redis Cluster of `scripts/services.sh up cluster`: three primaries on CLUSTER_PORT_BASE+n. */
+export const CLUSTER_PORT_BASE = Number(process.env.FENCELOCK_CLUSTER_PORT_BASE || 6420);
+/** `redis+cluster://127.0.0.1:6421,127.0.0.1:6422,127.0.0.1:6423`. */
+export const CLUSTER_URL = `redis+cluster://${[1, 2, 3]
+  .map((n) => `127.0.0.1:${CLUSTER_PORT_BASE + n}`)
+  .join(',')}`;

@@ -11,7 +11,7 @@
  * a promoted replica may not have the key and grant it again. The fencing token counter can be
  * lost the same way; use a consensus store where tokens must be strict.
  */
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import type {
   AttemptRequest,
   AttemptResult,
@@ -36,7 +36,7 @@ import type { RedisUrlConfig } from './url.js';
 /** Options of `createRedisBackend`. */
 export interface RedisBackendOptions {
   /** An ioredis client to use; it stays open after `close()`. Give this or `url`. */
-  readonly client?: Redis;
+  readonly client?: Redis | Cluster;
   /** A `redis://` or `rediss://` URL to connect to. Give this or `client`. */
   readonly url?: string;
   /** Key prefix. @default 'fencelock' */
@@ -83,7 +83,7 @@ export class RedisBackend implements Backend {
   readonly name = 'redis';
   readonly maxTtlMs = MAX_TIMER_MS;
   readonly modes = ['write'] as const;
-  readonly #client: Redis;
+  readonly #client: Redis | Cluster;
   readonly #ownsClient: boolean;
   readonly #prefix: string;
   readonly #notifications: boolean;
@@ -91,7 +91,7 @@ export class RedisBackend implements Backend {
   readonly #replicaTimeoutMs: number;
   /** On Sentinel: the failover epoch that prefixes every token; undefined on a single node. */
   readonly #epochs: FailoverEpoch | undefined;
-  #subscriber: Redis | undefined;
+  #subscriber: Redis | Cluster | undefined;
   readonly #channels = new Map<string, Channel>();
   #closed = false;
 
@@ -102,7 +102,7 @@ export class RedisBackend implements Backend {
   #lastConnectionError: Error | undefined;
 
   constructor(
-    client: Redis,
+    client: Redis | Cluster,
     ownsClient: boolean,
     settings: {
       readonly prefix: string;
@@ -278,7 +278,9 @@ export class RedisBackend implements Backend {
       if (this.#fatal) throw this.#fatal;
       return await run();
     } catch (error) {
-      const { host, port } = this.#client.options;
+      const { host, port } = isClusterClient(this.#client)
+        ? { host: 'cluster', port: '' }
+        : this.#client.options;
       const last = this.#lastConnectionError ? `: ${this.#lastConnectionError.message}` : '';
       throw new BackendError(this.name, `${operation} (${host}:${port}${last})`, error);
     }
@@ -349,9 +351,11 @@ export class RedisBackend implements Backend {
     entry.linger.unref();
   }
 
-  #getSubscriber(): Redis {
+  #getSubscriber(): Redis | Cluster {
     if (this.#subscriber) return this.#subscriber;
-    const subscriber = this.#client.duplicate({ commandTimeout: undefined });
+    const subscriber = isClusterClient(this.#client)
+      ? this.#client.duplicate()
+      : this.#client.duplicate({ commandTimeout: undefined });
     subscriber.on('error', () => undefined);
     subscriber.on('message', (channel: string) => {
       const entry = this.#channels.get(channel);
@@ -366,8 +370,13 @@ export class RedisBackend implements Backend {
   }
 }
 
+/** An ioredis Cluster, by its own flag (two copies of ioredis defeat `instanceof`). */
+function isClusterClient(client: Redis | Cluster): client is Cluster {
+  return (client as { isCluster?: boolean }).isCluster === true;
+}
+
 /** QUIT, but never wait on a silent server longer than `timeoutMs`; then drop the socket. */
-async function quit(client: Redis, timeoutMs: number): Promise<void> {
+async function quit(client: Redis | Cluster, timeoutMs: number): Promise<void> {
   if (client.status === 'end' || client.status === 'wait') {
     client.disconnect();
     return;
@@ -395,7 +404,14 @@ export function createRedisBackendFromConfig(config: RedisUrlConfig): RedisBacke
     // Connect on the first command, not at construction.
     lazyConnect: true,
   };
-  const { sentinel } = config;
+  const { sentinel, cluster } = config;
+  if (cluster) {
+    const client = new Cluster(
+      cluster.map((n) => ({ host: n.host, port: n.port })),
+      { lazyConnect: true, redisOptions: options },
+    );
+    return new RedisBackend(client, true, config);
+  }
   const client = sentinel
     ? new Redis({
         ...options,

@@ -9,7 +9,7 @@
 import type { Redis } from 'ioredis';
 import { InvalidArgumentError } from '../../errors.js';
 import { createRedisBackendFromConfig, RedisBackend, type RedisBackendOptions } from './backend.js';
-import { parseRedisUrl, parseSentinelUrl, type RedisUrlConfig } from './url.js';
+import { parseClusterUrl, parseRedisUrl, parseSentinelUrl, type RedisUrlConfig } from './url.js';
 
 export { RedisBackend, type RedisBackendOptions } from './backend.js';
 export {
@@ -30,7 +30,10 @@ export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig
   if (typeof options !== 'object' || options === null) {
     throw new InvalidArgumentError('options', '{ url } or { client }', options);
   }
-  if ('sentinel' in options && options.sentinel !== undefined) {
+  if (
+    ('sentinel' in options && options.sentinel !== undefined) ||
+    ('cluster' in options && options.cluster !== undefined)
+  ) {
     return createRedisBackendFromConfig(options);
   }
   const o = options as RedisBackendOptions;
@@ -53,6 +56,9 @@ export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig
       throw new InvalidArgumentError('url', 'a redis:// URL string', o.url);
     if (/^redis\+sentinel:/i.test(o.url)) {
       return createRedisBackendFromConfig(parseSentinelUrl(withParams(o.url, params)));
+    }
+    if (/^redis\+cluster:/i.test(o.url)) {
+      return createRedisBackendFromConfig(parseClusterUrl(withParams(o.url, params)));
     }
     let parsed: URL;
     try {

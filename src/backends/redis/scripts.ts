@@ -5,14 +5,14 @@
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 /** A Lua script with `K` keys and `A` arguments, answering `R`. */
 export interface Script<K extends readonly string[], A extends readonly (string | number)[], R> {
   readonly name: string;
   readonly sha1: string;
   readonly source: string;
-  run(client: Redis, keys: K, args: A): Promise<R>;
+  run(client: Redis | Cluster, keys: K, args: A): Promise<R>;
 }
 
 /** Load `scripts/<name>.lua` next to this module. */

@@ -20,10 +20,12 @@ export interface SentinelConfig {
 
 /** A checked Redis store URL. */
 export interface RedisUrlConfig {
-  /** `redis://…` of a single node; absent with Sentinel. */
+  /** `redis://…` of a single node; absent with Sentinel or Cluster. */
   readonly url?: string;
   /** The Sentinel deployment; absent for a single node. */
   readonly sentinel?: SentinelConfig;
+  /** Seed nodes of a Redis Cluster; absent otherwise. */
+  readonly cluster?: readonly { readonly host: string; readonly port: number }[];
   readonly prefix: string;
   readonly notifications: boolean;
   readonly commandTimeoutMs: number;
@@ -88,6 +90,32 @@ export function parseSentinelUrl(store: string): RedisUrlConfig {
     },
     ...parseParams(new URLSearchParams(query)),
   };
+}
+
+const CLUSTER_SHAPE = 'redis+cluster://host:port[,host:port…]';
+
+/**
+ * `redis+cluster://host:port[,host:port…]`: seed nodes of a Redis Cluster (the keys of one lock
+ * share a hash slot). `minReplicas` is refused: `WAIT` on a cluster client reaches a random node.
+ * @throws InvalidArgumentError for a malformed URL or parameter.
+ */
+export function parseClusterUrl(store: string): RedisUrlConfig {
+  const match = /^redis\+cluster:\/\/([^/?#@]+)\/?(\?[^#]*)?$/i.exec(store);
+  if (match === null) throw new InvalidArgumentError('store', CLUSTER_SHAPE, store);
+  const [, hosts = '', query = ''] = match;
+  const cluster = parseHostList(hosts, CLUSTER_SHAPE, store).map((m) => ({
+    host: m.host.replace(/^\[|\]$/g, ''),
+    port: m.port,
+  }));
+  const params = parseParams(new URLSearchParams(query));
+  if (params.minReplicas > 0) {
+    throw new InvalidArgumentError(
+      'store parameter minReplicas',
+      '0 on a cluster (WAIT would reach a random node, not the one that granted)',
+      params.minReplicas,
+    );
+  }
+  return { cluster, ...params };
 }
 
 function parseParams(params: URLSearchParams): Omit<RedisUrlConfig, 'url' | 'sentinel'> {
