@@ -37,6 +37,11 @@ export interface EngineHooks {
    * The fencing counter stays.
    */
   deleteKey(key: string): Promise<void>;
+  /**
+   * Close what the fixture opened beside the backend for this client (an engine client the user
+   * owns, which the backend leaves open by contract), once the locker is closed. Optional.
+   */
+  closeClient?(): Promise<void>;
 }
 
 /**
@@ -273,6 +278,9 @@ export function describeBackend(name: string, factory: BackendFactory): void {
         backend: fixture.backend,
         traits: traitsOf(fixture),
         deleteKey: (key) => fixture.deleteKey(key),
+        closeClient: async () => {
+          await fixture.closeClient?.();
+        },
       };
     }
 
@@ -798,6 +806,8 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       // One lease left held on purpose: close() must release it and stop its watchdog.
       await a.locker.acquire(uniqueKey('leak-held'), { ttlMs: 3_000 });
       await Promise.all([a.locker.close(), b.locker.close()]);
+      // Clients the user owns stay open after close() by contract; the fixture closes them.
+      await Promise.all([a.closeClient?.(), b.closeClient?.()]);
 
       let extra = extraResources(baseline);
       for (let i = 0; i < 40 && Object.keys(extra).length > 0; i++) {

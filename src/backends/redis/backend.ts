@@ -24,6 +24,7 @@ import type {
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { composeToken, counterOf, FailoverEpoch } from './failover-epoch.js';
+import type { NodeRedisClientLike } from './node-redis.js';
 import {
   abandonScript,
   acquireScript,
@@ -36,7 +37,7 @@ import type { RedisUrlConfig } from './url.js';
 /** Options of `createRedisBackend`. */
 export interface RedisBackendOptions {
   /** An ioredis client to use; it stays open after `close()`. Give this or `url`. */
-  readonly client?: Redis | Cluster;
+  readonly client?: Redis | Cluster | NodeRedisClientLike;
   /** A `redis://` or `rediss://` URL to connect to. Give this or `client`. */
   readonly url?: string;
   /** Key prefix. @default 'fencelock' */

@@ -9,9 +9,11 @@
 import type { Redis } from 'ioredis';
 import { InvalidArgumentError } from '../../errors.js';
 import { createRedisBackendFromConfig, RedisBackend, type RedisBackendOptions } from './backend.js';
+import { adaptNodeRedis, isNodeRedisClient } from './node-redis.js';
 import { parseClusterUrl, parseRedisUrl, parseSentinelUrl, type RedisUrlConfig } from './url.js';
 
 export { RedisBackend, type RedisBackendOptions } from './backend.js';
+export type { NodeRedisClientLike } from './node-redis.js';
 export {
   parseRedisUrl,
   parseSentinelUrl,
@@ -72,11 +74,27 @@ export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig
     for (const [k, v] of params) parsed.searchParams.set(k, v);
     return createRedisBackendFromConfig(parseRedisUrl(parsed));
   }
-  if (!isIoredisClient(o.client)) {
-    throw new InvalidArgumentError('client', 'an ioredis Redis client', o.client);
+  const client = isNodeRedisClient(o.client)
+    ? adaptNodeRedis(o.client)
+    : isIoredisClient(o.client)
+      ? o.client
+      : undefined;
+  if (client === undefined) {
+    throw new InvalidArgumentError(
+      'client',
+      'an ioredis client (Redis or Cluster) or a connected node-redis client',
+      describeClient(o.client),
+    );
   }
   const config = parseRedisUrl(new URL(`redis://client${query}`));
-  return new RedisBackend(o.client, false, config);
+  return new RedisBackend(client, false, config);
+}
+
+/** What was passed as a client, for the error: its constructor's name, or its type. */
+export function describeClient(value: unknown): string {
+  if (typeof value !== 'object' || value === null) return String(value);
+  const name = (value as { constructor?: { name?: string } }).constructor?.name;
+  return name && name !== 'Object' ? `a ${name} instance` : 'a plain object';
 }
 
 /** `url` with `params` added to its query string. */

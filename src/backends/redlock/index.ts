@@ -8,6 +8,12 @@
  */
 import { Redis } from 'ioredis';
 import { InvalidArgumentError } from '../../errors.js';
+import { describeClient } from '../redis/index.js';
+import {
+  adaptNodeRedis,
+  isNodeRedisClient,
+  type NodeRedisClientLike,
+} from '../redis/node-redis.js';
 import { RedlockBackend, type RedlockNode } from './backend.js';
 import {
   assertNodeCount,
@@ -27,7 +33,7 @@ export interface RedlockBackendOptions {
    * An odd number (≥ 3) of independent Redis nodes: `redis://host:port` URLs (connections the
    * backend opens and closes) or ioredis clients (yours; they stay open after `close()`).
    */
-  readonly nodes: readonly (string | Redis)[];
+  readonly nodes: readonly (string | Redis | NodeRedisClientLike)[];
   /** Key prefix. @default 'fencelock' */
   readonly prefix?: string;
   /**
@@ -96,7 +102,16 @@ function toNode(node: unknown, index: number, nodeTimeoutMs: number): RedlockNod
     const { host, port } = node.options;
     return { name: `${host}:${port}`, client: node, owned: false };
   }
-  throw new InvalidArgumentError(`nodes[${index}]`, 'a redis:// URL or an ioredis client', node);
+  if (isNodeRedisClient(node)) {
+    const client = adaptNodeRedis(node);
+    const { host, port } = client.options;
+    return { name: `${host}:${port}`, client, owned: false };
+  }
+  throw new InvalidArgumentError(
+    `nodes[${index}]`,
+    'a redis:// URL, an ioredis client or a connected node-redis client',
+    describeClient(node),
+  );
 }
 
 /** An ioredis client, by shape (two copies of ioredis are both fine). */
