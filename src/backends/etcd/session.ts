@@ -18,6 +18,7 @@ import type { BackendSession } from '../../core/backend.js';
 import { monotonicNow } from '../../core/clock.js';
 import { BackendError } from '../../errors.js';
 import { DEFAULTS, driftMs } from '../../options.js';
+import type { KeepaliveRoute } from './keepalive-route.js';
 
 /** Pause between a failed keepalive and the next try, ms (a new pick of member). */
 const KEEPALIVE_RETRY_MS = 100;
@@ -37,6 +38,7 @@ export class EtcdSession implements BackendSession {
   /** Aborted (with the cause as reason) when the lease is lost. */
   readonly signal: AbortSignal;
   readonly #client: Etcd3;
+  readonly #route: KeepaliveRoute;
   readonly #timeoutMs: number;
   readonly #abort = new AbortController();
   #validUntil: number;
@@ -48,6 +50,7 @@ export class EtcdSession implements BackendSession {
 
   private constructor(
     client: Etcd3,
+    route: KeepaliveRoute,
     shared: boolean,
     requestedSeconds: number,
     leaseId: string,
@@ -56,6 +59,7 @@ export class EtcdSession implements BackendSession {
     timeoutMs: number,
   ) {
     this.#client = client;
+    this.#route = route;
     // Several tries must fit in one TTL: a frozen member costs one deadline, then another pick.
     this.#timeoutMs = Math.min(timeoutMs, Math.max(500, grantedTtlMs / 6));
     this.requestedSeconds = requestedSeconds;
@@ -74,20 +78,31 @@ export class EtcdSession implements BackendSession {
    * Grant a lease of `ttlSeconds` kept alive in the background until revoked, orphaned or lost.
    * @throws BackendError when the cluster does not answer within `timeoutMs`.
    */
-  static openShared(client: Etcd3, ttlSeconds: number, timeoutMs: number): Promise<EtcdSession> {
-    return EtcdSession.#grant(client, true, ttlSeconds, timeoutMs);
+  static openShared(
+    client: Etcd3,
+    route: KeepaliveRoute,
+    ttlSeconds: number,
+    timeoutMs: number,
+  ): Promise<EtcdSession> {
+    return EtcdSession.#grant(client, route, true, ttlSeconds, timeoutMs);
   }
 
   /**
    * Grant a lease of `ttlSeconds` for one lock, not kept alive.
    * @throws BackendError when the cluster does not answer within `timeoutMs`.
    */
-  static openSingleUse(client: Etcd3, ttlSeconds: number, timeoutMs: number): Promise<EtcdSession> {
-    return EtcdSession.#grant(client, false, ttlSeconds, timeoutMs);
+  static openSingleUse(
+    client: Etcd3,
+    route: KeepaliveRoute,
+    ttlSeconds: number,
+    timeoutMs: number,
+  ): Promise<EtcdSession> {
+    return EtcdSession.#grant(client, route, false, ttlSeconds, timeoutMs);
   }
 
   static async #grant(
     client: Etcd3,
+    route: KeepaliveRoute,
     shared: boolean,
     ttlSeconds: number,
     timeoutMs: number,
@@ -97,6 +112,7 @@ export class EtcdSession implements BackendSession {
       const res = await withTimeout(client.leaseClient.leaseGrant({ TTL: ttlSeconds }), timeoutMs);
       return new EtcdSession(
         client,
+        route,
         shared,
         ttlSeconds,
         String(res.ID),
@@ -137,10 +153,11 @@ export class EtcdSession implements BackendSession {
    */
   async renewOnce(): Promise<boolean> {
     const startedAt = monotonicNow();
+    const via = this.#route.client;
     let ttl: number;
     try {
       const stream = await withTimeout(
-        this.#client.leaseClient.leaseKeepAlive({ deadline: Date.now() + this.#timeoutMs }),
+        via.leaseClient.leaseKeepAlive({ deadline: Date.now() + this.#timeoutMs }),
         this.#timeoutMs,
       );
       try {
@@ -158,6 +175,7 @@ export class EtcdSession implements BackendSession {
         stream.cancel();
       }
     } catch (error) {
+      this.#route.failed(via);
       throw new BackendError('etcd', 'lease keepalive', error);
     }
     if (ttl <= 0) {

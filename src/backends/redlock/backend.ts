@@ -121,9 +121,7 @@ export class RedlockBackend implements Backend {
       const on = (results: readonly NodeResult<[1, string] | [0, number]>[]) =>
         results.filter(isGrant).map((r) => r.node);
       this.#restarts.granted(request.owner, request.key, request.ttlMs, on(early));
-      void acquiring.all.then((all) =>
-        this.#restarts.granted(request.owner, request.key, request.ttlMs, on(all)),
-      );
+      void acquiring.all.then((all) => this.#restarts.alsoOn(request.owner, on(all)));
       return { granted: true, token, ttlMs: request.ttlMs };
     }
     // No majority: withdraw on every node (where the reply was lost too) before the core retries.
@@ -241,7 +239,9 @@ export class RedlockBackend implements Backend {
     }
     for (const [owner, { tokens, ttls }] of byOwner) {
       if (tokens.length < this.quorum) continue;
-      const fencingToken = maxOf(tokens);
+      // The token a majority carries; a node that granted late may still show its own counter
+      // until it is settled in the background.
+      const fencingToken = majorityToken(tokens, this.quorum) ?? maxOf(tokens);
       // The majority holds the key until the quorum-th longest remaining TTL runs out.
       const ttlMs = [...ttls].sort((a, b) => b - a)[this.quorum - 1] ?? 0;
       return { key, holder: { owner, fencingToken, ttlMs }, lastFencingToken };
@@ -330,6 +330,14 @@ export class RedlockBackend implements Backend {
     }
     return connecting;
   }
+}
+
+/** The value at least `quorum` of `values` share, if any. */
+function majorityToken(values: readonly bigint[], quorum: number): bigint | undefined {
+  const counts = new Map<bigint, number>();
+  for (const value of values) counts.set(value, (counts.get(value) ?? 0) + 1);
+  for (const [value, count] of counts) if (count >= quorum) return value;
+  return undefined;
 }
 
 /** The largest of `values` (0n for none). */

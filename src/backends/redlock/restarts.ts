@@ -38,6 +38,12 @@ export class RestartWatch {
     this.#held.set(owner, { key, until: performance.now() + ttlMs, nodes: new Set(nodes) });
   }
 
+  /** Nodes that granted `owner`'s lease after the vote was decided (ignored once it ended). */
+  alsoOn(owner: string, nodes: Iterable<string>): void {
+    const held = this.#held.get(owner);
+    if (held) for (const node of nodes) held.nodes.add(node);
+  }
+
   /** The lease was renewed for `ttlMs` from now. */
   renewed(owner: string, ttlMs: number): void {
     const held = this.#held.get(owner);

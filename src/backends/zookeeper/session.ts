@@ -240,34 +240,49 @@ export class ZkSession implements BackendSession {
    * @throws BackendError when no server answers within `connectTimeoutMs`.
    */
   static async open(native: NativeZooKeeperClass, options: ZkSessionOptions): Promise<ZkSession> {
-    const startedAt = monotonicNow();
-    const zk = new native({
-      connect: options.connect,
-      timeout: options.requestedTimeoutMs,
-      // The C client writes its log to stderr, process-wide; errors reach callers as codes.
-      debug_level: 0,
-      host_order_deterministic: false,
-    });
-    try {
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => {
-          reject(new Error(`no ZooKeeper server answered within ${options.connectTimeoutMs} ms`));
-        }, options.connectTimeoutMs);
+    const deadline = monotonicNow() + options.connectTimeoutMs;
+    for (;;) {
+      const startedAt = monotonicNow();
+      const zk = new native({
+        connect: options.connect,
+        timeout: options.requestedTimeoutMs,
+        // The C client writes its log to stderr, process-wide; errors reach callers as codes.
+        debug_level: 0,
+        host_order_deterministic: false,
+      });
+      const outcome = await new Promise<'connected' | 'expired' | Error>((resolve) => {
+        const timer = setTimeout(
+          () =>
+            resolve(
+              new Error(`no ZooKeeper server answered within ${options.connectTimeoutMs} ms`),
+            ),
+          Math.max(0, deadline - monotonicNow()),
+        );
         zk.on('connect', () => {
           clearTimeout(timer);
-          resolve();
+          resolve('connected');
         });
         zk.on('close', (_zk, code) => {
           clearTimeout(timer);
-          reject(new Error(`ZooKeeper client closed while connecting (code ${String(code)})`));
+          resolve(
+            code === ZCODE.sessionExpired
+              ? 'expired'
+              : new Error(`ZooKeeper client closed while connecting (code ${String(code)})`),
+          );
         });
         zk.init({});
       });
-    } catch (error) {
+      if (outcome === 'connected') return new ZkSession(zk, native, options, startedAt);
       zk.close();
-      throw new BackendError('zookeeper', `connect to ${options.connect}`, error);
+      // "Expired" before any session existed is the native client's guess after a dead server
+      // (see #revive): try a new client while the connect timeout lasts.
+      if (outcome === 'expired' && monotonicNow() < deadline) continue;
+      const cause =
+        outcome === 'expired'
+          ? new Error('ZooKeeper client closed while connecting (code -112)')
+          : outcome;
+      throw new BackendError('zookeeper', `connect to ${options.connect}`, cause);
     }
-    return new ZkSession(zk, native, options, startedAt);
   }
 
   /** TTL of the locks in this session: the negotiated timeout, ms. */

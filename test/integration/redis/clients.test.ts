@@ -26,7 +26,10 @@ describe('clients of the Redis backends', () => {
         return client;
       }),
     );
-    const backend = createRedlockBackend({ nodes, prefix: 'fencelock-it-node-redis' });
+    const backend = createRedlockBackend({
+      nodes,
+      prefix: `fencelock-it-node-redis-${process.pid}-${Date.now()}`,
+    });
     const locker = createLocker(backend, { ttlMs: 5000 });
     const lease = await locker.acquire('node-redis:redlock');
     const info = await locker.inspect('node-redis:redlock');
