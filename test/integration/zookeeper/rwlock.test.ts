@@ -118,11 +118,18 @@ describe('ZooKeeper read-write lock', () => {
     const probe = fixture.locker({ ttlMs: 10_000 });
     const dir = await dirOf(probe, key);
     const r1 = await contender(key, 'read', 'R1', grants);
+    // R2's locker has its session open before the writer's clock starts: opening one on a loaded
+    // machine can take longer than the writer waits, and R2 must queue behind the writer.
+    const r2Locker = fixture.locker({ ttlMs: 10_000 });
+    await (await r2Locker.acquire('rw:warm-up', { mode: 'read' })).release();
     const wLocker = fixture.locker({ ttlMs: 10_000 });
-    const w = wLocker.acquire(key, { mode: 'write', waitMs: 1500 });
+    const w = wLocker.acquire(key, { mode: 'write', waitMs: 3000 });
     w.catch(() => undefined);
     await waitForCount(fixture.admin, dir, 2);
-    const r2 = contender(key, 'read', 'R2', grants);
+    const r2 = r2Locker.acquire(key, { mode: 'read', waitMs: 30_000 }).then((lease) => {
+      grants.push({ name: 'R2', token: lease.fencingToken });
+      return lease;
+    });
     await waitForCount(fixture.admin, dir, 3);
     expect(await settledWithin(r2, 300)).toBe(false);
     await expect(w).rejects.toBeInstanceOf(LockTimeoutError);
