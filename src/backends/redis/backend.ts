@@ -416,6 +416,9 @@ export function createRedisBackendFromConfig(config: RedisUrlConfig): RedisBacke
   const client = sentinel
     ? new Redis({
         ...options,
+        // A failover takes seconds (2.2 s measured with down-after 1 s): a command keeps waiting
+        // for the client to reach the new primary, still bounded by commandTimeoutMs.
+        maxRetriesPerRequest: 20,
         // ioredis asks the Sentinels for the current primary, and again after a failover.
         sentinels: sentinel.sentinels.map((s) => ({ host: s.host, port: s.port })),
         name: sentinel.name,
