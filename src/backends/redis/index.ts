@@ -107,7 +107,7 @@ function withParams(url: string, params: URLSearchParams): string {
  * An ioredis client, by shape rather than `instanceof`: an application and fencelock may load
  * two copies of ioredis (npm link, monorepos), and both are fine.
  */
-function isIoredisClient(value: unknown): value is Redis {
+export function isIoredisClient(value: unknown): value is Redis {
   if (typeof value !== 'object' || value === null) return false;
   const c = value as Record<string, unknown>;
   return ['evalsha', 'eval', 'duplicate', 'subscribe', 'quit', 'disconnect'].every(

@@ -8,7 +8,7 @@
  */
 import { Redis } from 'ioredis';
 import { InvalidArgumentError } from '../../errors.js';
-import { describeClient } from '../redis/index.js';
+import { describeClient, isIoredisClient } from '../redis/index.js';
 import {
   adaptNodeRedis,
   isNodeRedisClient,
@@ -111,15 +111,5 @@ function toNode(node: unknown, index: number, nodeTimeoutMs: number): RedlockNod
     `nodes[${index}]`,
     'a redis:// URL, an ioredis client or a connected node-redis client',
     describeClient(node),
-  );
-}
-
-/** An ioredis client, by shape (two copies of ioredis are both fine). */
-function isIoredisClient(value: unknown): value is Redis {
-  if (typeof value !== 'object' || value === null) return false;
-  const c = value as Record<string, unknown>;
-  return (
-    ['evalsha', 'eval', 'quit', 'disconnect'].every((m) => typeof c[m] === 'function') &&
-    typeof c.options === 'object'
   );
 }
