@@ -16,12 +16,14 @@ declare -A PACKAGES=(
   [etcdctl]=etcd-client
   [java]=default-jre-headless
   [/usr/share/java/zookeeper.jar]=zookeeper
+  # PostgreSQL's server binaries are not on PATH; scripts/services.sh finds the newest version.
+  ['/usr/lib/postgresql/*/bin/initdb']=postgresql
 )
 
 missing=()
 for cmd in "${!PACKAGES[@]}"; do
   if [[ $cmd == /* ]]; then
-    [[ -e $cmd ]] || missing+=("${PACKAGES[$cmd]}")
+    compgen -G "$cmd" >/dev/null || missing+=("${PACKAGES[$cmd]}")
   else
     command -v "$cmd" >/dev/null 2>&1 || missing+=("${PACKAGES[$cmd]}")
   fi

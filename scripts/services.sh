@@ -4,6 +4,7 @@
 #        scripts/services.sh etcd-member stop|kill|start|pause|resume <1|2|3>   (fault tests)
 #        scripts/services.sh zk-member stop|kill|start|pause|resume <1|2|3>     (fault tests)
 #        scripts/services.sh redlock-node stop|kill|start|restart-empty|pause|resume <1..5>
+#        scripts/services.sh pg-server restart-immediate|kill-backends                    (fault tests)
 #
 # Each engine is a set of functions named <engine>_up, <engine>_down and <engine>_status; to add
 # one, write those three and list it in ENGINES. PIDs are written to $STATE/<name>.pid and every
@@ -11,7 +12,7 @@
 set -euo pipefail
 
 STATE=${FENCELOCK_SERVICES_DIR:-${TMPDIR:-/tmp}/fencelock-services}
-ENGINES=(redis redlock sentinel cluster etcd zookeeper)
+ENGINES=(redis redlock sentinel cluster etcd zookeeper postgres)
 
 # Ports (override with the environment; keep in step with test/helpers/engines.ts).
 REDIS_PORT=${FENCELOCK_REDIS_PORT:-6390}
@@ -31,6 +32,8 @@ ETCD_PEER_PORT_BASE=${FENCELOCK_ETCD_PEER_PORT_BASE:-23800}
 ZK_CLIENT_PORT_BASE=${FENCELOCK_ZK_CLIENT_PORT_BASE:-21811}
 ZK_PEER_PORT_BASE=${FENCELOCK_ZK_PEER_PORT_BASE:-22881}
 ZK_ELECTION_PORT_BASE=${FENCELOCK_ZK_ELECTION_PORT_BASE:-23881}
+# PostgreSQL: one server, database "fencelock", user "fencelock" (trust auth on loopback only).
+PG_PORT=${FENCELOCK_PG_PORT:-25432}
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -631,12 +634,81 @@ zk_member() { # zk_member stop|kill|start|pause|resume <1|2|3>
   esac
 }
 
+# --- PostgreSQL: one server from Debian's postgresql package ------------------------------------
+# Binaries live in /usr/lib/postgresql/<version>/bin (not on PATH); the newest version is used.
+# PostgreSQL refuses to run as root, so as root the server runs as the package's `postgres` user.
+# Data in $STATE/postgres (fsync off: a test server, but crash-restarts keep committed data as
+# long as the host stays up). The server's own PID file is the PID record.
+pg_bindir() {
+  local dirs; dirs=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [[ -n $dirs ]] || { log "PostgreSQL binaries not found (install Debian's postgresql)"; return 1; }
+  echo "$dirs"
+}
+as_pg() { # run a PostgreSQL program as the postgres user when we are root
+  if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+pg_dir() { echo "$STATE/postgres"; }
+pg_pid() { head -1 "$(pg_dir)/data/postmaster.pid" 2>/dev/null; }
+pg_ready() { "$(pg_bindir)/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -d fencelock -U fencelock; }
+pg_start() {
+  local bin dir; bin=$(pg_bindir); dir=$(pg_dir)
+  as_pg "$bin/pg_ctl" start -w -t 30 -D "$dir/data" -l "$dir/postgres.log" \
+    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $dir -c fsync=off -c max_connections=300" \
+    >/dev/null
+  wait_until 20 "postgres on $PG_PORT" pg_ready
+  pg_pid >"$STATE/postgres.pid"
+}
+postgres_up() {
+  if pid_alive "$STATE/postgres.pid" && pg_ready; then log "postgres already up on $PG_PORT"; return; fi
+  require_free_port "$PG_PORT" postgres
+  local bin dir; bin=$(pg_bindir); dir=$(pg_dir)
+  rm -rf "$dir" && mkdir -p "$dir"
+  [[ $(id -u) -eq 0 ]] && chown postgres: "$dir"
+  as_pg "$bin/initdb" -D "$dir/data" -U fencelock --auth=trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 ||
+    { log "initdb failed; see $dir/initdb.log"; return 1; }
+  pg_start || { tail -20 "$dir/postgres.log" >&2; return 1; }
+  "$bin/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U fencelock -d postgres -c 'CREATE DATABASE fencelock' >/dev/null
+  log "postgres up on 127.0.0.1:$PG_PORT (database fencelock, user fencelock)"
+}
+postgres_down() {
+  local dir; dir=$(pg_dir)
+  if pid_alive "$STATE/postgres.pid"; then
+    kill -CONT "$(cat "$STATE/postgres.pid")" 2>/dev/null || true
+    as_pg "$(pg_bindir)/pg_ctl" stop -D "$dir/data" -m immediate -w -t 20 >/dev/null 2>&1 || true
+  fi
+  stop_pidfile postgres
+}
+postgres_status() {
+  if pid_alive "$STATE/postgres.pid" && pg_ready; then
+    echo "postgres: up on 127.0.0.1:$PG_PORT (pid $(cat "$STATE/postgres.pid"))"
+  else
+    echo "postgres: down"
+  fi
+}
+pg_server() { # pg_server restart-immediate|kill-backends
+  local bin dir; bin=$(pg_bindir); dir=$(pg_dir)
+  case ${1:-} in
+    # Crash-restart: no shutdown checkpoint, recovery from the WAL on start.
+    restart-immediate)
+      as_pg "$bin/pg_ctl" stop -D "$dir/data" -m immediate -w -t 20 >/dev/null
+      pg_start
+      ;;
+    # Terminate every client backend of the fencelock database (a lost connection).
+    kill-backends)
+      "$bin/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U fencelock -d postgres -c \
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'fencelock' AND pid <> pg_backend_pid()" >/dev/null
+      ;;
+    *) echo "usage: $0 pg-server restart-immediate|kill-backends" >&2; exit 2 ;;
+  esac
+}
+
 main() {
   local cmd=${1:-status}; shift || true
   mkdir -p "$STATE"
   if [[ $cmd == etcd-member ]]; then etcd_member "$@"; return; fi
   if [[ $cmd == zk-member ]]; then zk_member "$@"; return; fi
   if [[ $cmd == redlock-node ]]; then redlock_node "$@"; return; fi
+  if [[ $cmd == pg-server ]]; then pg_server "$@"; return; fi
   local engines=("$@"); ((${#engines[@]})) || engines=("${ENGINES[@]}")
   case $cmd in
     up) for e in "${engines[@]}"; do "${e}_up"; done ;;
@@ -647,6 +719,7 @@ main() {
       echo "       $0 etcd-member stop|kill|start|pause|resume <1|2|3>" >&2
       echo "       $0 zk-member stop|kill|start|pause|resume <1|2|3>" >&2
       echo "       $0 redlock-node stop|kill|start|restart-empty|pause|resume <1..5>" >&2
+      echo "       $0 pg-server restart-immediate|kill-backends" >&2
       exit 2
       ;;
   esac

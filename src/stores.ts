@@ -4,6 +4,7 @@
  * engine client, is imported on first use.
  */
 import { parseEtcdUrl } from './backends/etcd/url.js';
+import { parsePostgresUrl } from './backends/postgres/url.js';
 import { parseClusterUrl, parseRedisUrl, parseSentinelUrl } from './backends/redis/url.js';
 import { parseRedlockUrl } from './backends/redlock/url.js';
 import { parseSqliteUrl } from './backends/sqlite/url.js';
@@ -26,6 +27,11 @@ function singleHostUrl(store: string): URL {
 const redis: StoreEntry = (store) => {
   const config = parseRedisUrl(singleHostUrl(store));
   return async () => (await import('./backends/redis/index.js')).createRedisBackend(config);
+};
+
+const postgres: StoreEntry = (store) => {
+  const config = parsePostgresUrl(store);
+  return async () => (await import('./backends/postgres/index.js')).createPostgresBackend(config);
 };
 
 const STORES: Record<string, StoreEntry> = {
@@ -53,6 +59,8 @@ const STORES: Record<string, StoreEntry> = {
     const config = parseRedlockUrl(store);
     return async () => (await import('./backends/redlock/index.js')).createRedlockBackend(config);
   },
+  postgres,
+  postgresql: postgres,
   zk: (store) => {
     const config = parseZookeeperUrl(store);
     return async () =>

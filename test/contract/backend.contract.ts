@@ -73,6 +73,12 @@ export interface EngineTraits {
    * the create revision of the newest contender key, 0n when no contender key exists.
    */
   readonly lastTokenOutlivesHolder: boolean;
+  /**
+   * The `LockLostError` reason when `deleteKey` takes a held key away: `not-held` where the
+   * engine drops the key alone (the default), `session-lost` where it can only drop the
+   * connection or session the key lives in (PostgreSQL advisory locks).
+   */
+  readonly lossReason?: 'not-held' | 'session-lost';
 }
 
 /** One fresh backend instance (its own connection) and the engine hooks that go with it. */
@@ -125,6 +131,11 @@ function expectNextToken(traits: EngineTraits, token: bigint | undefined, previo
   if (traits.consecutiveTokens) expect(token).toBe(previous + 1n);
 }
 
+/** The `LockLostError` reason of a lease whose key `deleteKey` took away. */
+function lossReasonOf(traits: EngineTraits): 'not-held' | 'session-lost' {
+  return traits.lossReason ?? 'not-held';
+}
+
 /** Engine traits of a fixture (without its backend and hooks). */
 function traitsOf(fixture: BackendFixture): EngineTraits {
   return {
@@ -132,6 +143,7 @@ function traitsOf(fixture: BackendFixture): EngineTraits {
     minTtlMs: fixture.minTtlMs,
     consecutiveTokens: fixture.consecutiveTokens,
     lastTokenOutlivesHolder: fixture.lastTokenOutlivesHolder,
+    ...(fixture.lossReason === undefined ? {} : { lossReason: fixture.lossReason }),
   };
 }
 
@@ -637,7 +649,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       const lease = await a.locker.acquire(key, { ttlMs: 600 });
       await a.deleteKey(key);
       expect(await abortedWithin(lease.signal, 5_000)).toBe(true);
-      expect(isLockLost(lease.signal.reason, 'not-held')).toBe(true);
+      expect(isLockLost(lease.signal.reason, lossReasonOf(a.traits))).toBe(true);
       expect(lease.isHeld).toBe(false);
       expect(a.locker.activeLeases).toBe(0);
       expect(await lease.release()).toBe('not-held');
@@ -674,7 +686,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       const elapsed = performance.now() - startedAt;
       work.abort();
       expect(outcome).toBeInstanceOf(LockLostError);
-      expect((outcome as LockLostError).reason).toBe('not-held');
+      expect((outcome as LockLostError).reason).toBe(lossReasonOf(a.traits));
       expect((outcome as LockLostError).key).toBe(key);
       expect(callbackFinished).toBe(false);
       expect(elapsed).toBeLessThan(8_000);
@@ -698,7 +710,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
         (e: unknown) => e,
       );
       expect(error).toBeInstanceOf(LockLostError);
-      expect((error as LockLostError).reason).toBe('not-held');
+      expect((error as LockLostError).reason).toBe(lossReasonOf(a.traits));
       expect(lease.signal.aborted).toBe(true);
       expect(lease.signal.reason).toBe(error);
       const info = await a.locker.inspect(key);

@@ -46,3 +46,8 @@ export const CLUSTER_PORT_BASE = Number(process.env.FENCELOCK_CLUSTER_PORT_BASE 
 export const CLUSTER_URL = `redis+cluster://${[1, 2, 3]
   .map((n) => `127.0.0.1:${CLUSTER_PORT_BASE + n}`)
   .join(',')}`;
+
+/** The PostgreSQL server of `scripts/services.sh up postgres` (user and database `fencelock`). */
+export const PG_PORT = Number(process.env.FENCELOCK_PG_PORT || 25432);
+/** `postgres://fencelock@127.0.0.1:25432/fencelock`. */
+export const PG_URL = `postgres://fencelock@127.0.0.1:${PG_PORT}/fencelock`;

@@ -10,10 +10,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { Redis } from 'ioredis';
+import pg from 'pg';
 import { createRedisBackend, type RedisBackend } from '../../../src/backends/redis/index.js';
 import { createSqliteBackend } from '../../../src/backends/sqlite/index.js';
 import { createLocker, type Locker, type LockerOptions } from '../../../src/index.js';
-import { REDIS_PORT, REDIS_URL } from '../../helpers/engines.js';
+import { PG_URL, REDIS_PORT, REDIS_URL } from '../../helpers/engines.js';
 
 /** A lease as the engine stores it. */
 export interface RawLease {
@@ -24,7 +25,13 @@ export interface RawLease {
 }
 
 export interface StoreHarness {
-  readonly name: 'redis' | 'sqlite';
+  readonly name: 'redis' | 'sqlite' | 'postgres';
+  /**
+   * `inspect().lastFencingToken` still names the last token once the key is free: true with a
+   * per-key counter (Redis, SQLite); false on PostgreSQL, whose tokens come from a sequence
+   * shared by all keys and whose released rows are deleted (0n then).
+   */
+  readonly lastTokenOutlivesHolder: boolean;
   /** A new locker (its own engine connection); closed by `close()`. */
   locker(options?: LockerOptions): Locker;
   /** The lease record of `key` in the engine, or null when the engine has none. */
@@ -62,6 +69,7 @@ export function redisHarness(): StoreHarness & {
   };
   return {
     name: 'redis',
+    lastTokenOutlivesHolder: true,
     raw,
     keysOf,
     locker(options) {
@@ -108,6 +116,7 @@ export function sqliteHarness(): StoreHarness & { readonly db: Database.Database
   const rawDb = () => db;
   return {
     name: 'sqlite',
+    lastTokenOutlivesHolder: true,
     db,
     locker(options) {
       const locker = createLocker(`sqlite:${path}`, options);
@@ -142,10 +151,71 @@ export function sqliteHarness(): StoreHarness & { readonly db: Database.Database
   };
 }
 
+/**
+ * PostgreSQL (lease mode): lockers on `PG_URL` in a schema of their own, dropped by `close()`;
+ * raw view through a separate pool. The "fencing counter" is the token of the key's row (live
+ * or expired), null when there is none: tokens come from one sequence shared by all keys.
+ */
+export function postgresHarness(): StoreHarness & {
+  readonly raw: pg.Pool;
+  readonly schema: string;
+} {
+  const schema = `fencelock_handed_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
+  const raw = new pg.Pool({ connectionString: PG_URL, max: 2 });
+  const lockers: Locker[] = [];
+  const table = `"${schema}".fencelock_leases`;
+  return {
+    name: 'postgres',
+    lastTokenOutlivesHolder: false,
+    raw,
+    schema,
+    locker(options) {
+      const locker = createLocker(`${PG_URL}?schema=${schema}`, options);
+      lockers.push(locker);
+      return locker;
+    },
+    async rawLease(key) {
+      const { rows } = await raw
+        .query<{ owner: string; token: string; remaining: string }>(
+          `SELECT owner, token::text AS token,
+                  ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::text AS remaining
+           FROM ${table} WHERE key = $1`,
+          [key],
+        )
+        .catch(missingTable);
+      const row = rows[0];
+      return row
+        ? { owner: row.owner, token: BigInt(row.token), ttlMs: Number(row.remaining) }
+        : null;
+    },
+    async rawFence(key) {
+      const { rows } = await raw
+        .query<{ token: string }>(`SELECT token::text AS token FROM ${table} WHERE key = $1`, [key])
+        .catch(missingTable);
+      return rows[0] ? BigInt(rows[0].token) : null;
+    },
+    async deleteLease(key) {
+      await raw.query(`DELETE FROM ${table} WHERE key = $1`, [key]);
+    },
+    async close() {
+      await Promise.allSettled(lockers.map((l) => l.close()));
+      await raw.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await raw.end();
+    },
+  };
+}
+
+/** A query on a table the backend has not created yet (no lock operation ran) finds no row. */
+function missingTable(error: unknown): { rows: never[] } {
+  if ((error as { code?: string }).code === '42P01') return { rows: [] };
+  throw error;
+}
+
 /** The "all backends" set, for `describe.each`. */
 export const ALL_STORES = [
   { name: 'redis', make: redisHarness },
   { name: 'sqlite', make: sqliteHarness },
+  { name: 'postgres', make: postgresHarness },
 ] as const satisfies readonly { name: string; make: () => StoreHarness }[];
 
 /** One command the Redis server executed, as MONITOR reports it. */

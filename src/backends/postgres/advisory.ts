@@ -1,0 +1,347 @@
+/**
+ * PostgreSQL backend, advisory-lock mode: a lock is a session-level `pg_try_advisory_lock(id)`
+ * (id: the 64-bit hash of the key, see `lockIdOf`) taken on one dedicated connection per backend.
+ * The server holds it while that connection lives, so a killed backend process or a dropped
+ * connection releases it at once; the client then counts every lease of the connection as lost
+ * (`lease.signal` aborts).
+ *
+ * - Session-level advisory locks are reentrant within a session: the same connection asking
+ *   twice gets the lock twice. Every lease of this backend shares the connection, so the backend
+ *   keeps its own table of which owner holds which key and never asks the server for a key that
+ *   another of its owners holds or is asking for: two handles on one connection still exclude
+ *   each other (cases/handed.md T05).
+ * - Fencing token: drawn from the schema's sequence in the statement that took the lock, after
+ *   it was taken, and recorded with the owner and the server pid in
+ *   `<schema>.fencelock_advisory_holders` for `inspect`.
+ * - TTL: the server knows none. The backend releases a lease that was not renewed within its
+ *   TTL, as the other engines' expiry would; while the process is paused or cut off, only the
+ *   server's detection of the dead connection (TCP keepalive, `tcp_user_timeout`) frees the key,
+ *   which is why writes should be fenced.
+ * - Needs a real session: do not run this mode behind a transaction-mode pooler.
+ */
+import type pg from 'pg';
+import type {
+  AttemptRequest,
+  AttemptResult,
+  Backend,
+  LeaseRef,
+  LockInfo,
+  NotGranted,
+  ReleaseOutcome,
+  RenewResult,
+} from '../../core/backend.js';
+import { BackendError } from '../../errors.js';
+import { MAX_TIMER_MS } from '../../options.js';
+import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
+import { lockIdOf, pgLocksIdOf } from './sql.js';
+
+/** The dedicated connection all advisory locks of a backend live on. */
+interface AdvisorySession {
+  readonly client: pg.Client;
+  /** Aborted (with a BackendError) when the connection is lost: its locks are gone. */
+  readonly lost: AbortController;
+}
+
+/** A key this backend holds, or is asking the server for. */
+interface Holding {
+  readonly owner: string;
+  /** Undefined while the attempt is in flight. */
+  token: bigint | undefined;
+  session: AdvisorySession | undefined;
+  /** Releases the lock when it is not renewed within its TTL. */
+  expiry: NodeJS.Timeout | undefined;
+}
+
+/** The advisory-lock backend. Build it with `createPostgresBackend({ …, mode: 'advisory' })`. */
+export class PostgresAdvisoryBackend implements Backend {
+  readonly name = 'postgres';
+  readonly maxTtlMs = MAX_TIMER_MS;
+  readonly modes = ['write'] as const;
+  readonly #db: PostgresConnectionSet;
+  readonly #held = new Map<string, Holding>();
+  #session: AdvisorySession | undefined;
+  #opening: Promise<AdvisorySession> | undefined;
+
+  constructor(settings: PostgresSettings) {
+    this.#db = new PostgresConnectionSet(settings);
+  }
+
+  /** Server pid of the dedicated connection, or undefined when none is open (tests, operators). */
+  get sessionPid(): number | undefined {
+    return (this.#session?.client as { processID?: number } | undefined)?.processID;
+  }
+
+  /** Ask the server for the key's advisory lock unless another owner of this backend has it. */
+  async attempt(request: AttemptRequest): Promise<AttemptResult> {
+    const mark = this.#db.listener?.mark() ?? -1;
+    const local = this.#held.get(request.key);
+    if (local !== undefined) {
+      if (local.owner === request.owner && local.token !== undefined && local.session) {
+        this.#armExpiry(request.key, local, request.ttlMs);
+        return {
+          granted: true,
+          token: local.token,
+          ttlMs: request.ttlMs,
+          lost: local.session.lost.signal,
+        };
+      }
+      return this.#notGranted(request.key, mark);
+    }
+    const holding: Holding = {
+      owner: request.owner,
+      token: undefined,
+      session: undefined,
+      expiry: undefined,
+    };
+    this.#held.set(request.key, holding);
+    let session: AdvisorySession | undefined;
+    try {
+      const { rows } = await this.#db.run('attempt', async () => {
+        session = await this.#getSession();
+        return session.client.query<{ ok: boolean; token: string | null }>(
+          this.#db.sql.advisoryAttempt,
+          [request.key, request.owner, lockIdOf(request.key).toString(), request.ttlMs],
+        );
+      });
+      const row = rows[0];
+      if (row?.ok !== true || row.token === null || session === undefined) {
+        this.#forget(request.key, holding);
+        return this.#notGranted(request.key, mark);
+      }
+      if (session.lost.signal.aborted) {
+        this.#forget(request.key, holding);
+        throw new BackendError(this.name, 'attempt', session.lost.signal.reason);
+      }
+      holding.token = BigInt(row.token);
+      holding.session = session;
+      this.#armExpiry(request.key, holding, request.ttlMs);
+      return {
+        granted: true,
+        token: holding.token,
+        ttlMs: request.ttlMs,
+        lost: session.lost.signal,
+      };
+    } catch (error) {
+      // The server may have granted the lock before the error (a lost reply): give it back.
+      if (this.#held.get(request.key) === holding) {
+        await this.#unlock(request.key, holding);
+        this.#forget(request.key, holding);
+      }
+      throw error;
+    }
+  }
+
+  /** Confirm with the server that this connection still holds the lock, and re-arm the TTL. */
+  async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    const holding = this.#held.get(lease.key);
+    const state = stateOf(holding, lease);
+    if (state === 'not-owner') return { ok: false, reason: state };
+    if (state === 'not-held') {
+      const info = await this.inspect(lease.key);
+      return { ok: false, reason: info.holder === null ? 'not-held' : 'not-owner' };
+    }
+    const session = holding!.session!;
+    const [classId, objectId] = pgLocksIdOf(lease.key);
+    const rows = await this.#onSession(session, 'renew', (client) =>
+      client.query<{ held: boolean }>(this.#db.sql.advisoryRenew, [
+        lease.key,
+        lease.owner,
+        lease.fencingToken.toString(),
+        ttlMs,
+        classId,
+        objectId,
+      ]),
+    );
+    if (rows === undefined) return { ok: false, reason: 'not-held' };
+    if (rows[0]?.held !== true || this.#held.get(lease.key) !== holding) {
+      this.#forget(lease.key, holding!);
+      return { ok: false, reason: 'not-held' };
+    }
+    this.#armExpiry(lease.key, holding!, ttlMs);
+    return { ok: true, ttlMs };
+  }
+
+  /** Delete the holder row, unlock, NOTIFY: only for this owner and token. */
+  async release(lease: LeaseRef): Promise<ReleaseOutcome> {
+    const holding = this.#held.get(lease.key);
+    const state = stateOf(holding, lease);
+    if (state === 'not-owner') return 'not-owner';
+    if (state === 'not-held') {
+      const info = await this.inspect(lease.key);
+      return info.holder === null ? 'not-held' : 'not-owner';
+    }
+    const session = holding!.session!;
+    clearTimeout(holding!.expiry);
+    const rows = await this.#onSession(session, 'release', (client) =>
+      client.query<{ unlocked: boolean }>(this.#db.sql.advisoryRelease, [
+        lease.key,
+        lease.owner,
+        lease.fencingToken.toString(),
+        lockIdOf(lease.key).toString(),
+        this.#db.sql.channel,
+      ]),
+    );
+    this.#forget(lease.key, holding!);
+    return rows?.[0]?.unlocked === true ? 'released' : 'not-held';
+  }
+
+  /** Give the lock back if this owner has it (granted or not yet confirmed). */
+  async abandon(request: AttemptRequest): Promise<void> {
+    const holding = this.#held.get(request.key);
+    if (holding === undefined || holding.owner !== request.owner || holding.token === undefined) {
+      return;
+    }
+    await this.#unlock(request.key, holding);
+    this.#forget(request.key, holding);
+  }
+
+  /** The holder whose connection really holds the lock (server view, any process). */
+  async inspect(key: string): Promise<LockInfo> {
+    const [classId, objectId] = pgLocksIdOf(key);
+    const { rows } = await this.#db.run('inspect', () =>
+      this.#db.pool.query<{ owner: string; token: string; remaining_ms: string }>(
+        this.#db.sql.advisoryInspect,
+        [key, classId, objectId],
+      ),
+    );
+    const row = rows[0];
+    if (row === undefined) return { key, holder: null, lastFencingToken: 0n };
+    const fencingToken = BigInt(row.token);
+    return {
+      key,
+      holder: { owner: row.owner, fencingToken, ttlMs: Math.max(0, Number(row.remaining_ms)) },
+      lastFencingToken: fencingToken,
+    };
+  }
+
+  /** End the dedicated connection (the server drops its locks), the listener and the pool. */
+  async close(): Promise<void> {
+    for (const holding of this.#held.values()) clearTimeout(holding.expiry);
+    this.#held.clear();
+    const session = this.#session ?? (await this.#opening?.catch(() => undefined));
+    this.#session = undefined;
+    if (session !== undefined) {
+      session.lost.abort(new BackendError(this.name, 'close', new Error('backend closed')));
+      await session.client.end().catch(() => undefined);
+    }
+    await this.#db.close();
+  }
+
+  /**
+   * Run a statement on the lock connection. When it fails because the connection is gone (the
+   * server terminated it, the socket closed), the server has dropped its locks: every lease on
+   * it is lost and the answer is undefined. Other failures (a timeout on a silent server) reject
+   * with a BackendError, and the core keeps trying until the lease's TTL runs out.
+   */
+  async #onSession<R extends pg.QueryResultRow>(
+    session: AdvisorySession,
+    operation: string,
+    statement: (client: pg.Client) => Promise<pg.QueryResult<R>>,
+  ): Promise<R[] | undefined> {
+    try {
+      return (await this.#db.run(operation, () => statement(session.client))).rows;
+    } catch (error) {
+      if (!isConnectionLoss((error as BackendError).cause) && !session.lost.signal.aborted) {
+        throw error;
+      }
+      this.#sessionLost(session, (error as BackendError).cause);
+      return undefined;
+    }
+  }
+
+  #notGranted(key: string, mark: number): NotGranted {
+    const listener = this.#db.listener;
+    if (listener === undefined) return { granted: false };
+    return {
+      granted: false,
+      waitForChange: (signal, maxMs) => listener.wait(key, mark, signal, maxMs),
+    };
+  }
+
+  /** (Re)start the TTL of a held lock: unless renewed in time, it is given back. */
+  #armExpiry(key: string, holding: Holding, ttlMs: number): void {
+    clearTimeout(holding.expiry);
+    holding.expiry = setTimeout(() => {
+      if (this.#held.get(key) !== holding) return;
+      void this.#unlock(key, holding).then(() => this.#forget(key, holding));
+    }, ttlMs);
+    holding.expiry.unref();
+  }
+
+  /** Best-effort unlock of `holding`'s lock; if the server cannot be told, drop the connection. */
+  async #unlock(key: string, holding: Holding): Promise<void> {
+    const session = holding.session ?? this.#session;
+    if (session === undefined || session.lost.signal.aborted) return;
+    try {
+      await session.client.query(this.#db.sql.advisoryRelease, [
+        key,
+        holding.owner,
+        (holding.token ?? -1n).toString(),
+        lockIdOf(key).toString(),
+        this.#db.sql.channel,
+      ]);
+    } catch (error) {
+      this.#sessionLost(session, error);
+    }
+  }
+
+  #forget(key: string, holding: Holding): void {
+    clearTimeout(holding.expiry);
+    if (this.#held.get(key) === holding) this.#held.delete(key);
+  }
+
+  #getSession(): Promise<AdvisorySession> {
+    if (this.#session !== undefined) return Promise.resolve(this.#session);
+    this.#opening ??= this.#db
+      .connectDedicated()
+      .then((client) => {
+        const session: AdvisorySession = { client, lost: new AbortController() };
+        client.on('error', (error) => this.#sessionLost(session, error));
+        client.on('end', () =>
+          this.#sessionLost(session, new Error('connection to the server ended')),
+        );
+        if (this.#db.closed) {
+          void client.end().catch(() => undefined);
+          throw new Error('backend is closed');
+        }
+        this.#session = session;
+        return session;
+      })
+      .finally(() => {
+        this.#opening = undefined;
+      });
+    return this.#opening;
+  }
+
+  /** The connection is gone and the server has dropped its locks: every lease on it is lost. */
+  #sessionLost(session: AdvisorySession, cause: unknown): void {
+    if (session.lost.signal.aborted) return;
+    if (this.#session === session) this.#session = undefined;
+    session.lost.abort(new BackendError(this.name, 'advisory-lock connection', cause));
+    for (const [key, holding] of [...this.#held]) {
+      if (holding.session === session) this.#forget(key, holding);
+    }
+    void session.client.end().catch(() => undefined);
+  }
+}
+
+/**
+ * The server ended the session (`57P01` admin shutdown, `57P02` crash shutdown, `57P03` cannot
+ * connect now) or the socket closed: session-level locks are gone with it.
+ */
+function isConnectionLoss(error: unknown): boolean {
+  const code = (error as { code?: unknown })?.code;
+  if (typeof code === 'string' && code.startsWith('57P')) return true;
+  const message = error instanceof Error ? error.message : '';
+  return /connection terminated|not queryable|ECONNRESET|EPIPE/i.test(message);
+}
+
+/** Does `holding` belong to `lease`? */
+function stateOf(holding: Holding | undefined, lease: LeaseRef): 'yes' | 'not-held' | 'not-owner' {
+  if (holding === undefined || holding.token === undefined || holding.session === undefined) {
+    return 'not-held';
+  }
+  return holding.owner === lease.owner && holding.token === lease.fencingToken
+    ? 'yes'
+    : 'not-owner';
+}

@@ -1,0 +1,165 @@
+/**
+ * PostgreSQL backend, lease mode: one row per held lock in `<schema>.fencelock_leases` (key,
+ * owner, fencing token, expiry on the server's clock). Grant, renew, release and withdraw are
+ * one statement each (see sql.ts), so no state lives in a database session: it works through a
+ * pool and behind a transaction-mode pooler.
+ *
+ * - Fencing tokens come from one sequence per schema, drawn in the granting statement while a
+ *   transaction-level lock on the key is held: a key's tokens strictly increase (not
+ *   consecutively), across owners and restarts (a sequence can skip values after a crash but
+ *   never goes back). Like etcd revisions, the DESIGN.md token source for PostgreSQL.
+ * - Expiry is computed from the server's clock (`clock_timestamp()`), never the client's. An
+ *   expired lease is taken over by the next acquirer in the same statement; released rows are
+ *   deleted, and rows left expired by crashed holders are swept now and then by a statement
+ *   piggybacked on normal traffic, so old rows do not pile up.
+ * - Waiting: `LISTEN/NOTIFY` on the schema's channel (one listening connection per backend),
+ *   with the core's jittered poll bounded by the holder's remaining time as a fallback.
+ */
+import type {
+  AttemptRequest,
+  AttemptResult,
+  Backend,
+  LeaseRef,
+  LockInfo,
+  ReleaseOutcome,
+  RenewResult,
+} from '../../core/backend.js';
+import { MAX_TIMER_MS } from '../../options.js';
+import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
+import { xactLockPairOf } from './sql.js';
+
+/** A row expired for this long is deleted by the sweep, ms. */
+const SWEEP_AFTER_EXPIRY_MS = 60_000;
+/** At most one sweep per backend per this interval, ms. */
+const SWEEP_INTERVAL_MS = 60_000;
+
+/** The lease-table backend. Build it with `createPostgresBackend`. */
+export class PostgresBackend implements Backend {
+  readonly name = 'postgres';
+  readonly maxTtlMs = MAX_TIMER_MS;
+  readonly modes = ['write'] as const;
+  readonly #db: PostgresConnectionSet;
+  #lastSweep = performance.now();
+  #sweeping: Promise<void> | undefined;
+
+  constructor(settings: PostgresSettings) {
+    this.#db = new PostgresConnectionSet(settings);
+  }
+
+  /** The schema-qualified lease table, for operators and tests. */
+  get leaseTable(): string {
+    return this.#db.sql.leasesTable;
+  }
+
+  /** The NOTIFY channel of releases (payload: the key). */
+  get channel(): string {
+    return this.#db.sql.channel;
+  }
+
+  /**
+   * One statement: take a free or expired key with a new token, refresh this owner's own live
+   * lease (same token), or report the holder's remaining TTL.
+   */
+  async attempt(request: AttemptRequest): Promise<AttemptResult> {
+    const listener = this.#db.listener;
+    const mark = listener?.mark() ?? -1;
+    const [hi, lo] = xactLockPairOf(request.key);
+    const { rows } = await this.#db.run('attempt', () =>
+      this.#db.pool.query<{ token: string | null; remaining_ms: string | null }>(
+        this.#db.sql.attempt,
+        [request.key, request.owner, request.ttlMs, hi, lo],
+      ),
+    );
+    this.#maybeSweep();
+    const row = rows[0];
+    if (row?.token != null) {
+      return { granted: true, token: BigInt(row.token), ttlMs: request.ttlMs };
+    }
+    const holder =
+      row?.remaining_ms == null ? {} : { holderTtlMs: Math.max(0, Number(row.remaining_ms)) };
+    if (listener === undefined) return { granted: false, ...holder };
+    return {
+      granted: false,
+      ...holder,
+      waitForChange: (signal, maxMs) => listener.wait(request.key, mark, signal, maxMs),
+    };
+  }
+
+  /** Move the expiry while owner and token hold an unexpired lease. */
+  async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    const { rows } = await this.#db.run('renew', () =>
+      this.#db.pool.query<{ ok: boolean; live: boolean }>(this.#db.sql.renew, [
+        lease.key,
+        lease.owner,
+        lease.fencingToken.toString(),
+        ttlMs,
+      ]),
+    );
+    const row = rows[0];
+    if (row?.ok === true) return { ok: true, ttlMs };
+    return { ok: false, reason: row?.live === true ? 'not-owner' : 'not-held' };
+  }
+
+  /** Compare-and-delete by owner and token, then NOTIFY the waiters. */
+  async release(lease: LeaseRef): Promise<ReleaseOutcome> {
+    const { rows } = await this.#db.run('release', () =>
+      this.#db.pool.query<{ outcome: ReleaseOutcome }>(this.#db.sql.release, [
+        lease.key,
+        lease.owner,
+        lease.fencingToken.toString(),
+        this.#db.sql.channel,
+      ]),
+    );
+    return rows[0]?.outcome ?? 'not-held';
+  }
+
+  /** Delete the row if this owner has it, whatever the token, and NOTIFY. */
+  async abandon(request: AttemptRequest): Promise<void> {
+    await this.#db.run('abandon', () =>
+      this.#db.pool.query(this.#db.sql.abandon, [request.key, request.owner, this.#db.sql.channel]),
+    );
+  }
+
+  /**
+   * The unexpired holder. `lastFencingToken` is its token, 0n when the key is free: tokens come
+   * from a sequence shared by all keys and a released row is deleted, so nothing per key remains.
+   */
+  async inspect(key: string): Promise<LockInfo> {
+    const { rows } = await this.#db.run('inspect', () =>
+      this.#db.pool.query<{ owner: string; token: string; remaining_ms: string }>(
+        this.#db.sql.inspect,
+        [key],
+      ),
+    );
+    const row = rows[0];
+    if (row === undefined) return { key, holder: null, lastFencingToken: 0n };
+    const fencingToken = BigInt(row.token);
+    return {
+      key,
+      holder: { owner: row.owner, fencingToken, ttlMs: Math.max(0, Number(row.remaining_ms)) },
+      lastFencingToken: fencingToken,
+    };
+  }
+
+  /** Stop the listener and end the pool (a pool you passed in stays open). */
+  async close(): Promise<void> {
+    await this.#sweeping;
+    await this.#db.close();
+  }
+
+  /** Delete long-expired rows, at most once a minute, without delaying the caller. */
+  #maybeSweep(): void {
+    const now = performance.now();
+    if (this.#sweeping !== undefined || now - this.#lastSweep < SWEEP_INTERVAL_MS) return;
+    this.#lastSweep = now;
+    this.#sweeping = this.#db.pool
+      .query(this.#db.sql.sweep, [SWEEP_AFTER_EXPIRY_MS])
+      .then(
+        () => undefined,
+        () => undefined,
+      )
+      .finally(() => {
+        this.#sweeping = undefined;
+      });
+  }
+}

@@ -1,0 +1,105 @@
+/**
+ * `fencelock/postgres`: locks in the PostgreSQL you already run (node-postgres `pg`).
+ *
+ * @example
+ * import { createLocker } from 'fencelock';
+ * const locker = createLocker('postgres://app@db.internal:5432/app?schema=fencelock');
+ *
+ * @example
+ * import pg from 'pg';
+ * import { createPostgresBackend } from 'fencelock/postgres';
+ * const locker = createLocker(createPostgresBackend({ pool: new pg.Pool(), mode: 'advisory' }));
+ */
+import type pg from 'pg';
+import { InvalidArgumentError } from '../../errors.js';
+import { PostgresAdvisoryBackend } from './advisory.js';
+import { PostgresBackend } from './backend.js';
+import {
+  checkPostgresOptions,
+  type PostgresLockMode,
+  type PostgresUrlConfig,
+  parsePostgresUrl,
+} from './url.js';
+
+export { PostgresAdvisoryBackend } from './advisory.js';
+export { PostgresBackend } from './backend.js';
+export { lockIdOf } from './sql.js';
+export {
+  DEFAULT_SCHEMA,
+  type PostgresLockMode,
+  type PostgresUrlConfig,
+  parsePostgresUrl,
+} from './url.js';
+
+/** Options of `createPostgresBackend`. Give `url` or `pool`. */
+export interface PostgresBackendOptions {
+  /** A `postgres://` URL; the backend opens (and closes) its own pool. */
+  readonly url?: string;
+  /** Your `pg.Pool`; it stays open after `close()`. The listener and, in advisory mode, the lock connection are opened beside it with its settings. */
+  readonly pool?: pg.Pool;
+  /** Schema of the lease table and token sequence, created if missing. @default 'fencelock' */
+  readonly schema?: string;
+  /**
+   * `lease`: a row per held lock with a TTL on the server's clock (works through any pooler).
+   * `advisory`: a session-level advisory lock on a dedicated connection. @default 'lease'
+   */
+  readonly mode?: PostgresLockMode;
+  /** Wait on LISTEN/NOTIFY; `false` polls with backoff only. @default true */
+  readonly notifications?: boolean;
+  /** Server-side `statement_timeout` of each statement, ms, in [100, 600000]. @default 5000 */
+  readonly commandTimeoutMs?: number;
+  /** Connections of the pool opened from `url`, in [1, 1000]. @default 10 */
+  readonly poolSize?: number;
+}
+
+/**
+ * Create a PostgreSQL backend. No connection is made before the first lock operation, which
+ * creates the schema, its token sequence and tables when they are missing (this needs the
+ * CREATE privilege once; later runs only read the catalog).
+ * @throws InvalidArgumentError when neither or both of `url` and `pool` are given, the URL is
+ *   not `postgres://` / `postgresql://`, or an option is out of range.
+ */
+export function createPostgresBackend(
+  options: PostgresBackendOptions | PostgresUrlConfig,
+): PostgresBackend | PostgresAdvisoryBackend {
+  if (typeof options !== 'object' || options === null) {
+    throw new InvalidArgumentError('options', '{ url } or { pool }', options);
+  }
+  if ('connectionString' in options && typeof options.connectionString === 'string') {
+    const config = options as PostgresUrlConfig;
+    return build({ ...checkPostgresOptions(config), connectionString: config.connectionString });
+  }
+  const o = options as PostgresBackendOptions;
+  if ((o.url === undefined) === (o.pool === undefined)) {
+    throw new InvalidArgumentError(
+      'options',
+      'exactly one of url or pool',
+      Object.keys(o).join(','),
+    );
+  }
+  const checked = checkPostgresOptions(o);
+  if (o.pool !== undefined) {
+    const pool = o.pool as unknown as Record<string, unknown>;
+    if (typeof pool?.query !== 'function' || typeof pool?.connect !== 'function') {
+      throw new InvalidArgumentError('pool', 'a pg.Pool', o.pool);
+    }
+    return build({ ...checked, pool: o.pool });
+  }
+  if (typeof o.url !== 'string') {
+    throw new InvalidArgumentError('url', 'a postgres:// or postgresql:// URL', o.url);
+  }
+  // Parameters in the URL count unless the same option is given explicitly.
+  const { connectionString, ...fromUrl } = parsePostgresUrl(o.url);
+  const explicit = Object.fromEntries(
+    Object.entries(o).filter(([name, value]) => name !== 'url' && value !== undefined),
+  );
+  return build({ ...checkPostgresOptions({ ...fromUrl, ...explicit }), connectionString });
+}
+
+function build(
+  settings: ConstructorParameters<typeof PostgresBackend>[0],
+): PostgresBackend | PostgresAdvisoryBackend {
+  return settings.mode === 'advisory'
+    ? new PostgresAdvisoryBackend(settings)
+    : new PostgresBackend(settings);
+}

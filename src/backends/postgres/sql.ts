@@ -1,0 +1,214 @@
+/**
+ * The SQL of the PostgreSQL backend, one statement per operation, built once per schema.
+ *
+ * Every statement runs on its own (autocommit): no state lives in a database session, so the
+ * lease mode works through any pool and behind a transaction-mode pooler such as PgBouncer.
+ * Parameters are positional; int8 values travel as decimal strings, so tokens beyond 2^53 stay
+ * exact.
+ */
+import { createHash } from 'node:crypto';
+
+/**
+ * The 64-bit lock id of a key: the first 8 bytes of SHA-256 over the key's UTF-8 bytes, read as
+ * a big-endian signed integer. The same id in SQL:
+ * `('x' || left(encode(sha256(convert_to(key, 'UTF8')), 'hex'), 16))::bit(64)::bigint`.
+ *
+ * Advisory-lock mode locks it with `pg_try_advisory_lock(id)`; a 64-bit hash makes two keys
+ * sharing an id (which would only make them exclude each other) vanishingly rare, unlike the
+ * 32-bit `hashtext`.
+ */
+export function lockIdOf(key: string): bigint {
+  return createHash('sha256').update(key, 'utf8').digest().readBigInt64BE(0);
+}
+
+/**
+ * The two int4 halves of a key's lock id, for `pg_advisory_xact_lock(int4, int4)`: the
+ * two-argument lock space, separate from the bigint one that advisory-lock mode and most
+ * applications use, so the lease mode's short per-statement lock never waits on those.
+ */
+export function xactLockPairOf(key: string): [number, number] {
+  const id = lockIdOf(key);
+  return [Number(BigInt.asIntN(32, id >> 32n)), Number(BigInt.asIntN(32, id))];
+}
+
+/** `(classid, objid)` of a bigint advisory lock as `pg_locks` shows it (unsigned 32-bit halves). */
+export function pgLocksIdOf(key: string): [string, string] {
+  const id = BigInt.asUintN(64, lockIdOf(key));
+  return [String(id >> 32n), String(id & 0xffff_ffffn)];
+}
+
+/** Remaining time of an expiry as whole ms, rounded up (text: numeric is not a JS number). */
+const REMAINING_MS = (column: string) =>
+  `ceil(extract(epoch FROM ${column} - clock_timestamp()) * 1000)::text`;
+
+/** The statements of one schema. `schema` is a checked lower-case identifier. */
+export function sqlFor(schema: string) {
+  const s = `"${schema}"`;
+  const leases = `${s}.fencelock_leases`;
+  const holders = `${s}.fencelock_advisory_holders`;
+  const sequence = `${s}.fencelock_token_seq`;
+  const nextToken = `nextval('${s}.fencelock_token_seq')`;
+  return {
+    /** The NOTIFY channel of releases in this schema; the payload is the key. */
+    channel: `fencelock:${schema}`,
+
+    /** $1: qualified table name. True when the schema's tables exist. */
+    ready: `SELECT to_regclass($1) IS NOT NULL AS ready`,
+    leasesTable: `${s}.fencelock_leases`,
+
+    /**
+     * Create what is missing, serialised by a transaction-level advisory lock so that two
+     * processes starting at once do not race on the catalog. One round trip, no parameters: the
+     * statements of one simple query run as one implicit transaction, rolled back whole on error
+     * (no explicit BEGIN, which would leave a pooled connection in an aborted transaction).
+     * The token sequence is shared by every key of the schema: a key's tokens strictly increase
+     * but are not consecutive. `CACHE 1` (the default) keeps the order of `nextval` calls.
+     */
+    setup: `SELECT pg_advisory_xact_lock(1717920355, 0);
+CREATE SCHEMA IF NOT EXISTS ${s};
+CREATE SEQUENCE IF NOT EXISTS ${sequence} AS bigint CACHE 1;
+CREATE TABLE IF NOT EXISTS ${leases} (
+  key        text PRIMARY KEY,
+  owner      text NOT NULL,
+  token      bigint NOT NULL,
+  expires_at timestamptz NOT NULL
+) WITH (fillfactor = 70);
+CREATE TABLE IF NOT EXISTS ${holders} (
+  key        text PRIMARY KEY,
+  owner      text NOT NULL,
+  token      bigint NOT NULL,
+  pid        integer NOT NULL,
+  expires_at timestamptz NOT NULL  -- the backend's own TTL; the server holds the lock regardless
+);`,
+
+    /**
+     * Lease mode, grant or report. $1 key, $2 owner, $3 ttlMs, $4/$5 the key's xact-lock pair.
+     *
+     * The transaction-level lock on the key is taken before `nextval`, so grants of one key draw
+     * their tokens in the order they commit: without it, a statement could draw a token, stall,
+     * and insert it after a newer grant of the same key was made and released.
+     *
+     * A free key or an expired lease is taken in the same statement (no sweeper). A live lease of
+     * the same owner is refreshed and keeps its token (a retried attempt). Otherwise one row with
+     * the holder's remaining time comes back (none if the row changed since the statement's
+     * snapshot; the caller then knows nothing about the holder).
+     */
+    attempt: `WITH serial AS (SELECT pg_advisory_xact_lock($4::int4, $5::int4)),
+granted AS (
+  INSERT INTO ${leases} AS l (key, owner, token, expires_at)
+  SELECT $1, $2, ${nextToken}, clock_timestamp() + $3::int8 * interval '1 millisecond' FROM serial
+  ON CONFLICT (key) DO UPDATE SET
+    owner = excluded.owner,
+    token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+                 THEN l.token ELSE excluded.token END,
+    expires_at = excluded.expires_at
+  WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
+  RETURNING token
+)
+SELECT token::text AS token, NULL::text AS remaining_ms FROM granted
+UNION ALL
+SELECT NULL, ${REMAINING_MS('h.expires_at')} FROM ${leases} h
+WHERE h.key = $1 AND NOT EXISTS (SELECT 1 FROM granted)`,
+
+    /**
+     * Lease mode, renew while owner and token hold an unexpired lease. $1 key, $2 owner, $3 token,
+     * $4 ttlMs. `live` tells `not-owner` (someone holds it) from `not-held`.
+     */
+    renew: `WITH renewed AS (
+  UPDATE ${leases} SET expires_at = clock_timestamp() + $4::int8 * interval '1 millisecond'
+  WHERE key = $1 AND owner = $2 AND token = $3::int8 AND expires_at > clock_timestamp()
+  RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM renewed) AS ok,
+       EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp()) AS live`,
+
+    /**
+     * Lease mode, compare-and-delete. $1 key, $2 owner, $3 token, $4 channel. Deletes this lease,
+     * or an expired row of this owner (cleanup, answered `not-held`); a live lease of another
+     * owner or token stays. Waiters are notified of any deletion.
+     */
+    release: `WITH target AS (
+  SELECT owner, token, expires_at > clock_timestamp() AS live FROM ${leases} WHERE key = $1 FOR UPDATE
+),
+gone AS (
+  DELETE FROM ${leases} l USING target t
+  WHERE l.key = $1 AND t.owner = $2 AND (NOT t.live OR t.token = $3::int8)
+  RETURNING t.live
+),
+notified AS (SELECT pg_notify($4, $1) FROM gone)
+SELECT CASE
+  WHEN EXISTS (SELECT 1 FROM gone WHERE live) THEN 'released'
+  WHEN EXISTS (SELECT 1 FROM target WHERE live) THEN 'not-owner'
+  ELSE 'not-held' END AS outcome,
+  (SELECT count(*) FROM notified) AS notified`,
+
+    /** Lease mode, withdraw: delete the row if this owner has it. $1 key, $2 owner, $3 channel. */
+    abandon: `WITH gone AS (DELETE FROM ${leases} WHERE key = $1 AND owner = $2 RETURNING key)
+SELECT pg_notify($3, key) FROM gone`,
+
+    /** Lease mode, the unexpired holder of $1. */
+    inspect: `SELECT owner, token::text AS token, ${REMAINING_MS('expires_at')} AS remaining_ms
+FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp()`,
+
+    /** Lease mode: drop rows expired for more than $1 ms that nobody took over. */
+    sweep: `DELETE FROM ${leases} WHERE expires_at < clock_timestamp() - $1::int8 * interval '1 millisecond'`,
+
+    /**
+     * Advisory mode, on the dedicated connection: try the session lock, and if it is ours, record
+     * owner, a token drawn after the lock was taken, this backend's pid and the TTL's end.
+     * $1 key, $2 owner, $3 lock id, $4 ttlMs.
+     */
+    advisoryAttempt: `WITH got AS (SELECT pg_try_advisory_lock($3::int8) AS ok),
+granted AS (
+  INSERT INTO ${holders} AS h (key, owner, token, pid, expires_at)
+  SELECT $1, $2, ${nextToken}, pg_backend_pid(), clock_timestamp() + $4::int8 * interval '1 millisecond'
+  FROM got WHERE got.ok
+  ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+    pid = excluded.pid, expires_at = excluded.expires_at
+  RETURNING token
+)
+SELECT (SELECT ok FROM got) AS ok, (SELECT token::text FROM granted) AS token`,
+
+    /**
+     * Advisory mode, renew on the dedicated connection: does it still hold the session lock
+     * ($5/$6: pg_locks halves)? If so, move the recorded TTL end of this owner's row.
+     * $1 key, $2 owner, $3 token, $4 ttlMs.
+     */
+    advisoryRenew: `WITH lock AS (
+  SELECT EXISTS (
+    SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()
+      AND classid = $5::oid AND objid = $6::oid AND objsubid = 1
+  ) AS held
+),
+renewed AS (
+  UPDATE ${holders} SET expires_at = clock_timestamp() + $4::int8 * interval '1 millisecond'
+  FROM lock WHERE lock.held AND key = $1 AND owner = $2 AND token = $3::int8
+  RETURNING 1
+)
+SELECT (SELECT held FROM lock) AS held, (SELECT count(*) FROM renewed) AS renewed`,
+
+    /**
+     * Advisory mode, release on the dedicated connection: delete the holder row of this owner and
+     * token, unlock, notify. $1 key, $2 owner, $3 token, $4 lock id, $5 channel.
+     */
+    advisoryRelease: `WITH gone AS (
+  DELETE FROM ${holders} WHERE key = $1 AND owner = $2 AND token = $3::int8 RETURNING 1
+)
+SELECT pg_advisory_unlock($4::int8) AS unlocked, (SELECT count(*) FROM gone) AS deleted,
+       pg_notify($5, $1)`,
+
+    /**
+     * Advisory mode, the holder of $1 whose session really holds the lock ($2/$3: pg_locks
+     * halves); a row left by a killed backend does not count.
+     */
+    advisoryInspect: `SELECT h.owner, h.token::text AS token, ${REMAINING_MS('h.expires_at')} AS remaining_ms
+FROM ${holders} h
+WHERE h.key = $1 AND EXISTS (
+  SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = h.pid
+    AND l.classid = $2::oid AND l.objid = $3::oid AND l.objsubid = 1
+)`,
+  };
+}
+
+/** The statements of one schema. */
+export type PostgresSql = ReturnType<typeof sqlFor>;
