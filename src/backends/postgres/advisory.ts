@@ -38,6 +38,8 @@ import { lockIdOf, pgLocksIdOf } from './sql.js';
 /** The dedicated connection all advisory locks of a backend live on. */
 interface AdvisorySession {
   readonly client: pg.Client;
+  /** The last statement queued on the connection: statements run one after another. */
+  tail: Promise<unknown>;
   /** Aborted (with a BackendError) when the connection is lost: its locks are gone. */
   readonly lost: AbortController;
 }
@@ -98,9 +100,13 @@ export class PostgresAdvisoryBackend implements Backend {
     try {
       const { rows } = await this.#db.run('attempt', async () => {
         session = await this.#getSession();
-        return session.client.query<{ ok: boolean; token: string | null }>(
-          this.#db.sql.advisoryAttempt,
-          [request.key, request.owner, lockIdOf(request.key).toString(), request.ttlMs],
+        return serially(session, (client) =>
+          client.query<{ ok: boolean; token: string | null }>(this.#db.sql.advisoryAttempt, [
+            request.key,
+            request.owner,
+            lockIdOf(request.key).toString(),
+            request.ttlMs,
+          ]),
         );
       });
       const row = rows[0];
@@ -239,7 +245,7 @@ export class PostgresAdvisoryBackend implements Backend {
     statement: (client: pg.Client) => Promise<pg.QueryResult<R>>,
   ): Promise<R[] | undefined> {
     try {
-      return (await this.#db.run(operation, () => statement(session.client))).rows;
+      return (await this.#db.run(operation, () => serially(session, statement))).rows;
     } catch (error) {
       if (!isConnectionLoss((error as BackendError).cause) && !session.lost.signal.aborted) {
         throw error;
@@ -273,13 +279,15 @@ export class PostgresAdvisoryBackend implements Backend {
     const session = holding.session ?? this.#session;
     if (session === undefined || session.lost.signal.aborted) return;
     try {
-      await session.client.query(this.#db.sql.advisoryRelease, [
-        key,
-        holding.owner,
-        (holding.token ?? -1n).toString(),
-        lockIdOf(key).toString(),
-        this.#db.sql.channel,
-      ]);
+      await serially(session, (client) =>
+        client.query(this.#db.sql.advisoryRelease, [
+          key,
+          holding.owner,
+          (holding.token ?? -1n).toString(),
+          lockIdOf(key).toString(),
+          this.#db.sql.channel,
+        ]),
+      );
     } catch (error) {
       this.#sessionLost(session, error);
     }
@@ -295,7 +303,11 @@ export class PostgresAdvisoryBackend implements Backend {
     this.#opening ??= this.#db
       .connectDedicated()
       .then((client) => {
-        const session: AdvisorySession = { client, lost: new AbortController() };
+        const session: AdvisorySession = {
+          client,
+          tail: Promise.resolve(),
+          lost: new AbortController(),
+        };
         client.on('error', (error) => this.#sessionLost(session, error));
         client.on('end', () =>
           this.#sessionLost(session, new Error('connection to the server ended')),
@@ -323,6 +335,13 @@ export class PostgresAdvisoryBackend implements Backend {
     }
     void session.client.end().catch(() => undefined);
   }
+}
+
+/** Queue `statement` behind the ones already sent on the session's connection. */
+function serially<T>(session: AdvisorySession, statement: (client: pg.Client) => Promise<T>) {
+  const run = session.tail.then(() => statement(session.client));
+  session.tail = run.catch(() => undefined);
+  return run;
 }
 
 /**

@@ -30,7 +30,7 @@ import { xactLockPairOf } from './sql.js';
 
 /** A row expired for this long is deleted by the sweep, ms. */
 const SWEEP_AFTER_EXPIRY_MS = 60_000;
-/** At most one sweep per backend per this interval, ms. */
+/** At most one sweep per backend per this interval (the first with the first attempt), ms. */
 const SWEEP_INTERVAL_MS = 60_000;
 
 /** The lease-table backend. Build it with `createPostgresBackend`. */
@@ -39,7 +39,7 @@ export class PostgresBackend implements Backend {
   readonly maxTtlMs = MAX_TIMER_MS;
   readonly modes = ['write'] as const;
   readonly #db: PostgresConnectionSet;
-  #lastSweep = performance.now();
+  #lastSweep = Number.NEGATIVE_INFINITY;
   #sweeping: Promise<void> | undefined;
 
   constructor(settings: PostgresSettings) {

@@ -1,0 +1,127 @@
+/**
+ * PostgreSQL lease mode, engine state: released rows are deleted, an expired lease is taken
+ * over by the next acquirer in the same statement, long-expired rows are swept by normal
+ * traffic, concurrent first users create the schema once, and the lock id of a key is the
+ * documented SQL expression.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createPostgresBackend, lockIdOf } from '../../../src/backends/postgres/index.js';
+import { createLocker } from '../../../src/index.js';
+import { adminPool, dropSchema, eventually, PG_URL, uniqueSchema } from './support.js';
+
+const schema = uniqueSchema('table');
+const store = `${PG_URL}?schema=${schema}`;
+const admin = adminPool();
+const table = `"${schema}".fencelock_leases`;
+
+afterAll(async () => {
+  await dropSchema(admin, schema);
+});
+
+async function rowsOf(keyPrefix: string): Promise<{ key: string; owner: string; token: string }[]> {
+  const { rows } = await admin.query<{ key: string; owner: string; token: string }>(
+    `SELECT key, owner, token::text AS token FROM ${table} WHERE key LIKE $1 ORDER BY key`,
+    [`${keyPrefix}%`],
+  );
+  return rows;
+}
+
+describe('PostgreSQL lease table', () => {
+  it('deletes released rows: 200 grants on distinct keys leave none behind', async () => {
+    const locker = createLocker(store);
+    const prefix = `distinct:${randomUUID()}:`;
+    for (let i = 0; i < 200; i++) {
+      const lease = await locker.acquire(`${prefix}${i}`, { ttlMs: 5_000 });
+      expect(await lease.release()).toBe('released');
+    }
+    expect(await rowsOf(prefix)).toEqual([]);
+    await locker.close();
+  });
+
+  it("a crashed holder's expired row is taken over in the granting statement", async () => {
+    const a = createLocker(store);
+    const key = `takeover:${randomUUID()}`;
+    const first = await a.acquire(key, { ttlMs: 5_000 });
+    expect(await first.release()).toBe('released');
+    // A holder that crashed: its row stays, expired, with the key's last token.
+    await admin.query(
+      `INSERT INTO ${table} (key, owner, token, expires_at)
+       VALUES ($1, 'crashed', $2, clock_timestamp() - interval '1 second')`,
+      [key, first.fencingToken.toString()],
+    );
+    const b = createLocker(store);
+    const second = await b.tryAcquire(key, { ttlMs: 5_000 });
+    expect(second).not.toBeNull();
+    expect(second!.fencingToken).toBeGreaterThan(first.fencingToken);
+    const rows = await rowsOf(key);
+    expect(rows).toEqual([{ key, owner: second!.owner, token: second!.fencingToken.toString() }]);
+    expect(await second!.release()).toBe('released');
+    expect(await rowsOf(key)).toEqual([]);
+    await Promise.all([a.close(), b.close()]);
+  });
+
+  it('sweeps rows expired for over a minute, and keeps recently expired and live ones', async () => {
+    // Make sure the tables exist, then plant rows as crashed holders would leave them.
+    const setup = createLocker(store);
+    await setup.inspect('setup');
+    await setup.close();
+    const prefix = `sweep:${randomUUID()}:`;
+    await admin.query(
+      `INSERT INTO ${table} (key, owner, token, expires_at) VALUES
+         ($1 || 'old1', 'crashed', 1, clock_timestamp() - interval '2 minutes'),
+         ($1 || 'old2', 'crashed', 2, clock_timestamp() - interval '61 seconds'),
+         ($1 || 'recent', 'crashed', 3, clock_timestamp() - interval '10 seconds'),
+         ($1 || 'live', 'someone', 4, clock_timestamp() + interval '1 minute')`,
+      [prefix],
+    );
+    // A fresh backend sweeps with its first attempt.
+    const locker = createLocker(store);
+    const lease = await locker.acquire(`${prefix}trigger`, { ttlMs: 5_000 });
+    expect(
+      await eventually(async () => (await rowsOf(prefix)).every((r) => !r.key.includes('old'))),
+    ).toBe(true);
+    expect((await rowsOf(prefix)).map((r) => r.key.slice(prefix.length))).toEqual([
+      'live',
+      'recent',
+      'trigger',
+    ]);
+    await lease.release();
+    await locker.close();
+  });
+
+  it('creates the schema once when several backends start on it at the same moment', async () => {
+    const fresh = uniqueSchema('race');
+    const backends = Array.from({ length: 6 }, () =>
+      createPostgresBackend({ url: PG_URL, schema: fresh, poolSize: 2 }),
+    );
+    const lockers = backends.map((backend) => createLocker(backend));
+    const key = `race:${randomUUID()}`;
+    const leases = await Promise.all(lockers.map((l) => l.tryAcquire(key, { ttlMs: 5_000 })));
+    expect(leases.filter((lease) => lease !== null)).toHaveLength(1);
+    await Promise.all(lockers.map((l) => l.close()));
+    await admin.query(`DROP SCHEMA "${fresh}" CASCADE`);
+  });
+
+  it('the lock id of a key is the documented SQL expression over SHA-256', async () => {
+    for (const key of ['a', 'order:42', 'ключ', '🔒'.repeat(10), 'x'.repeat(1024)]) {
+      const { rows } = await admin.query<{ id: string }>(
+        `SELECT (('x' || left(encode(sha256(convert_to($1, 'UTF8')), 'hex'), 16))::bit(64)::bigint)::text AS id`,
+        [key],
+      );
+      expect(lockIdOf(key)).toBe(BigInt(rows[0]!.id));
+    }
+  });
+
+  it('answers a bad option with InvalidArgumentError and opens no connection', async () => {
+    expect(() => createPostgresBackend({ url: PG_URL, schema: 'Bad-Name' })).toThrow(/schema/);
+    expect(() => createPostgresBackend({ url: PG_URL, mode: 'row' as 'lease' })).toThrow(/mode/);
+    expect(() => createLocker(`${PG_URL}?poolSize=0`)).toThrow(/poolSize/);
+    expect(() => createLocker(`${PG_URL}?unknown=1`)).toThrow(/unknown/);
+    expect(() => createLocker('postgres://')).toThrow(/host/);
+    const { rows } = await admin.query<{ n: string }>(
+      `SELECT count(*)::text AS n FROM pg_namespace WHERE nspname = 'Bad-Name'`,
+    );
+    expect(rows[0]!.n).toBe('0');
+  });
+});
