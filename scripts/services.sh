@@ -12,7 +12,7 @@
 set -euo pipefail
 
 STATE=${FENCELOCK_SERVICES_DIR:-${TMPDIR:-/tmp}/fencelock-services}
-ENGINES=(redis redlock sentinel cluster etcd zookeeper postgres)
+ENGINES=(redis redlock sentinel cluster etcd zookeeper postgres register)
 
 # Ports (override with the environment; keep in step with test/helpers/engines.ts).
 REDIS_PORT=${FENCELOCK_REDIS_PORT:-6390}
@@ -34,6 +34,9 @@ ZK_PEER_PORT_BASE=${FENCELOCK_ZK_PEER_PORT_BASE:-22881}
 ZK_ELECTION_PORT_BASE=${FENCELOCK_ZK_ELECTION_PORT_BASE:-23881}
 # PostgreSQL: one server, database "fencelock", user "fencelock" (trust auth on loopback only).
 PG_PORT=${FENCELOCK_PG_PORT:-25432}
+# A second PostgreSQL server that fault runs never touch: the fenced register of the torture
+# harness (FAULTS.md 2.3) lives there, database "register", user "fencelock".
+REGISTER_PORT=${FENCELOCK_REGISTER_PORT:-25433}
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -647,51 +650,57 @@ pg_bindir() {
 as_pg() { # run a PostgreSQL program as the postgres user when we are root
   if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
-pg_dir() { echo "$STATE/postgres"; }
-pg_pid() { head -1 "$(pg_dir)/data/postmaster.pid" 2>/dev/null; }
-pg_ready() { "$(pg_bindir)/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -d fencelock -U fencelock; }
-pg_start() {
-  local bin dir; bin=$(pg_bindir); dir=$(pg_dir)
+# Every function takes the server's name (postgres or register), its port and its database.
+pg_dir() { echo "$STATE/$1"; }
+pg_pid() { head -1 "$(pg_dir "$1")/data/postmaster.pid" 2>/dev/null; }
+pg_ready() { "$(pg_bindir)/pg_isready" -q -h 127.0.0.1 -p "$2" -d "$3" -U fencelock; }
+pg_start() { # pg_start <name> <port> <database>
+  local bin dir; bin=$(pg_bindir); dir=$(pg_dir "$1")
   as_pg "$bin/pg_ctl" start -w -t 30 -D "$dir/data" -l "$dir/postgres.log" \
-    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $dir -c fsync=off -c max_connections=300" \
+    -o "-p $2 -c listen_addresses=127.0.0.1 -k $dir -c fsync=off -c max_connections=300" \
     >/dev/null
-  wait_until 20 "postgres on $PG_PORT" pg_ready
-  pg_pid >"$STATE/postgres.pid"
+  wait_until 20 "$1 on $2" pg_ready "$@"
+  pg_pid "$1" >"$STATE/$1.pid"
 }
-postgres_up() {
-  if pid_alive "$STATE/postgres.pid" && pg_ready; then log "postgres already up on $PG_PORT"; return; fi
-  require_free_port "$PG_PORT" postgres
-  local bin dir; bin=$(pg_bindir); dir=$(pg_dir)
+pg_up() { # pg_up <name> <port> <database>
+  if pid_alive "$STATE/$1.pid" && pg_ready "$@"; then log "$1 already up on $2"; return; fi
+  require_free_port "$2" "$1"
+  local bin dir; bin=$(pg_bindir); dir=$(pg_dir "$1")
   rm -rf "$dir" && mkdir -p "$dir"
   [[ $(id -u) -eq 0 ]] && chown postgres: "$dir"
   as_pg "$bin/initdb" -D "$dir/data" -U fencelock --auth=trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 ||
     { log "initdb failed; see $dir/initdb.log"; return 1; }
-  pg_start || { tail -20 "$dir/postgres.log" >&2; return 1; }
-  "$bin/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U fencelock -d postgres -c 'CREATE DATABASE fencelock' >/dev/null
-  log "postgres up on 127.0.0.1:$PG_PORT (database fencelock, user fencelock)"
+  pg_start "$@" || { tail -20 "$dir/postgres.log" >&2; return 1; }
+  "$bin/psql" -q -h 127.0.0.1 -p "$2" -U fencelock -d postgres -c "CREATE DATABASE $3" >/dev/null
+  log "$1 up on 127.0.0.1:$2 (PostgreSQL, database $3, user fencelock)"
 }
-postgres_down() {
-  local dir; dir=$(pg_dir)
-  if pid_alive "$STATE/postgres.pid"; then
-    kill -CONT "$(cat "$STATE/postgres.pid")" 2>/dev/null || true
-    as_pg "$(pg_bindir)/pg_ctl" stop -D "$dir/data" -m immediate -w -t 20 >/dev/null 2>&1 || true
+pg_down() { # pg_down <name>
+  if pid_alive "$STATE/$1.pid"; then
+    kill -CONT "$(cat "$STATE/$1.pid")" 2>/dev/null || true
+    as_pg "$(pg_bindir)/pg_ctl" stop -D "$(pg_dir "$1")/data" -m immediate -w -t 20 >/dev/null 2>&1 || true
   fi
-  stop_pidfile postgres
+  stop_pidfile "$1"
 }
-postgres_status() {
-  if pid_alive "$STATE/postgres.pid" && pg_ready; then
-    echo "postgres: up on 127.0.0.1:$PG_PORT (pid $(cat "$STATE/postgres.pid"))"
+pg_status() { # pg_status <name> <port> <database>
+  if pid_alive "$STATE/$1.pid" && pg_ready "$@"; then
+    echo "$1: up on 127.0.0.1:$2 (pid $(cat "$STATE/$1.pid"))"
   else
-    echo "postgres: down"
+    echo "$1: down"
   fi
 }
+postgres_up() { pg_up postgres "$PG_PORT" fencelock; }
+postgres_down() { pg_down postgres; }
+postgres_status() { pg_status postgres "$PG_PORT" fencelock; }
+register_up() { pg_up register "$REGISTER_PORT" register; }
+register_down() { pg_down register; }
+register_status() { pg_status register "$REGISTER_PORT" register; }
 pg_server() { # pg_server restart-immediate|kill-backends
-  local bin dir; bin=$(pg_bindir); dir=$(pg_dir)
+  local bin dir; bin=$(pg_bindir); dir=$(pg_dir postgres)
   case ${1:-} in
     # Crash-restart: no shutdown checkpoint, recovery from the WAL on start.
     restart-immediate)
       as_pg "$bin/pg_ctl" stop -D "$dir/data" -m immediate -w -t 20 >/dev/null
-      pg_start
+      pg_start postgres "$PG_PORT" fencelock
       ;;
     # Terminate every client backend of the fencelock database (a lost connection).
     kill-backends)

@@ -1,0 +1,104 @@
+/**
+ * The fenced register of the torture harness (FAULTS.md 2.3, oracle 1): the protected resource,
+ * kept in a PostgreSQL server that no fault touches. Every write is one statement that accepts
+ * it only when its token is not older than the highest accepted so far (`>=`, so a holder may
+ * write several times with its own token), and logs it, accepted or not, with the writer.
+ *
+ * This SQL is the harness's own and deliberately independent of fencelock's guards
+ * (`fencelock/fencing`): a bug there must not hide a bug here. `fenced: false` is the broken
+ * variant of the self-test: every write is accepted, and only the offline check of the log can
+ * tell the stale ones.
+ */
+import pg from 'pg';
+
+/** One logged write, in the order the register applied them (`id`). */
+export interface WriteRecord {
+  readonly id: number;
+  readonly writer: string;
+  readonly token: bigint;
+  readonly accepted: boolean;
+}
+
+export class FencedRegister {
+  readonly #pool: pg.Pool;
+  readonly #schema: string;
+  readonly #name: string;
+
+  /**
+   * @param url `postgres://` URL of the register server.
+   * @param schema a lower-case identifier of this run's own schema.
+   * @param name the resource's name (one per run).
+   */
+  constructor(url: string, schema: string, name = 'resource') {
+    if (!/^[a-z_][a-z0-9_]{0,62}$/.test(schema)) throw new Error(`bad schema name ${schema}`);
+    this.#pool = new pg.Pool({ connectionString: url, max: 2 });
+    this.#pool.on('error', () => undefined);
+    this.#schema = schema;
+    this.#name = name;
+  }
+
+  /** Create this run's tables and the resource row (token 0, value 0). */
+  async create(): Promise<void> {
+    const s = `"${this.#schema}"`;
+    await this.#pool.query(`CREATE SCHEMA IF NOT EXISTS ${s};
+CREATE TABLE IF NOT EXISTS ${s}.fenced_resource (
+  name text PRIMARY KEY, max_token bigint NOT NULL, value bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS ${s}.write_log (
+  id bigserial PRIMARY KEY, name text NOT NULL, token bigint NOT NULL, writer text NOT NULL,
+  accepted boolean NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+INSERT INTO ${s}.fenced_resource VALUES ('${this.#name}', 0, 0) ON CONFLICT DO NOTHING;`);
+  }
+
+  /**
+   * Write with `token`. Fenced: accepted only when `token >= max_token` (the row lock
+   * serialises writers). Unfenced: always accepted. Resolves to whether it was accepted.
+   */
+  async write(token: bigint, writer: string, fenced: boolean): Promise<boolean> {
+    const s = `"${this.#schema}"`;
+    const condition = fenced ? '$2 >= (SELECT max_token FROM cur)' : 'true';
+    const { rows } = await this.#pool.query<{ accepted: boolean }>(
+      `WITH cur AS (SELECT max_token FROM ${s}.fenced_resource WHERE name = $1 FOR UPDATE),
+upd AS (
+  UPDATE ${s}.fenced_resource SET max_token = greatest(max_token, $2), value = value + 1
+  WHERE name = $1 AND ${condition} RETURNING 1
+)
+INSERT INTO ${s}.write_log (name, token, writer, accepted)
+VALUES ($1, $2, $3, EXISTS (SELECT 1 FROM upd)) RETURNING accepted`,
+      [this.#name, token.toString(), writer],
+    );
+    return rows[0]!.accepted;
+  }
+
+  /** The write log in apply order, and the resource's value (for lost-increment checks). */
+  async read(): Promise<{ writes: WriteRecord[]; value: bigint }> {
+    const s = `"${this.#schema}"`;
+    const log = await this.#pool.query<{
+      id: string;
+      writer: string;
+      token: string;
+      accepted: boolean;
+    }>(`SELECT id, writer, token::text AS token, accepted FROM ${s}.write_log ORDER BY id`);
+    const value = await this.#pool.query<{ value: string }>(
+      `SELECT value::text AS value FROM ${s}.fenced_resource WHERE name = $1`,
+      [this.#name],
+    );
+    return {
+      writes: log.rows.map((r) => ({
+        id: Number(r.id),
+        writer: r.writer,
+        token: BigInt(r.token),
+        accepted: r.accepted,
+      })),
+      value: BigInt(value.rows[0]?.value ?? '0'),
+    };
+  }
+
+  /** Drop this run's schema. */
+  async drop(): Promise<void> {
+    await this.#pool.query(`DROP SCHEMA IF EXISTS "${this.#schema}" CASCADE`);
+  }
+
+  async close(): Promise<void> {
+    await this.#pool.end();
+  }
+}
