@@ -227,6 +227,7 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
     await register.drop().catch(() => undefined);
     await register.close().catch(() => undefined);
     await dropNamespace(topology).catch(() => undefined);
+    topology.dispose?.();
   }
 }
 
@@ -244,8 +245,22 @@ async function stopClients(clients: readonly Client[], ttlMs: number): Promise<v
   await until(() => clients.every((c) => c.exited), 5_000);
 }
 
-/** Remove what a run left on the engine where it does not expire by itself. */
+/**
+ * Remove what a run left on the engine where it does not expire by itself: PostgreSQL schemas,
+ * Redis fencing counters. (etcd keys live on leases and ZooKeeper lock nodes are ephemeral under
+ * container nodes: both go by themselves.)
+ */
 async function dropNamespace(topology: Topology): Promise<void> {
+  if (topology.backend === 'redis' || topology.backend === 'redlock') {
+    await Promise.all(
+      topology.endpoints.map((port) =>
+        execFileAsync('bash', [
+          '-c',
+          `redis-cli -p ${port} --scan --pattern '${topology.namespace}:*' | xargs -r redis-cli -p ${port} del >/dev/null`,
+        ]),
+      ),
+    );
+  }
   if (topology.backend === 'postgres' || topology.backend === 'postgres-advisory') {
     const client = new pg.Client({
       connectionString: `postgres://fencelock@127.0.0.1:${PORTS.postgres}/fencelock`,

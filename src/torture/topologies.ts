@@ -3,7 +3,7 @@
  * reaches each one: directly, or through a fault proxy per client and per endpoint (so one
  * client can be cut off without touching the others).
  */
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -57,6 +57,8 @@ export interface Topology {
   storeUrl(ports: readonly number[]): string;
   /** Key prefix / namespace / schema of this run (engine-side names derive from it). */
   readonly namespace: string;
+  /** Remove local files the topology made (the SQLite store). */
+  dispose?(): void;
 }
 
 /**
@@ -113,8 +115,14 @@ export function topologyOf(backend: BackendName, namespace: string): Topology {
       };
     }
     case 'sqlite': {
-      const file = join(mkdtempSync(join(tmpdir(), 'fencelock-torture-')), 'locks.db');
-      return { backend, namespace, endpoints: [], storeUrl: () => `sqlite:${file}` };
+      const dir = mkdtempSync(join(tmpdir(), 'fencelock-torture-'));
+      return {
+        backend,
+        namespace,
+        endpoints: [],
+        storeUrl: () => `sqlite:${join(dir, 'locks.db')}`,
+        dispose: () => rmSync(dir, { recursive: true, force: true }),
+      };
     }
   }
 }
