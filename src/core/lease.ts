@@ -255,7 +255,9 @@ export class Lease implements LeaseRef, AsyncDisposable {
     const now = monotonicNow();
     const renewable = this.#autoRenew && !this.#capped;
     const renewAt = renewable ? now + this.#ttlMs / 3 : Number.POSITIVE_INFINITY;
-    this.#ctx.watchdog.schedule(this.#task, Math.min(renewAt, this.#expiresAt));
+    // A renewal may go up to ttl/12 early, with others due then (one round trip for many).
+    const slackMs = renewAt <= this.#expiresAt ? this.#ttlMs / 12 : 0;
+    this.#ctx.watchdog.schedule(this.#task, Math.min(renewAt, this.#expiresAt), slackMs);
   }
 
   #onWatchdog(): void {

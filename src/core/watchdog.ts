@@ -2,6 +2,10 @@
  * One scheduler for all leases of a locker: a binary min-heap of due times behind a single
  * timer, so 10,000 renewing leases cost one pending timer, not 10,000. Entries are cancelled
  * lazily (a stale heap item is skipped when it comes up).
+ *
+ * A task may carry slack: it may run up to `slackMs` before it is due. When the timer fires,
+ * every task whose window has opened runs in the same turn, so renewals of leases granted at
+ * different moments fall together and reach the engine as one pipelined or batched round trip.
  */
 import { monotonicNow } from './clock.js';
 
@@ -12,6 +16,8 @@ export interface WatchdogTask {
 
 interface HeapItem {
   readonly dueAt: number;
+  /** The task may run from `dueAt - slackMs` on. */
+  readonly slackMs: number;
   readonly task: WatchdogTask;
   readonly generation: number;
 }
@@ -33,11 +39,14 @@ export class Watchdog {
     return this.#generation.size;
   }
 
-  /** Run `task` at `dueAt` (monotonic ms), replacing any earlier schedule of the same task. */
-  schedule(task: WatchdogTask, dueAt: number): void {
+  /**
+   * Run `task` at `dueAt` (monotonic ms), or up to `slackMs` earlier together with another task
+   * that is due then; replaces any earlier schedule of the same task.
+   */
+  schedule(task: WatchdogTask, dueAt: number, slackMs = 0): void {
     const generation = (this.#generation.get(task) ?? 0) + 1;
     this.#generation.set(task, generation);
-    this.#push({ dueAt, task, generation });
+    this.#push({ dueAt, slackMs: Math.max(0, slackMs), task, generation });
     this.#arm();
   }
 
@@ -59,7 +68,7 @@ export class Watchdog {
     this.#timerDueAt = Number.POSITIVE_INFINITY;
     const now = this.#now();
     const due: WatchdogTask[] = [];
-    while (this.#heap.length > 0 && this.#heap[0]!.dueAt <= now) {
+    while (this.#heap.length > 0 && this.#heap[0]!.dueAt - this.#heap[0]!.slackMs <= now) {
       const item = this.#pop();
       if (this.#generation.get(item.task) === item.generation) {
         this.#generation.delete(item.task);

@@ -55,4 +55,30 @@ describe('Watchdog', () => {
     vi.advanceTimersByTime(1000);
     expect(runs).toBe(10);
   });
+
+  it('runs tasks whose slack window has opened together with the one that is due', () => {
+    const watchdog = new Watchdog();
+    const ran: string[] = [];
+    const base = performance.now();
+    // Due at 100, 130, 160 and 300, each with 50 ms of slack: when the first fires at 100,
+    // the one due at 130 may go too (its window opened at 80), 160 may not (opens at 110).
+    watchdog.schedule({ run: () => ran.push('a') }, base + 100, 50);
+    watchdog.schedule({ run: () => ran.push('b') }, base + 130, 50);
+    watchdog.schedule({ run: () => ran.push('c') }, base + 160, 50);
+    watchdog.schedule({ run: () => ran.push('d') }, base + 300, 50);
+    vi.advanceTimersByTime(99);
+    expect(ran).toEqual([]);
+    vi.advanceTimersByTime(1);
+    expect(ran).toEqual(['a', 'b']);
+    vi.advanceTimersByTime(60);
+    expect(ran).toEqual(['a', 'b', 'c']);
+    // Without slack a task never runs early.
+    watchdog.schedule({ run: () => ran.push('e') }, base + 170);
+    vi.advanceTimersByTime(9);
+    expect(ran).toEqual(['a', 'b', 'c']);
+    vi.advanceTimersByTime(1);
+    expect(ran).toEqual(['a', 'b', 'c', 'e']);
+    vi.advanceTimersByTime(200);
+    expect(ran).toEqual(['a', 'b', 'c', 'e', 'd']);
+  });
 });

@@ -28,6 +28,16 @@ import { MAX_TIMER_MS } from '../../options.js';
 import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
 import { xactLockPairOf } from './sql.js';
 
+/** Most renewals sent in one statement. */
+const RENEW_BATCH_LIMIT = 1_000;
+
+interface PendingRenewal {
+  readonly lease: LeaseRef;
+  readonly ttlMs: number;
+  resolve(result: RenewResult): void;
+  reject(error: unknown): void;
+}
+
 /** A row expired for this long is deleted by the sweep, ms. */
 const SWEEP_AFTER_EXPIRY_MS = 60_000;
 /** At most one sweep per backend per this interval (the first with the first attempt), ms. */
@@ -41,6 +51,8 @@ export class PostgresBackend implements Backend {
   readonly #db: PostgresConnectionSet;
   #lastSweep = Number.NEGATIVE_INFINITY;
   #sweeping: Promise<void> | undefined;
+  /** Renewals asked for in this turn of the event loop, sent together at its end. */
+  #renewals: PendingRenewal[] = [];
 
   constructor(settings: PostgresSettings) {
     this.#db = new PostgresConnectionSet(settings);
@@ -85,19 +97,50 @@ export class PostgresBackend implements Backend {
     };
   }
 
-  /** Move the expiry while owner and token hold an unexpired lease. */
-  async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
-    const { rows } = await this.#db.run('renew', () =>
-      this.#db.pool.query<{ ok: boolean; live: boolean }>(this.#db.sql.renew, [
-        lease.key,
-        lease.owner,
-        lease.fencingToken.toString(),
-        ttlMs,
-      ]),
-    );
-    const row = rows[0];
-    if (row?.ok === true) return { ok: true, ttlMs };
-    return { ok: false, reason: row?.live === true ? 'not-owner' : 'not-held' };
+  /**
+   * Move the expiry while owner and token hold an unexpired lease. Renewals asked for in the
+   * same turn of the event loop (the watchdog runs leases that fall due together in one turn)
+   * go to the server as one statement: one round trip for many leases.
+   */
+  renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    return new Promise((resolve, reject) => {
+      this.#renewals.push({ lease, ttlMs, resolve, reject });
+      if (this.#renewals.length === 1) setImmediate(() => void this.#sendRenewals());
+    });
+  }
+
+  async #sendRenewals(): Promise<void> {
+    const batch = this.#renewals.splice(0, RENEW_BATCH_LIMIT);
+    if (this.#renewals.length > 0) setImmediate(() => void this.#sendRenewals());
+    if (batch.length === 0) return;
+    try {
+      const sql = this.#db.sql;
+      const { rows } = await this.#db.run('renew', () =>
+        batch.length === 1
+          ? this.#db.pool.query<{ ok: boolean; live: boolean }>(sql.renew, [
+              batch[0]!.lease.key,
+              batch[0]!.lease.owner,
+              batch[0]!.lease.fencingToken.toString(),
+              batch[0]!.ttlMs,
+            ])
+          : this.#db.pool.query<{ ok: boolean; live: boolean }>(sql.renewMany, [
+              batch.map((r) => r.lease.key),
+              batch.map((r) => r.lease.owner),
+              batch.map((r) => r.lease.fencingToken.toString()),
+              batch.map((r) => r.ttlMs),
+            ]),
+      );
+      batch.forEach((renewal, i) => {
+        const row = rows[i];
+        renewal.resolve(
+          row?.ok === true
+            ? { ok: true, ttlMs: renewal.ttlMs }
+            : { ok: false, reason: row?.live === true ? 'not-owner' : 'not-held' },
+        );
+      });
+    } catch (error) {
+      for (const renewal of batch) renewal.reject(error);
+    }
   }
 
   /** Compare-and-delete by owner and token, then NOTIFY the waiters. */

@@ -123,6 +123,29 @@ SELECT EXISTS (SELECT 1 FROM renewed) AS ok,
        EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp()) AS live`,
 
     /**
+     * Lease mode, renew many leases in one statement (renewals that fall due together).
+     * $1 keys, $2 owners, $3 tokens, $4 ttlMs values (arrays of one length); one row per input,
+     * in input order.
+     */
+    renewMany: `WITH input AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY
+    AS r(key, owner, token, ttl_ms, n)
+),
+renewed AS (
+  UPDATE ${leases} l SET expires_at = clock_timestamp() + i.ttl_ms * interval '1 millisecond'
+  FROM input i
+  WHERE l.key = i.key AND l.owner = i.owner AND l.token = i.token AND l.expires_at > clock_timestamp()
+  RETURNING l.key, l.owner, l.token
+)
+SELECT EXISTS (
+         SELECT 1 FROM renewed r WHERE r.key = i.key AND r.owner = i.owner AND r.token = i.token
+       ) AS ok,
+       EXISTS (
+         SELECT 1 FROM ${leases} h WHERE h.key = i.key AND h.expires_at > clock_timestamp()
+       ) AS live
+FROM input i ORDER BY i.n`,
+
+    /**
      * Lease mode, compare-and-delete. $1 key, $2 owner, $3 token, $4 channel. Deletes this lease,
      * or an expired row of this owner (cleanup, answered `not-held`); a live lease of another
      * owner or token stays. Waiters are notified of any deletion.

@@ -5,6 +5,7 @@
  * documented SQL expression.
  */
 import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createPostgresBackend, lockIdOf } from '../../../src/backends/postgres/index.js';
 import { createLocker } from '../../../src/index.js';
@@ -101,6 +102,56 @@ describe('PostgreSQL lease table', () => {
     expect(leases.filter((lease) => lease !== null)).toHaveLength(1);
     await Promise.all(lockers.map((l) => l.close()));
     await admin.query(`DROP SCHEMA "${fresh}" CASCADE`);
+  });
+
+  it('renewals asked for in one turn go to the server as one statement, each with its own answer', async () => {
+    const pool = new pg.Pool({ connectionString: PG_URL, max: 4 });
+    const statements: string[] = [];
+    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+    (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args) => {
+      statements.push(String(args[0]));
+      return query(...args);
+    };
+    const backend = createPostgresBackend({ pool, schema });
+    const prefix = `batch:${randomUUID()}:`;
+    const owner = (n: number) => `${'0'.repeat(31)}${n}`;
+    const leases = [];
+    for (let n = 0; n < 5; n++) {
+      const key = `${prefix}${n}`;
+      const result = await backend.attempt({
+        key,
+        owner: owner(n),
+        ttlMs: 2_000,
+        mode: 'write',
+        autoRenew: true,
+      });
+      if (!result.granted) throw new Error('not granted');
+      leases.push({ key, owner: owner(n), fencingToken: result.token });
+    }
+    // Lease 3 vanishes behind the backend's back; lease 4 is taken over by another owner.
+    await admin.query(`DELETE FROM ${table} WHERE key = $1`, [leases[3]!.key]);
+    await admin.query(`UPDATE ${table} SET owner = 'someone-else' WHERE key = $1`, [
+      leases[4]!.key,
+    ]);
+    statements.length = 0;
+    const results = await Promise.all(leases.map((lease) => backend.renew(lease, 60_000)));
+    expect(results).toEqual([
+      { ok: true, ttlMs: 60_000 },
+      { ok: true, ttlMs: 60_000 },
+      { ok: true, ttlMs: 60_000 },
+      { ok: false, reason: 'not-held' },
+      { ok: false, reason: 'not-owner' },
+    ]);
+    expect(statements).toHaveLength(1);
+    expect(statements[0]).toContain('unnest');
+    const { rows } = await admin.query<{ key: string; remaining: string }>(
+      `SELECT key, extract(epoch FROM expires_at - clock_timestamp())::text AS remaining
+       FROM ${table} WHERE key LIKE $1 || '%' ORDER BY key`,
+      [prefix],
+    );
+    expect(rows.slice(0, 3).every((r) => Number(r.remaining) > 50)).toBe(true);
+    await backend.close();
+    await pool.end();
   });
 
   it('the lock id of a key is the documented SQL expression over SHA-256', async () => {
