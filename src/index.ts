@@ -21,10 +21,18 @@ export {
   type LostEvent,
   type ReleaseEvent,
   type RenewEvent,
+  type WaitEvent,
 } from './core/events.js';
 export { Lease } from './core/lease.js';
-export { Lock } from './core/lock.js';
-export { type AcquireOptions, Locker, type SessionOptions } from './core/locker.js';
+export { Lock, type OwnerGrant } from './core/lock.js';
+export {
+  type AcquireOptions,
+  Locker,
+  type OwnerAcquireOptions,
+  type OwnerReleaseRef,
+  type OwnerRenewOutcome,
+  type SessionOptions,
+} from './core/locker.js';
 export { Session } from './core/session.js';
 export {
   BackendError,

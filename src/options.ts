@@ -118,6 +118,40 @@ export function validateKey(key: unknown, argument = 'key'): string {
 /** A lone surrogate has no UTF-8 form: engines would store it as U+FFFD, and keys would alias. */
 const LONE_SURROGATE = /\p{Surrogate}/u;
 
+/** An owner id: 32 to 128 lowercase hex digits (128 to 512 bits). */
+const OWNER_ID = /^[0-9a-f]{32,128}$/;
+
+/**
+ * Check a caller-chosen owner id (owner-addressed operations): 32 to 128 lowercase hex digits,
+ * i.e. at least 128 bits. Engines embed owner ids in key and node names (etcd keys, ZooKeeper
+ * nodes), so nothing but hex is accepted.
+ * @throws InvalidArgumentError naming `argument`.
+ */
+export function validateOwnerId(value: unknown, argument = 'owner'): string {
+  if (typeof value !== 'string' || !OWNER_ID.test(value)) {
+    throw new InvalidArgumentError(
+      argument,
+      'a string of 32 to 128 lowercase hex digits (>= 128 bits)',
+      value,
+    );
+  }
+  return value;
+}
+
+/** Largest fencing token accepted as input (2^128 − 1; engines issue far smaller ones). */
+const MAX_FENCING_TOKEN = (1n << 128n) - 1n;
+
+/**
+ * Check a fencing token given back by a caller: a `bigint` in [1, 2^128 − 1].
+ * @throws InvalidArgumentError naming `argument`.
+ */
+export function validateFencingToken(value: unknown, argument = 'fencingToken'): bigint {
+  if (typeof value !== 'bigint' || value < 1n || value > MAX_FENCING_TOKEN) {
+    throw new InvalidArgumentError(argument, 'a bigint in [1, 2^128 - 1]', value);
+  }
+  return value;
+}
+
 /**
  * Check a TTL in ms: a finite number > 0 and <= `maxMs`; non-integers are rounded up.
  * @throws InvalidArgumentError

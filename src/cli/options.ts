@@ -3,8 +3,17 @@
  * message names the option, the accepted range and the value received; the CLI prints it on
  * one line and exits with code 2 before doing anything else.
  */
+import { DEFAULT_SQLITE_PATH } from '../backends/sqlite/url.js';
 import { InvalidArgumentError } from '../index.js';
+import { validateKey } from '../options.js';
 import { resolveStoreUrl } from '../stores.js';
+
+/**
+ * Store of `run` and `inspect` when `--store` is not given: the embedded SQLite file
+ * `./.fencelock/locks.db`, relative to the working directory (so processes started from the same
+ * folder share it).
+ */
+export const DEFAULT_CLI_STORE = `sqlite:${DEFAULT_SQLITE_PATH}`;
 
 /** Bad command-line input: printed as one line, exit code 2. */
 export class UsageError extends Error {
@@ -49,4 +58,22 @@ export function parseStoreOption(option: string, raw: string): string {
     );
   }
   return raw;
+}
+
+/**
+ * Check a lock key given on the command line, as the Locker would (1 to 1024 UTF-8 bytes, no
+ * lone surrogate).
+ * @throws UsageError naming `argument`.
+ */
+export function parseKeyArgument(argument: string, raw: string): string {
+  try {
+    return validateKey(raw);
+  } catch (error) {
+    if (!(error instanceof InvalidArgumentError)) throw error;
+    const shown = raw.length > 60 ? `${raw.slice(0, 60)}…` : raw;
+    throw new UsageError(
+      argument,
+      `invalid ${argument}: expected ${error.allowed}, received ${JSON.stringify(shown)}`,
+    );
+  }
 }

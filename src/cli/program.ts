@@ -5,6 +5,10 @@
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { registerDemoCommand } from './commands/demo.js';
+import { registerInspectCommand } from './commands/inspect.js';
+import { registerRunCommand } from './commands/run.js';
+import { registerServeCommand } from './commands/serve.js';
+import { registerTortureCommand } from './commands/torture.js';
 
 /** The package's version, read from its package.json (two levels up from src/cli or dist/cli). */
 export function packageVersion(): string {
@@ -22,6 +26,10 @@ export function createProgram(): Command {
     .version(packageVersion())
     // Before the commands are added, so they inherit it.
     .exitOverride();
+  registerRunCommand(program);
+  registerInspectCommand(program);
   registerDemoCommand(program);
+  registerServeCommand(program);
+  registerTortureCommand(program);
   return program;
 }

@@ -11,6 +11,7 @@ export const CHANNELS = Object.freeze({
   release: 'fencelock:release',
   renew: 'fencelock:renew',
   lost: 'fencelock:lost',
+  wait: 'fencelock:wait',
 });
 
 /** Published once per `acquire()` / `tryAcquire()` call, whatever its outcome. */
@@ -25,28 +26,38 @@ export interface AcquireEvent {
   readonly waitMs: number;
   /** Engine attempts made. */
   readonly attempts: number;
+  /** Lease length the engine applied, ms (`granted` and `reentered` outcomes only). */
+  readonly ttlMs?: number;
   readonly error?: unknown;
 }
 
-/** Published when a lease's engine release completes (hold count reached 0) or fails. */
+/**
+ * Published when a lease's engine release completes (hold count reached 0) or fails, and when an
+ * owner-addressed release (`locker.releaseForOwner`) reaches the engine.
+ */
 export interface ReleaseEvent {
   readonly backend: string;
   readonly key: string;
   readonly owner: string;
   readonly fencingToken: bigint;
   readonly outcome: 'released' | 'not-held' | 'not-owner' | 'error';
-  /** Time from grant to release, ms. */
-  readonly holdMs: number;
+  /**
+   * Time from grant to release, ms. Absent for owner-addressed releases: the process that
+   * releases by owner keeps no grant time (it may not be the one that granted).
+   */
+  readonly holdMs?: number;
   readonly error?: unknown;
 }
 
-/** Published after every renewal attempt (watchdog or `extend()`). */
+/** Published after every renewal attempt (watchdog, `extend()` or `locker.renewForOwner`). */
 export interface RenewEvent {
   readonly backend: string;
   readonly key: string;
   readonly owner: string;
   readonly fencingToken: bigint;
   readonly ok: boolean;
+  /** Lease length the engine applied, ms (successful renewals only). */
+  readonly ttlMs?: number;
   readonly error?: unknown;
 }
 
@@ -60,23 +71,40 @@ export interface LostEvent {
   readonly error: unknown;
 }
 
+/**
+ * Published when a blocking acquire starts to wait (its first attempt found the key held) and
+ * once more when that wait ends, whatever the outcome (granted, timeout, abort, error). Every
+ * `start` is followed by exactly one `end` for the same `owner` and `key`; a `tryAcquire` never
+ * waits. Metrics count current waiters from these.
+ */
+export interface WaitEvent {
+  readonly backend: string;
+  readonly key: string;
+  readonly owner: string;
+  readonly phase: 'start' | 'end';
+}
+
 const channels = {
   acquire: diagnostics_channel.channel(CHANNELS.acquire),
   release: diagnostics_channel.channel(CHANNELS.release),
   renew: diagnostics_channel.channel(CHANNELS.renew),
   lost: diagnostics_channel.channel(CHANNELS.lost),
+  wait: diagnostics_channel.channel(CHANNELS.wait),
 };
+
+/** Payload type of each channel. */
+export interface EventPayloads {
+  readonly acquire: AcquireEvent;
+  readonly release: ReleaseEvent;
+  readonly renew: RenewEvent;
+  readonly lost: LostEvent;
+  readonly wait: WaitEvent;
+}
 
 /** Publish an event if anyone listens; builds the payload only then. */
 export function publish<K extends keyof typeof channels>(
   name: K,
-  payload: () => K extends 'acquire'
-    ? AcquireEvent
-    : K extends 'release'
-      ? ReleaseEvent
-      : K extends 'renew'
-        ? RenewEvent
-        : LostEvent,
+  payload: () => EventPayloads[K],
 ): void {
   const channel = channels[name];
   if (channel.hasSubscribers) channel.publish(payload());

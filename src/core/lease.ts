@@ -291,7 +291,11 @@ export class Lease implements LeaseRef, AsyncDisposable {
       // An answer that lands after the lease was declared lost reports nothing: `lost` was the
       // lease's last event and its watchdog has stopped.
       if (this.#state === 'lost') return;
-      publish('renew', () => ({ ...this.#eventBase(), ok: result.ok }));
+      publish('renew', () => ({
+        ...this.#eventBase(),
+        ok: result.ok,
+        ...(result.ok ? { ttlMs: result.ttlMs } : {}),
+      }));
       if (this.#state !== 'held') return;
       if (!result.ok) {
         this.lose(result.reason, undefined, operation);

@@ -40,6 +40,23 @@ export interface LockContext extends Omit<LeaseContext, 'backend'> {
   readonly scopePrefix: string;
 }
 
+/**
+ * A grant made to a caller-chosen owner (`locker.acquireForOwner`): no `Lease` object, no
+ * watchdog, nothing kept in this process. The engine ends it `ttlMs` after the grant unless the
+ * owner renews it (`locker.renewForOwner`); any process on the same store can renew, release or
+ * inspect it by key, owner and fencing token.
+ */
+export interface OwnerGrant {
+  /** Locked key. */
+  readonly key: string;
+  /** The owner id the caller chose (hex, >= 128 bits). */
+  readonly owner: string;
+  /** Fencing token of the grant; the same token when the owner already held the key. */
+  readonly fencingToken: bigint;
+  /** Lease length the engine applied, ms (may be rounded up to the engine's granularity). */
+  readonly ttlMs: number;
+}
+
 /** A new owner id: 128 random bits as hex. */
 export function newOwnerId(): string {
   return randomBytes(16).toString('hex');
@@ -89,15 +106,25 @@ export class Lock {
   }
 
   /**
+   * @internal `locker.acquireForOwner` / `tryAcquireForOwner`: the same wait loop, for a
+   * caller-chosen owner, answered with an `OwnerGrant` instead of a `Lease` (no watchdog, no
+   * reentrancy, nothing tracked). `once`: one attempt, null when the key is held.
+   */
+  acquireForOwner(owner: string, once: boolean): Promise<OwnerGrant | null> {
+    return this.#acquire(once, owner) as Promise<OwnerGrant | null>;
+  }
+
+  /**
    * One attempt: the lease, or null when another owner holds the key.
    * @throws BackendError when the engine cannot answer.
    * @throws QuorumError (Redlock) when the vote reached no majority of nodes.
    */
   tryAcquire(): Promise<Lease | null> {
-    return this.#acquire(true);
+    return this.#acquire(true) as Promise<Lease | null>;
   }
 
-  async #acquire(once: boolean): Promise<Lease | null> {
+  /** The wait loop; with `fixedOwner`, an owner-addressed acquire answered with an OwnerGrant. */
+  async #acquire(once: boolean, fixedOwner?: string): Promise<Lease | OwnerGrant | null> {
     const startedAt = monotonicNow();
     const backend = await this.#ctx.backend();
     const options = this.options;
@@ -117,12 +144,16 @@ export class Lock {
     // Read-write locks (Curator's InterProcessReadWriteLock): inside a held write lock a read
     // lock of the same key is granted past it (downgrade); a write lock requested inside a held
     // read lock would wait for itself forever (upgrade), so it is refused at once.
-    const other = heldInContext(
-      `${this.#ctx.scopePrefix}${options.mode === 'read' ? 'write' : 'read'}\0${this.key}`,
-    );
+    // An owner-addressed acquire belongs to no async context: these rules are for leases.
+    const other =
+      fixedOwner === undefined
+        ? heldInContext(
+            `${this.#ctx.scopePrefix}${options.mode === 'read' ? 'write' : 'read'}\0${this.key}`,
+          )
+        : undefined;
     const heldWriter = options.mode === 'read' && other?.isHeld ? other.owner : undefined;
     if (options.mode === 'write' && other?.isHeld) throw upgradeRefused(this.key);
-    if (options.reentrant) {
+    if (options.reentrant && fixedOwner === undefined) {
       const held = heldInContext(scopeKey) ?? this.#lease;
       if (held?.key === this.key && held.reenter()) {
         publish('acquire', () => ({
@@ -133,13 +164,14 @@ export class Lock {
           fencingToken: held.fencingToken,
           waitMs: monotonicNow() - startedAt,
           attempts: 0,
+          ttlMs: held.ttlMs,
         }));
         return held;
       }
     }
     const request: AttemptRequest = {
       key: this.key,
-      owner: newOwnerId(),
+      owner: fixedOwner ?? newOwnerId(),
       ttlMs: options.maxHoldMs === undefined ? ttlMs : Math.min(ttlMs, options.maxHoldMs),
       mode: options.mode,
       autoRenew: options.autoRenew,
@@ -161,6 +193,15 @@ export class Lock {
     );
     let attempts = 0;
     let sent = false;
+    /** A `wait` start was published; its end is published when the call settles. */
+    let waiting = false;
+    const waitEvent = (phase: 'start' | 'end') =>
+      publish('wait', () => ({
+        backend: backend.name,
+        key: this.key,
+        owner: request.owner,
+        phase,
+      }));
     let lastQuorumError: QuorumError | undefined;
     const event = (outcome: 'granted' | 'busy' | 'timeout' | 'error', extra = {}) =>
       publish('acquire', () => ({
@@ -219,6 +260,15 @@ export class Lock {
             }
             continue;
           }
+          if (fixedOwner !== undefined) {
+            event('granted', { fencingToken: result.token, ttlMs: result.ttlMs });
+            return {
+              key: this.key,
+              owner: fixedOwner,
+              fencingToken: result.token,
+              ttlMs: result.ttlMs,
+            };
+          }
           const lease = new Lease(
             { ...this.#ctx, backend },
             {
@@ -237,7 +287,7 @@ export class Lock {
           );
           this.#lease = lease;
           this.#ctx.onGrant(lease);
-          event('granted', { fencingToken: result.token });
+          event('granted', { fencingToken: result.token, ttlMs: result.ttlMs });
           return lease;
         }
         if (once) {
@@ -253,6 +303,10 @@ export class Lock {
           result.holderTtlMs === undefined
             ? Number.POSITIVE_INFINITY
             : result.holderTtlMs + Math.random() * options.retry.initialDelayMs;
+        if (!waiting) {
+          waiting = true;
+          waitEvent('start');
+        }
         if (result.waitForChange) {
           // Event-driven: the notification usually comes first; the poll covers lost messages.
           const recheckMs = result.recheckAfterMs ?? backoff + options.retry.maxDelayMs * 4;
@@ -270,6 +324,8 @@ export class Lock {
       if (sent) this.#ctx.track(backend.abandon(request));
       if (error instanceof FencelockError) throw error;
       throw new BackendError(backend.name, `acquire of "${this.key}"`, error);
+    } finally {
+      if (waiting) waitEvent('end');
     }
   }
 

@@ -2,18 +2,23 @@
  * The Locker: one backend, one watchdog, lock defaults, and the leases it has granted.
  */
 import { randomBytes } from 'node:crypto';
-import { BackendError, InvalidArgumentError, LockLostError } from '../errors.js';
+import { BackendError, FencelockError, InvalidArgumentError, LockLostError } from '../errors.js';
 import {
   assertLongerThanDrift,
   type LockOptions,
+  MAX_TIMER_MS,
   type ResolvedLockOptions,
+  type RetryOptions,
   resolveLockOptions,
+  validateFencingToken,
   validateKey,
+  validateOwnerId,
   validateTtl,
 } from '../options.js';
-import type { Backend, LockInfo } from './backend.js';
+import type { Backend, LeaseRef, LockInfo, ReleaseOutcome } from './backend.js';
+import { publish } from './events.js';
 import type { Lease } from './lease.js';
-import { Lock, type LockContext } from './lock.js';
+import { Lock, type LockContext, type OwnerGrant } from './lock.js';
 import { runHolding } from './reentry.js';
 import { Session } from './session.js';
 import { Watchdog } from './watchdog.js';
@@ -29,6 +34,53 @@ export interface SessionOptions {
   /** Requested session TTL, ms; the engine may grant more. @default the locker's `ttlMs` */
   readonly ttlMs?: number;
 }
+
+/**
+ * Options of the owner-addressed acquires (`acquireForOwner`, `tryAcquireForOwner`).
+ */
+export interface OwnerAcquireOptions {
+  /**
+   * Lease length, ms (required; fractions round up). No watchdog renews it: the engine ends the
+   * lease this long after the grant unless `renewForOwner` extends it.
+   */
+  readonly ttlMs: number;
+  /**
+   * How long `acquireForOwner` waits for the key, ms (`0`: one attempt). Ignored by
+   * `tryAcquireForOwner`. @default the locker's `waitMs`
+   */
+  readonly waitMs?: number;
+  /** Cancels a pending `acquireForOwner`; it then rejects with `LockTimeoutError`. */
+  readonly signal?: AbortSignal;
+  /** Backoff while waiting. @default the locker's `retry` */
+  readonly retry?: RetryOptions;
+}
+
+/** Which lease `releaseForOwner` releases: key and owner, and the fencing token if known. */
+export interface OwnerReleaseRef {
+  readonly key: string;
+  readonly owner: string;
+  /**
+   * The grant's fencing token. Without it, the engine's current holder is read first and
+   * released by compare-and-delete of its token, only if it is `owner` (Dapr's unlock carries no
+   * token).
+   */
+  readonly fencingToken?: bigint;
+}
+
+/**
+ * Outcome of `renewForOwner`: `renewed` with the lease length the engine applied (ms), or why
+ * not: `not-held` (the key has no holder) or `not-owner` (another owner or another grant holds it).
+ */
+export type OwnerRenewOutcome =
+  | { readonly outcome: 'renewed'; readonly ttlMs: number }
+  | { readonly outcome: 'not-held' | 'not-owner' };
+
+const OWNER_ACQUIRE_OPTION_NAMES: ReadonlySet<string> = new Set([
+  'ttlMs',
+  'waitMs',
+  'signal',
+  'retry',
+]);
 
 /**
  * Hands out locks on one store. Create with `createLocker(store, options)`; `close()` when done.
@@ -222,6 +274,118 @@ export class Locker implements AsyncDisposable {
     return (await this.#getBackend()).inspect(k);
   }
 
+  /**
+   * Owner-addressed acquire, for entry points that keep no lock state of their own (the
+   * sidecar): wait for `key` on behalf of `owner` (chosen by the caller) through the same wait
+   * loop as `acquire` (event-driven where the engine notifies, bounded by `waitMs`), and answer
+   * with the grant instead of a `Lease`. Nothing is tracked in this process: no watchdog, no
+   * reentrancy, and `close()` does not release it; it ends `ttlMs` after the grant unless renewed
+   * with `renewForOwner`, and any locker on the same store can renew, release or inspect it.
+   * The engine treats a repeated acquire by the current holder as idempotent: it answers with
+   * the same fencing token and restarts the TTL. A wait that times out or fails withdraws
+   * `owner`'s entry on the key (as `acquire` does), even a lease `owner` held before.
+   * On ZooKeeper and etcd the grant lives in this locker's engine session, so it ends when the
+   * locker closes, and only this locker can renew it.
+   * @param owner 32 to 128 lowercase hex digits (>= 128 bits), naming one holder of this one
+   *   key: do not use the same owner id on two keys at once (etcd and ZooKeeper track a contender
+   *   by its owner id; the sidecar derives its ids from the caller's name and the key).
+   * @returns `{ key, owner, fencingToken, ttlMs }` (`ttlMs` as the engine applied it).
+   * @throws InvalidArgumentError for a bad key, owner or option (`ttlMs` is required), before any
+   *   network call.
+   * @throws LockTimeoutError when `waitMs` passes or `signal` aborts first.
+   * @throws BackendError (QuorumError on Redlock) when the engine cannot answer.
+   */
+  async acquireForOwner(
+    key: string,
+    owner: string,
+    options: OwnerAcquireOptions,
+  ): Promise<OwnerGrant> {
+    const lock = this.#ownerLock(key, owner, options);
+    return (await lock.acquireForOwner(owner, false)) as OwnerGrant;
+  }
+
+  /**
+   * One owner-addressed attempt (see `acquireForOwner`): the grant, or null when another owner
+   * holds `key`.
+   * @throws InvalidArgumentError, BackendError (QuorumError on Redlock)
+   */
+  async tryAcquireForOwner(
+    key: string,
+    owner: string,
+    options: OwnerAcquireOptions,
+  ): Promise<OwnerGrant | null> {
+    return this.#ownerLock(key, owner, options).acquireForOwner(owner, true);
+  }
+
+  /**
+   * Owner-addressed renewal: extend the lease of `key` to `ttlMs` from now, only while `owner`
+   * still holds it with `fencingToken` (compare-and-set on the engine). Publishes a `renew` event.
+   * @returns `{ outcome: 'renewed', ttlMs }` or `{ outcome: 'not-held' | 'not-owner' }`.
+   * @throws InvalidArgumentError for a bad key, owner, token or `ttlMs`, before any network call.
+   * @throws BackendError when the engine cannot answer.
+   */
+  async renewForOwner(lease: LeaseRef, ttlMs: number): Promise<OwnerRenewOutcome> {
+    this.#assertOpen();
+    const ref = validateLeaseRef(lease, true);
+    validateTtl(ttlMs);
+    const backend = await this.#getBackend();
+    const ttl = validateTtl(ttlMs, 'ttlMs', backend.maxTtlMs);
+    assertLongerThanDrift(ttl, this.#ctx.driftFactor);
+    const base = { backend: backend.name, key: ref.key, owner: ref.owner };
+    const fencingToken = ref.fencingToken as bigint;
+    let result: Awaited<ReturnType<Backend['renew']>>;
+    try {
+      result = await backend.renew({ ...base, fencingToken }, ttl);
+    } catch (error) {
+      publish('renew', () => ({ ...base, fencingToken, ok: false, error }));
+      throw wrapEngineError(backend, `renew of "${ref.key}"`, error);
+    }
+    publish('renew', () => ({
+      ...base,
+      fencingToken,
+      ok: result.ok,
+      ...(result.ok ? { ttlMs: result.ttlMs } : {}),
+    }));
+    return result.ok ? { outcome: 'renewed', ttlMs: result.ttlMs } : { outcome: result.reason };
+  }
+
+  /**
+   * Owner-addressed release: compare-and-delete of `owner` and `fencingToken` on the engine;
+   * never deletes another owner's lease. Without `fencingToken`, the current holder is read
+   * first and released only if it is `owner`. Publishes a `release` event (without `holdMs`)
+   * when a release reaches the engine.
+   * @returns `released`, `not-held` (no holder) or `not-owner` (another owner or grant holds it).
+   * @throws InvalidArgumentError for a bad key, owner or token, before any network call.
+   * @throws BackendError when the engine cannot answer.
+   */
+  async releaseForOwner(lease: OwnerReleaseRef): Promise<ReleaseOutcome> {
+    this.#assertOpen();
+    const ref = validateLeaseRef(lease, false);
+    const backend = await this.#getBackend();
+    let fencingToken = ref.fencingToken;
+    if (fencingToken === undefined) {
+      let info: LockInfo;
+      try {
+        info = await backend.inspect(ref.key);
+      } catch (error) {
+        throw wrapEngineError(backend, `release of "${ref.key}"`, error);
+      }
+      if (info.holder === null) return 'not-held';
+      if (info.holder.owner !== ref.owner) return 'not-owner';
+      fencingToken = info.holder.fencingToken;
+    }
+    const target = { key: ref.key, owner: ref.owner, fencingToken };
+    const base = { backend: backend.name, ...target };
+    try {
+      const outcome = await backend.release(target);
+      publish('release', () => ({ ...base, outcome }));
+      return outcome;
+    } catch (error) {
+      publish('release', () => ({ ...base, outcome: 'error', error }));
+      throw wrapEngineError(backend, `release of "${ref.key}"`, error);
+    }
+  }
+
   /** The backend in use (loads it if given as a URL). */
   backend(): Promise<Backend> {
     return this.#getBackend();
@@ -265,6 +429,32 @@ export class Locker implements AsyncDisposable {
     await this.close();
   }
 
+  /** A lock handle for an owner-addressed acquire: no watchdog, reentrancy, cap or session. */
+  #ownerLock(key: string, owner: string, options: OwnerAcquireOptions): Lock {
+    this.#assertOpen();
+    const k = validateKey(key);
+    validateOwnerId(owner);
+    if (typeof options !== 'object' || options === null) {
+      throw new InvalidArgumentError('options', 'an options object with ttlMs', options);
+    }
+    if (options.ttlMs === undefined) {
+      throw new InvalidArgumentError(
+        'ttlMs',
+        `a number of milliseconds in (0, ${MAX_TIMER_MS}]`,
+        undefined,
+      );
+    }
+    const resolved = resolveLockOptions(this.#defaults, options, OWNER_ACQUIRE_OPTION_NAMES);
+    return new Lock(this.#ctx, k, {
+      ...resolved,
+      autoRenew: false,
+      reentrant: false,
+      mode: 'write',
+      maxHoldMs: undefined,
+      session: undefined,
+    });
+  }
+
   #assertOpen(): void {
     if (this.#closed) throw new InvalidArgumentError('locker', 'an open locker', 'closed');
   }
@@ -286,4 +476,30 @@ export class Locker implements AsyncDisposable {
       );
     }
   }
+}
+
+/**
+ * Check the key, owner and (required or optional) fencing token of an owner-addressed call.
+ * @throws InvalidArgumentError
+ */
+function validateLeaseRef(
+  ref: unknown,
+  tokenRequired: boolean,
+): { key: string; owner: string; fencingToken: bigint | undefined } {
+  if (typeof ref !== 'object' || ref === null) {
+    throw new InvalidArgumentError('lease', 'an object { key, owner, fencingToken }', ref);
+  }
+  const r = ref as Partial<LeaseRef>;
+  const key = validateKey(r.key);
+  const owner = validateOwnerId(r.owner);
+  const fencingToken =
+    r.fencingToken === undefined && !tokenRequired
+      ? undefined
+      : validateFencingToken(r.fencingToken);
+  return { key, owner, fencingToken };
+}
+
+/** Engine errors keep their type; anything else becomes a BackendError with it as `cause`. */
+function wrapEngineError(backend: Backend, operation: string, error: unknown): Error {
+  return error instanceof FencelockError ? error : new BackendError(backend.name, operation, error);
 }

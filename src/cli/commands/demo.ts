@@ -1,7 +1,8 @@
 /**
  * `fencelock demo <name>`: runnable demonstrations. `demo flash-sale` forks worker processes that
  * buy from one shared stock under `locker.withLock`, and shows that the lock plus fencing tokens
- * keep it from overselling (and that `--no-lock` does oversell).
+ * keep it from overselling (and that `--no-lock` does oversell). `demo versions` runs five lock
+ * designs, from SETNX to fencing tokens, on a real Redis under the fault that breaks each one.
  */
 import type { Command } from 'commander';
 import {
@@ -9,7 +10,8 @@ import {
   FLASH_SALE_LIMITS,
   FLASH_SALE_MINIMUMS,
 } from '../../demo/flash-sale/defaults.js';
-import { parseIntegerOption, parseStoreOption } from '../options.js';
+import { VERSIONS_DEFAULTS, VERSIONS_TTL_LIMITS } from '../../demo/versions/defaults.js';
+import { parseIntegerOption, parseStoreOption, UsageError } from '../options.js';
 
 /** Raw option values of `demo flash-sale`, as commander hands them over. */
 interface FlashSaleCliOptions {
@@ -19,6 +21,13 @@ interface FlashSaleCliOptions {
   readonly attempts: string;
   readonly ttl: string;
   readonly lock: boolean;
+  readonly json: boolean;
+}
+
+/** Raw option values of `demo versions`. */
+interface VersionsCliOptions {
+  readonly store: string;
+  readonly ttl: string;
   readonly json: boolean;
 }
 
@@ -79,6 +88,87 @@ export function registerDemoCommand(program: Command): void {
       }
       if (!result.ok) process.exitCode = 1;
     });
+
+  demo
+    .command('versions')
+    .description(
+      'five lock designs (SETNX → SET NX PX → owner check → watchdog → fencing token) run live on Redis under the fault that breaks each; only v5 accepts no stale write',
+    )
+    .option(
+      '--store <url>',
+      'a single Redis node: redis://host:port[/db] or rediss://…',
+      VERSIONS_DEFAULTS.store,
+    )
+    .option(
+      '--ttl <ms>',
+      `lease length of v2–v5 in milliseconds (${VERSIONS_TTL_LIMITS.minMs}–${VERSIONS_TTL_LIMITS.maxMs})`,
+      String(VERSIONS_DEFAULTS.ttlMs),
+    )
+    .option('--json', 'print the figures as one JSON object on the last line of stdout')
+    .action(async (raw: VersionsCliOptions) => {
+      // Validate everything before any process or connection is made.
+      const store = parseSingleRedisOption('--store', raw.store);
+      const ttlMs = parseIntegerOption(
+        '--ttl',
+        raw.ttl,
+        VERSIONS_TTL_LIMITS.minMs,
+        VERSIONS_TTL_LIMITS.maxMs,
+      );
+      const { runVersionsDemo, formatVersion, formatTable, verdict } = await loadVersions();
+      const result = await runVersionsDemo({
+        store,
+        ttlMs,
+        onStart: raw.json
+          ? undefined
+          : (run) =>
+              process.stdout.write(
+                `fencelock versions demo: five lock designs on ${run.store}, ttl ${ttlMs} ms\n\n`,
+              ),
+        onVersion: raw.json ? undefined : (r) => process.stdout.write(`${formatVersion(r)}\n`),
+      });
+      const line = verdict(result);
+      if (raw.json) {
+        process.stderr.write(`${line}\n`);
+        process.stdout.write(`${JSON.stringify(result)}\n`);
+      } else {
+        process.stdout.write(`${formatTable(result)}${line}\n`);
+      }
+      if (!result.ok) process.exitCode = 1;
+    });
+}
+
+/**
+ * A store URL naming one Redis node (`redis://`, `rediss://`): the naive designs of the versions
+ * demo talk to it with plain commands.
+ * @throws UsageError naming `option`.
+ */
+function parseSingleRedisOption(option: string, raw: string): string {
+  parseStoreOption(option, raw);
+  if (!/^rediss?:\/\//i.test(raw)) {
+    throw new UsageError(
+      option,
+      `invalid ${option}: expected a single Redis node, redis://host:port[/db] or rediss://…, received ${JSON.stringify(raw)}`,
+    );
+  }
+  return raw;
+}
+
+/** Load the versions demo on first use: it needs ioredis, an optional peer dependency. */
+async function loadVersions() {
+  try {
+    const [run, report] = await Promise.all([
+      import('../../demo/versions/run.js'),
+      import('../../demo/versions/report.js'),
+    ]);
+    return { runVersionsDemo: run.runVersionsDemo, ...report };
+  } catch (error) {
+    if ((error as { code?: string }).code === 'ERR_MODULE_NOT_FOUND') {
+      throw new Error(
+        `the versions demo needs ioredis (npm install ioredis): ${(error as Error).message}`,
+      );
+    }
+    throw error;
+  }
 }
 
 /** Load the demo on first use: it needs better-sqlite3, an optional peer dependency. */

@@ -1,0 +1,418 @@
+/**
+ * `fencelock run <key> -- <command> [args…]`: hold a lock for as long as a command runs, in the
+ * manner of `etcdctl lock`, `consul lock` and `flock`. The command gets the key and the lease's
+ * fencing token in its environment, so it can hand the token to the resource it writes.
+ *
+ * Unlike `etcdctl lock`, the lease is watched while the command runs: when it is lost, the
+ * command is stopped (SIGTERM, then SIGKILL after the grace period) and `run` exits with its own
+ * code, so a caller never mistakes unprotected work for protected work.
+ *
+ * The lock itself goes through the public Locker API only (acquire with watchdog renewal,
+ * `lease.signal`, `release`, `close`); this file only parses options and looks after the child.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { constants } from 'node:os';
+import type { Command } from 'commander';
+import {
+  createLocker,
+  DEFAULTS,
+  InvalidArgumentError,
+  type Lease,
+  type Locker,
+  LockTimeoutError,
+  MAX_TIMER_MS,
+  type ReleaseOutcome,
+} from '../../index.js';
+import {
+  DEFAULT_CLI_STORE,
+  parseIntegerOption,
+  parseKeyArgument,
+  parseStoreOption,
+  UsageError,
+} from '../options.js';
+
+/**
+ * Exit codes of `run` besides the command's own. They sit next to the shell's 126/127 and
+ * follow GNU `timeout(1)`: 124 "timed out" (the command never started), 125 "the wrapper itself
+ * stopped the command". 1 (error) and 2 (usage) keep their CLI-wide meaning; 128 + n is a
+ * command killed by signal n (or `run` interrupted by signal n while waiting).
+ */
+export const RUN_EXIT_CODES = Object.freeze({
+  /** `--wait` ran out before the lock was granted; the command did not run. */
+  waitTimeout: 124,
+  /** The lease was lost while the command ran; the command was stopped. */
+  leaseLost: 125,
+  /** The command was found but could not be started (not executable, …). */
+  cannotExecute: 126,
+  /** The command was not found. */
+  commandNotFound: 127,
+});
+
+/** Defaults of `run`'s options. */
+export const RUN_DEFAULTS = Object.freeze({
+  /** Lease length, ms (the library's default). */
+  ttlMs: DEFAULTS.ttlMs,
+  /**
+   * Time between SIGTERM and SIGKILL after the lease is lost, ms. Short on purpose: once the
+   * lease is gone another owner may already hold the key, and the command runs unprotected.
+   */
+  graceMs: 5000,
+});
+
+/**
+ * Smallest `--ttl`, ms. A lease must outlive the drift allowance (ttl × 1% + 2 ms) and the
+ * watchdog's first renewal at ttl / 3; below this, spawning the command alone outlasts it.
+ */
+export const RUN_MIN_TTL_MS = 10;
+
+/** Signals `run` forwards to the command (and that cancel the wait before it starts). */
+const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+type ForwardedSignal = (typeof FORWARDED_SIGNALS)[number];
+
+/** Checked options of one `run`. */
+export interface RunOptions {
+  readonly key: string;
+  readonly store: string;
+  readonly ttlMs: number;
+  /** `Infinity`: wait until granted. */
+  readonly waitMs: number;
+  readonly graceMs: number;
+  readonly command: string;
+  readonly args: readonly string[];
+}
+
+/** Raw option values of `run`, as commander hands them over. */
+interface RunCliOptions {
+  readonly store?: string;
+  readonly ttl: string;
+  readonly wait?: string;
+  readonly grace: string;
+}
+
+const EXIT_CODE_HELP = `
+Exit status:
+  the command's own   the command ran under the lease to its end (killed by signal n: 128+n)
+  ${RUN_EXIT_CODES.waitTimeout}                 --wait ran out before the lock was granted; the command did not run
+  ${RUN_EXIT_CODES.leaseLost}                 the lease was lost while the command ran; it was sent SIGTERM
+                      (SIGKILL after --grace ms), or it finished without a valid lease
+  ${RUN_EXIT_CODES.cannotExecute} / ${RUN_EXIT_CODES.commandNotFound}           the command could not be started / was not found
+  1                   error (the store could not be reached, …)
+  2                   bad usage (unknown option, bad value); nothing was locked
+  128+n               interrupted by signal n while waiting for the lock
+
+The command's environment gets FENCELOCK_KEY (the key) and FENCELOCK_TOKEN (the lease's fencing
+token, decimal): pass the token to the resource with every write. SIGINT, SIGTERM and SIGHUP sent
+to fencelock are forwarded to the command; the lock is released once it has exited.
+
+Example:
+  fencelock run --store redis://127.0.0.1:6379 --wait 10000 nightly-report -- ./report.sh --full
+`;
+
+/** Add `run` to `program`. */
+export function registerRunCommand(program: Command): void {
+  program
+    .command('run')
+    .description(
+      'hold a lock on <key> while a command runs; the command gets FENCELOCK_KEY and FENCELOCK_TOKEN',
+    )
+    .usage('[options] <key> -- <command> [args...]')
+    .argument('<key>', 'lock key (1 to 1024 UTF-8 bytes)')
+    .argument('<command>', 'command to run while the lock is held (put -- before it)')
+    .argument('[args...]', 'arguments of the command')
+    .option(
+      '--store <url>',
+      `lock store URL, e.g. sqlite:<path>, redis://host:port, etcd://host:port (default: ${DEFAULT_CLI_STORE}, relative to the working directory)`,
+    )
+    .option(
+      '--ttl <ms>',
+      `lease length in ms (>= ${RUN_MIN_TTL_MS}); renewed every ttl/3 while the command runs`,
+      String(RUN_DEFAULTS.ttlMs),
+    )
+    .option(
+      '--wait <ms>',
+      'give up waiting for the lock after this many ms (0: a single attempt) (default: wait until granted)',
+    )
+    .option(
+      '--grace <ms>',
+      'after the lease is lost, ms between SIGTERM and SIGKILL to the command (0: SIGKILL at once)',
+      String(RUN_DEFAULTS.graceMs),
+    )
+    .addHelpText('after', EXIT_CODE_HELP)
+    .action(async (key: string, command: string, args: string[], raw: RunCliOptions) => {
+      // Everything is checked before the store is touched.
+      const options: RunOptions = {
+        key: parseKeyArgument('<key>', key),
+        store: raw.store === undefined ? DEFAULT_CLI_STORE : parseStoreOption('--store', raw.store),
+        ttlMs: parseIntegerOption('--ttl', raw.ttl, RUN_MIN_TTL_MS, MAX_TIMER_MS),
+        waitMs:
+          raw.wait === undefined
+            ? Number.POSITIVE_INFINITY
+            : parseIntegerOption('--wait', raw.wait, 0, MAX_TIMER_MS),
+        graceMs: parseIntegerOption('--grace', raw.grace, 0, MAX_TIMER_MS),
+        command: parseCommand(command),
+        args,
+      };
+      process.exitCode = await runUnderLock(options);
+    });
+}
+
+function parseCommand(raw: string): string {
+  if (raw === '') {
+    throw new UsageError(
+      '<command>',
+      'invalid <command>: expected a command name or path, received ""',
+    );
+  }
+  return raw;
+}
+
+/**
+ * Acquire `options.key`, run the command while the lease is held, release, close the locker.
+ * @returns the exit code `run` should end with (see `RUN_EXIT_CODES`).
+ * @throws UsageError when the store refuses an option (e.g. a TTL above its maximum).
+ * @throws BackendError / QuorumError when the store cannot be reached (exit code 1).
+ */
+export async function runUnderLock(options: RunOptions): Promise<number> {
+  const watcher = new SignalWatcher();
+  const locker = createLocker(options.store);
+  try {
+    const lease = await acquireOrExit(locker, options, watcher);
+    if (typeof lease === 'number') return lease;
+    try {
+      if (watcher.received !== undefined) return exitOnSignal(watcher.received, options.key);
+      return await superviseCommand(lease, options, watcher);
+    } finally {
+      // superviseCommand releases on its normal path; this covers an early return or a throw.
+      if (lease.holdCount > 0) await lease.release().catch(() => undefined);
+    }
+  } finally {
+    watcher.stop();
+    await locker.close();
+  }
+}
+
+/** The lease, or the exit code when waiting ended without one (timeout, signal). */
+async function acquireOrExit(
+  locker: Locker,
+  options: RunOptions,
+  watcher: SignalWatcher,
+): Promise<Lease | number> {
+  try {
+    return await locker.acquire(options.key, {
+      ttlMs: options.ttlMs,
+      waitMs: options.waitMs,
+      autoRenew: true,
+      signal: watcher.cancelWait,
+    });
+  } catch (error) {
+    if (watcher.received !== undefined) return exitOnSignal(watcher.received, options.key);
+    if (error instanceof LockTimeoutError) {
+      stderrLine(
+        `lock "${options.key}" is held by another owner: gave up after waiting ${options.waitMs} ms (--wait)`,
+      );
+      return RUN_EXIT_CODES.waitTimeout;
+    }
+    if (error instanceof InvalidArgumentError) {
+      // The store's own limits (e.g. a TTL above its maximum) are usage errors too.
+      throw new UsageError(error.argument, withoutPrefix(error.message));
+    }
+    throw error;
+  }
+}
+
+/** The command ran and exited (`signal`: the signal that killed it). */
+interface CommandExit {
+  readonly kind: 'exited';
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+/** How the command ended: it exited, or it could not be started at all. */
+type CommandEnd =
+  | CommandExit
+  | { readonly kind: 'not-started'; readonly error: NodeJS.ErrnoException };
+
+/**
+ * Run the command while `lease` is held; stop it when the lease is lost; release the lease once
+ * it has ended. @returns the exit code.
+ */
+async function superviseCommand(
+  lease: Lease,
+  options: RunOptions,
+  watcher: SignalWatcher,
+): Promise<number> {
+  if (lease.signal.aborted) {
+    await lease.release().catch(() => undefined);
+    stderrLine(`${withoutPrefix(lostMessage(lease))}; the command was not started`);
+    return RUN_EXIT_CODES.leaseLost;
+  }
+  const child = spawn(options.command, [...options.args], {
+    stdio: 'inherit',
+    env: {
+      ...process.env,
+      FENCELOCK_KEY: options.key,
+      FENCELOCK_TOKEN: lease.fencingToken.toString(),
+    },
+  });
+  let lossReported = false;
+  let killTimer: NodeJS.Timeout | undefined;
+  const onLost = () => {
+    lossReported = true;
+    const stop =
+      options.graceMs === 0
+        ? 'sending SIGKILL to the command'
+        : `sending SIGTERM to the command (SIGKILL after ${options.graceMs} ms)`;
+    stderrLine(`${withoutPrefix(lostMessage(lease))}; ${stop}`);
+    if (options.graceMs === 0) {
+      signalChild(child, 'SIGKILL');
+      return;
+    }
+    signalChild(child, 'SIGTERM');
+    killTimer = setTimeout(() => signalChild(child, 'SIGKILL'), options.graceMs);
+  };
+  lease.signal.addEventListener('abort', onLost, { once: true });
+  watcher.forwardTo(child);
+
+  let end: CommandEnd;
+  try {
+    end = await commandEnd(child);
+  } finally {
+    watcher.forwardTo(undefined);
+    lease.signal.removeEventListener('abort', onLost);
+    clearTimeout(killTimer);
+  }
+
+  let outcome: ReleaseOutcome | undefined;
+  let releaseError: unknown;
+  try {
+    outcome = await lease.release();
+  } catch (error) {
+    releaseError = error;
+  }
+
+  if (end.kind === 'not-started') {
+    const notFound = end.error.code === 'ENOENT';
+    stderrLine(
+      `cannot run ${JSON.stringify(options.command)}: ${notFound ? 'command not found' : end.error.message}`,
+    );
+    return notFound ? RUN_EXIT_CODES.commandNotFound : RUN_EXIT_CODES.cannotExecute;
+  }
+  if (lease.signal.aborted || (outcome !== undefined && outcome !== 'released')) {
+    if (!lossReported) {
+      const why = lease.signal.aborted
+        ? withoutPrefix(lostMessage(lease))
+        : `lease on "${options.key}" (token ${lease.fencingToken}) was no longer held at release (${outcome})`;
+      stderrLine(`${why}; the command ran without a valid lease to its end (${describeEnd(end)})`);
+    }
+    return RUN_EXIT_CODES.leaseLost;
+  }
+  if (releaseError !== undefined) {
+    // The command finished while the lease was valid; only the clean-up failed.
+    stderrLine(
+      `release of "${options.key}" failed (${withoutPrefix(messageOf(releaseError))}); the lease ends by its TTL`,
+    );
+  }
+  return exitCodeOf(end);
+}
+
+/** Settles once the command has exited, or failed to start. Never rejects. */
+function commandEnd(child: ChildProcess): Promise<CommandEnd> {
+  return new Promise((resolve) => {
+    let started = false;
+    child.once('spawn', () => {
+      started = true;
+    });
+    // After a successful start, 'error' only reports a failed kill(): the exit still comes.
+    child.on('error', (error: NodeJS.ErrnoException) => {
+      if (!started) resolve({ kind: 'not-started', error });
+    });
+    child.once('exit', (code, signal) => resolve({ kind: 'exited', code, signal }));
+  });
+}
+
+function exitCodeOf(end: CommandExit): number {
+  if (end.code !== null) return end.code;
+  const number = end.signal === null ? undefined : signalNumber(end.signal);
+  return number === undefined ? 1 : 128 + number;
+}
+
+function describeEnd(end: CommandExit): string {
+  return end.code !== null ? `exit code ${end.code}` : `killed by ${end.signal}`;
+}
+
+function signalNumber(signal: string): number | undefined {
+  return (constants.signals as Record<string, number | undefined>)[signal];
+}
+
+function signalChild(child: ChildProcess, signal: NodeJS.Signals): void {
+  if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+}
+
+function exitOnSignal(signal: ForwardedSignal, key: string): number {
+  stderrLine(`interrupted by ${signal} before the command started (lock "${key}")`);
+  return 128 + (signalNumber(signal) ?? 0);
+}
+
+function lostMessage(lease: Lease): string {
+  return messageOf(lease.signal.reason);
+}
+
+/**
+ * Installs handlers for the forwarded signals (so they do not kill fencelock with the lease
+ * still on the engine). Before the command starts, the first signal cancels the wait; while it
+ * runs, every signal is passed on to it; after it has exited, signals are ignored until the
+ * lease is released and the store closed.
+ */
+class SignalWatcher {
+  #received: ForwardedSignal | undefined;
+  #child: ChildProcess | undefined;
+  #started = false;
+  readonly #cancel = new AbortController();
+  readonly #handler = (signal: NodeJS.Signals) => this.#on(signal as ForwardedSignal);
+
+  constructor() {
+    for (const signal of FORWARDED_SIGNALS) process.on(signal, this.#handler);
+  }
+
+  /** The signal that arrived before the command started, if any. */
+  get received(): ForwardedSignal | undefined {
+    return this.#received;
+  }
+
+  /** Aborted by the first signal that arrives before the command starts. */
+  get cancelWait(): AbortSignal {
+    return this.#cancel.signal;
+  }
+
+  /** Forward signals to `child` from now on (undefined: it has exited). */
+  forwardTo(child: ChildProcess | undefined): void {
+    this.#started = true;
+    this.#child = child;
+  }
+
+  stop(): void {
+    for (const signal of FORWARDED_SIGNALS) process.off(signal, this.#handler);
+  }
+
+  #on(signal: ForwardedSignal): void {
+    if (this.#child !== undefined) {
+      signalChild(this.#child, signal);
+      return;
+    }
+    if (this.#started || this.#received !== undefined) return;
+    this.#received = signal;
+    this.#cancel.abort(new Error(`interrupted by ${signal}`));
+  }
+}
+
+function stderrLine(message: string): void {
+  process.stderr.write(`fencelock: ${message}\n`);
+}
+
+function withoutPrefix(message: string): string {
+  return message.replace(/^fencelock: /, '');
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

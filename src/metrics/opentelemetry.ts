@@ -1,0 +1,147 @@
+/**
+ * OpenTelemetry metrics for fencelock, fed by its diagnostics_channel events. Takes a `Meter`
+ * from `@opentelemetry/api` (an optional peer dependency: only its types are imported here, so
+ * nothing of it is loaded unless the caller has it). Instrument names follow OpenTelemetry's
+ * dotted style with units; attributes are bounded like the Prometheus adapter's.
+ */
+import type { BatchObservableResult, Meter } from '@opentelemetry/api';
+import { InvalidArgumentError } from '../errors.js';
+import { LockActivity } from './activity.js';
+import { HOLD_BUCKETS_SECONDS, WAIT_BUCKETS_SECONDS } from './buckets.js';
+
+/** Options of `collectOpenTelemetryMetrics`. */
+export interface OpenTelemetryMetricsOptions {
+  /** The meter to create instruments with, e.g. `metrics.getMeter('fencelock')`. */
+  readonly meter: Meter;
+  /** Prefix of every instrument name. @default 'fencelock.' */
+  readonly prefix?: string;
+}
+
+/** What `collectOpenTelemetryMetrics` returns. */
+export interface OpenTelemetryMetrics {
+  /** Names of the instruments created. */
+  readonly names: readonly string[];
+  /** Stop listening to events and detach the gauges' callbacks. Idempotent. */
+  unsubscribe(): void;
+}
+
+/**
+ * Create fencelock's instruments on `meter` and keep them up to date from the events of every
+ * locker in this process. Attributes: `backend`, and `outcome` or `reason` where listed.
+ *
+ * | instrument | kind | unit | attributes |
+ * | --- | --- | --- | --- |
+ * | `<prefix>acquire.attempts` | counter | `{call}` | backend, outcome |
+ * | `<prefix>acquire.wait.duration` | histogram | `s` | backend, outcome |
+ * | `<prefix>hold.duration` | histogram | `s` | backend |
+ * | `<prefix>releases` | counter | `{release}` | backend, outcome |
+ * | `<prefix>renewals` | counter | `{renewal}` | backend |
+ * | `<prefix>renew.failures` | counter | `{renewal}` | backend |
+ * | `<prefix>leases.lost` | counter | `{lease}` | backend, reason |
+ * | `<prefix>holders` | observable gauge | `{lease}` | backend |
+ * | `<prefix>waiters` | observable gauge | `{call}` | backend |
+ *
+ * Meanings are those of `collectPrometheusMetrics`.
+ * @throws InvalidArgumentError when `meter` is not a Meter or `prefix` is not a string.
+ */
+export function collectOpenTelemetryMetrics(
+  options: OpenTelemetryMetricsOptions,
+): OpenTelemetryMetrics {
+  const meter = (options as { meter?: unknown } | undefined)?.meter as Meter | undefined;
+  if (
+    typeof meter !== 'object' ||
+    meter === null ||
+    typeof meter.createCounter !== 'function' ||
+    typeof meter.addBatchObservableCallback !== 'function'
+  ) {
+    throw new InvalidArgumentError('meter', 'an OpenTelemetry Meter', meter);
+  }
+  const prefix = options.prefix ?? 'fencelock.';
+  if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'a string', prefix);
+  const name = (suffix: string) => `${prefix}${suffix}`;
+
+  const acquires = meter.createCounter(name('acquire.attempts'), {
+    description: 'Acquire calls (acquire, tryAcquire, withLock, owner-addressed) by outcome.',
+    unit: '{call}',
+  });
+  const waitDuration = meter.createHistogram(name('acquire.wait.duration'), {
+    description: 'Time from an acquire call to its outcome.',
+    unit: 's',
+    advice: { explicitBucketBoundaries: [...WAIT_BUCKETS_SECONDS] },
+  });
+  const holdDuration = meter.createHistogram(name('hold.duration'), {
+    description: 'Time from grant to release (when the releasing process knows it).',
+    unit: 's',
+    advice: { explicitBucketBoundaries: [...HOLD_BUCKETS_SECONDS] },
+  });
+  const releases = meter.createCounter(name('releases'), {
+    description: 'Releases that reached the engine, by outcome.',
+    unit: '{release}',
+  });
+  const renewals = meter.createCounter(name('renewals'), {
+    description: 'Renewal attempts (watchdog, extend, owner-addressed).',
+    unit: '{renewal}',
+  });
+  const renewFailures = meter.createCounter(name('renew.failures'), {
+    description: 'Renewals the engine refused or did not answer.',
+    unit: '{renewal}',
+  });
+  const lost = meter.createCounter(name('leases.lost'), {
+    description: 'Leases lost while their holder believed it held them, by reason.',
+    unit: '{lease}',
+  });
+  const holders = meter.createObservableGauge(name('holders'), {
+    description: 'Leases held now through this process.',
+    unit: '{lease}',
+  });
+  const waiters = meter.createObservableGauge(name('waiters'), {
+    description: 'Acquire calls waiting now for a held key.',
+    unit: '{call}',
+  });
+
+  const activity = new LockActivity();
+  const observe = (observer: BatchObservableResult) => {
+    for (const [backend, n] of activity.holders()) observer.observe(holders, n, { backend });
+    for (const [backend, n] of activity.waiters()) observer.observe(waiters, n, { backend });
+  };
+  meter.addBatchObservableCallback(observe, [holders, waiters]);
+  const stop = activity.subscribe({
+    acquire(backend, outcome, seconds) {
+      acquires.add(1, { backend, outcome });
+      waitDuration.record(seconds, { backend, outcome });
+    },
+    release(backend, outcome, seconds) {
+      releases.add(1, { backend, outcome });
+      if (seconds !== undefined) holdDuration.record(seconds, { backend });
+    },
+    renew(backend, ok) {
+      renewals.add(1, { backend });
+      if (!ok) renewFailures.add(1, { backend });
+    },
+    lost(backend, reason) {
+      lost.add(1, { backend, reason });
+    },
+  });
+  let active = true;
+  return {
+    names: Object.freeze(
+      [
+        'acquire.attempts',
+        'acquire.wait.duration',
+        'hold.duration',
+        'releases',
+        'renewals',
+        'renew.failures',
+        'leases.lost',
+        'holders',
+        'waiters',
+      ].map(name),
+    ),
+    unsubscribe() {
+      if (!active) return;
+      active = false;
+      stop();
+      meter.removeBatchObservableCallback(observe, [holders, waiters]);
+    },
+  };
+}

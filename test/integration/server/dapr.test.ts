@@ -1,0 +1,241 @@
+/**
+ * Dapr's distributed-lock API on the sidecar: request and response shapes, unlock statuses,
+ * validation (400 with a stable code naming the field), store names, and the TTL the engine
+ * applies. An in-process sidecar on a loopback port over the real Redis and a SQLite file.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MAX_TIMER_MS } from '../../../src/index.js';
+import type { Sidecar } from '../../../src/server/index.js';
+import { ownerIdFor } from '../../../src/server/index.js';
+import { REDIS_URL } from '../../helpers/engines.js';
+import { useNamespace as useEtcdNamespace } from '../etcd/support.js';
+import { redisHarness, type StoreHarness, sqliteHarness } from '../handed/stores.js';
+import { useNamespace as useZkNamespace } from '../zookeeper/support.js';
+import { call, dropRedisKeys, startInProcess, uniqueKey } from './support.js';
+
+afterAll(dropRedisKeys);
+
+const STORES = [
+  { name: 'redis', make: () => ({ harness: redisHarness(), url: () => REDIS_URL }) },
+  {
+    name: 'sqlite',
+    make: () => {
+      const harness = sqliteHarness();
+      return { harness, url: () => `sqlite:${harness.db.name}` };
+    },
+  },
+] as const;
+
+describe.each(STORES)('Dapr lock API ($name)', ({ make }) => {
+  let harness: StoreHarness;
+  let sidecar: Sidecar;
+  let base: string;
+
+  beforeAll(async () => {
+    const store = make();
+    harness = store.harness;
+    ({ sidecar, url: base } = await startInProcess({ store: store.url() }));
+  });
+
+  afterAll(async () => {
+    await sidecar?.close();
+    await harness?.close();
+  });
+
+  const lock = (body: unknown, store = 'lockstore') =>
+    call(base, `/v1.0-alpha1/lock/${store}`, { body });
+  const unlock = (body: unknown, store = 'lockstore') =>
+    call(base, `/v1.0-alpha1/unlock/${store}`, { body });
+
+  it('lock answers { success: true } with the token in a header, then false for another owner', async () => {
+    const resourceId = uniqueKey('dapr-lock');
+    const first = await lock({ resourceId, lockOwner: 'vader', expiryInSeconds: 60 });
+    expect(first.status).toBe(200);
+    expect(first.body).toEqual({ success: true });
+    expect(first.headers.get('content-type')).toMatch(/^application\/json/);
+    const token = first.headers.get('fencelock-fencing-token');
+    expect(token).toBe('1');
+    expect(first.headers.get('fencelock-ttl-ms')).toBe('60000');
+
+    const other = await lock({ resourceId, lockOwner: 'luke', expiryInSeconds: 60 });
+    expect(other.status).toBe(200);
+    expect(other.body).toEqual({ success: false });
+    expect(other.headers.get('fencelock-fencing-token')).toBeNull();
+
+    // The engine holds it for vader's owner id.
+    const raw = await harness.rawLease(resourceId);
+    expect(raw?.owner).toBe(ownerIdFor('vader', resourceId));
+    expect(raw?.token).toBe(1n);
+
+    // The same owner again: idempotent, same token, TTL restarted.
+    const again = await lock({ resourceId, lockOwner: 'vader', expiryInSeconds: 30 });
+    expect(again.body).toEqual({ success: true });
+    expect(again.headers.get('fencelock-fencing-token')).toBe('1');
+    expect((await unlock({ resourceId, lockOwner: 'vader' })).body).toEqual({ status: 0 });
+  });
+
+  it('unlock answers status 0 released, 1 no such lock, 2 another owner — all with HTTP 200', async () => {
+    const resourceId = uniqueKey('dapr-unlock');
+    expect((await lock({ resourceId, lockOwner: 'vader', expiryInSeconds: 60 })).body).toEqual({
+      success: true,
+    });
+
+    const foreign = await unlock({ resourceId, lockOwner: 'luke' });
+    expect(foreign.status).toBe(200);
+    expect(foreign.body).toEqual({ status: 2 });
+    // Nothing of vader's was deleted.
+    expect((await harness.rawLease(resourceId))?.owner).toBe(ownerIdFor('vader', resourceId));
+
+    const own = await unlock({ resourceId, lockOwner: 'vader' });
+    expect(own.status).toBe(200);
+    expect(own.body).toEqual({ status: 0 });
+    expect(await harness.rawLease(resourceId)).toBeNull();
+
+    const gone = await unlock({ resourceId, lockOwner: 'vader' });
+    expect(gone.status).toBe(200);
+    expect(gone.body).toEqual({ status: 1 });
+
+    // Free again: luke gets it, with the next fencing token.
+    const luke = await lock({ resourceId, lockOwner: 'luke', expiryInSeconds: 60 });
+    expect(luke.body).toEqual({ success: true });
+    expect(luke.headers.get('fencelock-fencing-token')).toBe('2');
+    await unlock({ resourceId, lockOwner: 'luke' });
+  });
+
+  it('applies expiryInSeconds as seconds: 2 s is an engine TTL in (1000, 2000] ms (T07)', async () => {
+    const resourceId = uniqueKey('dapr-ttl');
+    const answer = await lock({ resourceId, lockOwner: 'vader', expiryInSeconds: 2 });
+    expect(answer.headers.get('fencelock-ttl-ms')).toBe('2000');
+    const raw = await harness.rawLease(resourceId);
+    expect(raw!.ttlMs).toBeGreaterThan(1000);
+    expect(raw!.ttlMs).toBeLessThanOrEqual(2000);
+    await unlock({ resourceId, lockOwner: 'vader' });
+  });
+
+  const INVALID_EXPIRY: readonly [string, string][] = [
+    ['0', '0'],
+    ['-1', '-1'],
+    ['123.45', '123.45'],
+    ['"60" (a string)', '"60"'],
+    ['2**53', String(2 ** 53)],
+    ['1e999 (Infinity once parsed)', '1e999'],
+    ['null', 'null'],
+    [
+      `${Math.floor(MAX_TIMER_MS / 1000) + 1} (past the longest TTL)`,
+      String(Math.floor(MAX_TIMER_MS / 1000) + 1),
+    ],
+  ];
+
+  it.each(INVALID_EXPIRY)(
+    'refuses expiryInSeconds %s with 400 ERR_INVALID_ARGUMENT naming the field (T06)',
+    async (_label, json) => {
+      const resourceId = uniqueKey('dapr-t06');
+      const answer = await call(base, '/v1.0-alpha1/lock/lockstore', {
+        raw: `{"resourceId":${JSON.stringify(resourceId)},"lockOwner":"vader","expiryInSeconds":${json}}`,
+      });
+      expect(answer.status).toBe(400);
+      expect(answer.body.errorCode).toBe('ERR_INVALID_ARGUMENT');
+      expect(answer.body.field).toBe('expiryInSeconds');
+      expect(answer.body.message).toContain('expiryInSeconds');
+      expect(answer.body.message).toContain('[1, 2147483]');
+      expect(await harness.rawLease(resourceId)).toBeNull();
+      expect(await harness.rawFence(resourceId)).toBeNull();
+    },
+  );
+
+  it.each([
+    ['no resourceId', { lockOwner: 'vader', expiryInSeconds: 5 }, 'resourceId'],
+    [
+      'an empty resourceId',
+      { resourceId: '', lockOwner: 'vader', expiryInSeconds: 5 },
+      'resourceId',
+    ],
+    [
+      'a numeric resourceId',
+      { resourceId: 7, lockOwner: 'vader', expiryInSeconds: 5 },
+      'resourceId',
+    ],
+    [
+      'a resourceId over 1024 UTF-8 bytes',
+      { resourceId: 'é'.repeat(600), lockOwner: 'vader', expiryInSeconds: 5 },
+      'resourceId',
+    ],
+    ['no lockOwner', { resourceId: 'x', expiryInSeconds: 5 }, 'lockOwner'],
+    ['an empty lockOwner', { resourceId: 'x', lockOwner: '', expiryInSeconds: 5 }, 'lockOwner'],
+    ['no expiryInSeconds', { resourceId: 'x', lockOwner: 'vader' }, 'expiryInSeconds'],
+    ['an array body', [1, 2], 'body'],
+  ])('refuses a lock with %s: 400 naming %s', async (_label, body, field) => {
+    const answer = await lock(body);
+    expect(answer.status).toBe(400);
+    expect(answer.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field });
+  });
+
+  it('refuses an unlock without lockOwner, and malformed JSON, with 400', async () => {
+    const noOwner = await unlock({ resourceId: 'x' });
+    expect(noOwner.status).toBe(400);
+    expect(noOwner.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field: 'lockOwner' });
+    const malformed = await call(base, '/v1.0-alpha1/lock/lockstore', {
+      raw: '{"resourceId":"x","lockOwner":"vader","expiryInSeconds":NaN}',
+    });
+    expect(malformed.status).toBe(400);
+    expect(malformed.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field: 'body' });
+  });
+
+  it('answers 415 for a body that is not JSON, and 404 for another store name', async () => {
+    const form = await call(base, '/v1.0-alpha1/lock/lockstore', {
+      raw: 'resourceId=x&lockOwner=vader&expiryInSeconds=5',
+      contentType: 'application/x-www-form-urlencoded',
+    });
+    expect(form.status).toBe(415);
+    expect(form.body.errorCode).toBe('ERR_UNSUPPORTED_MEDIA_TYPE');
+    const resourceId = uniqueKey('dapr-store');
+    const other = await lock({ resourceId, lockOwner: 'vader', expiryInSeconds: 5 }, 'redisStore');
+    expect(other.status).toBe(404);
+    expect(other.body.errorCode).toBe('ERR_LOCK_STORE_NOT_FOUND');
+    expect(await harness.rawLease(resourceId)).toBeNull();
+    const unknownRoute = await call(base, '/v1.0/state/lockstore');
+    expect(unknownRoute.status).toBe(404);
+    expect(unknownRoute.body.errorCode).toBe('ERR_NOT_FOUND');
+  });
+
+  it('ignores unknown fields in Dapr bodies, as Dapr does', async () => {
+    const resourceId = uniqueKey('dapr-extra');
+    const answer = await lock({ resourceId, lockOwner: 'vader', expiryInSeconds: 5, extra: 1 });
+    expect(answer.body).toEqual({ success: true });
+    expect((await unlock({ resourceId, lockOwner: 'vader', extra: true })).body).toEqual({
+      status: 0,
+    });
+  });
+});
+
+const etcd = useEtcdNamespace('sidecar-dapr');
+const zk = useZkNamespace('sidecar-dapr');
+
+describe.each([
+  { name: 'etcd', url: () => etcd.url },
+  { name: 'zookeeper', url: () => zk.url },
+])('one lockOwner on several resources ($name: contenders are tracked by owner id)', ({ url }) => {
+  it('locks and unlocks each resource on its own', async () => {
+    const { sidecar, url: base } = await startInProcess({ store: url() });
+    try {
+      const [r1, r2] = [uniqueKey('multi-1'), uniqueKey('multi-2')];
+      const lock = (resourceId: string) =>
+        call(base, '/v1.0-alpha1/lock/lockstore', {
+          body: { resourceId, lockOwner: 'app-1', expiryInSeconds: 30 },
+        });
+      const unlock = (resourceId: string, lockOwner = 'app-1') =>
+        call(base, '/v1.0-alpha1/unlock/lockstore', { body: { resourceId, lockOwner } });
+      expect((await lock(r1)).body).toEqual({ success: true });
+      expect((await lock(r2)).body).toEqual({ success: true });
+      const info = await call(base, `/v1/locks/${encodeURIComponent(r1)}?owner=app-1`);
+      expect(info.body.heldByOwner).toBe(true);
+      expect(info.body.holder.ownerId).toBe(ownerIdFor('app-1', r1));
+      expect((await unlock(r1, 'app-2')).body).toEqual({ status: 2 });
+      expect((await unlock(r1)).body).toEqual({ status: 0 });
+      expect((await unlock(r2)).body).toEqual({ status: 0 });
+      expect((await unlock(r2)).body).toEqual({ status: 1 });
+    } finally {
+      await sidecar.close();
+    }
+  });
+});
