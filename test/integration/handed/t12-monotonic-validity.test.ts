@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
+import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createRedisBackend, type RedisBackend } from '../../../src/backends/redis/index.js';
 import { createSqliteBackend } from '../../../src/backends/sqlite/index.js';
@@ -26,6 +27,7 @@ import type { Locker } from '../../../src/core/locker.js';
 import { LockTimeoutError } from '../../../src/errors.js';
 import { createLocker } from '../../../src/locker.js';
 import { DEFAULTS, driftMs } from '../../../src/options.js';
+import { PG_URL } from '../../helpers/engines.js';
 import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
 
@@ -225,6 +227,18 @@ describe('T12 validity on a monotonic clock', () => {
     const locker = createLocker(backend);
     lockers.push(locker);
     await clockJump(locker, 'sqlite');
+  });
+
+  it('step 3 (PostgreSQL): a ±1 h wall-clock jump changes nothing', async () => {
+    // The lease's expiry is on the server's clock; the client's validity on its monotonic one.
+    const schema = `fencelock_t12_${randomUUID().slice(0, 8)}`;
+    const locker = createLocker(`${PG_URL}?schema=${schema}`);
+    lockers.push(locker);
+    await clockJump(locker, 'postgres');
+    const admin = new pg.Client({ connectionString: PG_URL });
+    await admin.connect();
+    await admin.query(`DROP SCHEMA "${schema}" CASCADE`);
+    await admin.end();
   });
 
   it('step 4 (Redis): a grant slower than its TTL is not returned as a lease', async () => {
