@@ -7,16 +7,25 @@
  * a failover can lose the guard's record as well as the lock.
  */
 import type { Redis } from 'ioredis';
-import { fencedWriteScript } from '../backends/redis/scripts.js';
+import { fencedCompareAndSetScript, fencedWriteScript } from '../backends/redis/scripts.js';
 import { InvalidArgumentError, StaleTokenError } from '../errors.js';
+import { checkToken, type FencedValue } from './shared.js';
 
-/** A fenced resource's last accepted write. */
-export interface FencedValue {
-  readonly token: bigint;
-  readonly value: string;
-}
+export type { FencedValue } from './shared.js';
 
-/** Fenced writes to Redis hashes `<prefix>:<resource>` (fields `token` and `value`). */
+/**
+ * Outcome of `RedisFence.compareAndSet` when the token rule passed: either the value was written,
+ * or it was not because the resource's value differs from the expected one (then `current` is
+ * the resource's last accepted write, or null if it was never written, for a retry).
+ */
+export type CompareAndSetResult =
+  | { readonly applied: true }
+  | { readonly applied: false; readonly current: FencedValue | null };
+
+/**
+ * Fenced writes to Redis hashes `<prefix>:<resource>` (fields `token` and `value`): a plain fenced
+ * register (`write` / `read`) and a fenced compare-and-set (`compareAndSet`).
+ */
 export class RedisFence {
   readonly #client: Redis;
   readonly #prefix: string;
@@ -46,9 +55,7 @@ export class RedisFence {
    */
   async write(resource: string, token: bigint, value: string): Promise<void> {
     const key = this.#keyOf(resource);
-    if (typeof token !== 'bigint' || token < 0n) {
-      throw new InvalidArgumentError('token', 'a fencing token (bigint ≥ 0)', token);
-    }
+    checkToken(token);
     if (typeof value !== 'string') throw new InvalidArgumentError('value', 'a string', value);
     const [written, current] = await fencedWriteScript.run(
       this.#client,
@@ -56,6 +63,53 @@ export class RedisFence {
       [token.toString(), value],
     );
     if (written !== 1) throw new StaleTokenError(resource, token, BigInt(current));
+  }
+
+  /**
+   * Write `value` to `resource` only if the token rule of `write` passes AND the resource's
+   * current value equals `expected` (`null`: the resource was never written). Both checks and the
+   * write run in one Lua script, atomically. The token rule is checked first: a stale writer gets
+   * `StaleTokenError` even when the value also differs. A refusal writes nothing and records no
+   * token.
+   *
+   * @param resource name of the guarded resource (non-empty).
+   * @param token the writer's fencing token (`lease.fencingToken`), a bigint ≥ 0.
+   * @param expected the value the caller last read, or null for "never written".
+   * @param value the value to store.
+   * @returns `{ applied: true }` when written; `{ applied: false, current }` when the value
+   *   differed (`current`: the resource's last accepted write, or null if it was never written).
+   * @throws StaleTokenError with both tokens when a newer token already wrote the resource.
+   * @throws InvalidArgumentError for an empty resource, a token that is not a bigint ≥ 0, or an
+   *   `expected` / `value` of the wrong type; before any Redis call.
+   */
+  async compareAndSet(
+    resource: string,
+    token: bigint,
+    expected: string | null,
+    value: string,
+  ): Promise<CompareAndSetResult> {
+    const key = this.#keyOf(resource);
+    checkToken(token);
+    if (expected !== null && typeof expected !== 'string') {
+      throw new InvalidArgumentError('expected', 'a string or null (never written)', expected);
+    }
+    if (typeof value !== 'string') throw new InvalidArgumentError('value', 'a string', value);
+    const reply = await fencedCompareAndSetScript.run(
+      this.#client,
+      [key],
+      [token.toString(), expected === null ? '0' : '1', expected ?? '', value],
+    );
+    switch (reply[0]) {
+      case 1:
+        return { applied: true };
+      case 0:
+        throw new StaleTokenError(resource, token, BigInt(reply[1]));
+      default:
+        return {
+          applied: false,
+          current: reply.length === 3 ? { token: BigInt(reply[1]), value: reply[2] } : null,
+        };
+    }
   }
 
   /** The last accepted write of `resource`, or null if it was never written. */

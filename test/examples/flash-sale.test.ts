@@ -1,22 +1,23 @@
 /**
- * The flash-sale demo end to end: spawn the built CLI (`node dist/cli/main.js demo flash-sale …
- * --json`), parse the JSON on the last stdout line, and check the figures. Runs against the
- * embedded store and the Redis, etcd and ZooKeeper started by `scripts/services.sh`; no engine is
- * mocked.
+ * The flash-sale demo end to end: spawn the CLI compiled from `src/` (`node <build>/cli/main.js
+ * demo flash-sale … --json`), parse the JSON on the last stdout line, and check the figures. Runs
+ * against the embedded store and the Redis, etcd, ZooKeeper and PostgreSQL started by
+ * `scripts/services.sh`; no engine is mocked. The stock is written through the guard of the
+ * store's engine (RedisFence on Redis, PgFence on PostgreSQL, a fenced SQLite row otherwise).
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker } from '../../src/index.js';
-import { ETCD_ENDPOINTS, REDIS_URL, ZK_HOSTS } from '../helpers/engines.js';
+import { ETCD_ENDPOINTS, PG_URL, REDIS_URL, ZK_HOSTS } from '../helpers/engines.js';
+import { type PrivateBuild, privateBuild, ROOT } from '../helpers/private-build.js';
 import { openAdmin } from '../helpers/zookeeper.js';
 import { children, removeNamespace } from '../integration/zookeeper/support.js';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const CLI = join(ROOT, 'dist/cli/main.js');
 const KEY = 'flash-sale:stock';
 const SMALL = ['--workers', '4', '--stock', '30', '--attempts', '300'];
 
@@ -28,6 +29,7 @@ interface CliRun {
 
 interface Figures {
   store: string;
+  inventory: 'sqlite' | 'redis' | 'postgres';
   workers: number;
   lock: boolean;
   attempts: number;
@@ -46,7 +48,8 @@ interface Figures {
 
 function runDemo(args: readonly string[], timeoutMs = 45_000): Promise<CliRun> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [CLI, 'demo', 'flash-sale', ...args], {
+    const cli = join(build!.dir, 'cli', 'main.js');
+    const child = spawn(process.execPath, [cli, 'demo', 'flash-sale', ...args], {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -89,11 +92,55 @@ async function lastToken(store: string): Promise<bigint> {
   }
 }
 
+/**
+ * The token of a fresh grant of KEY (acquired and released at once). Tokens grow with every
+ * grant, so two of these around a run bound the grants made in between.
+ */
+async function grantToken(store: string): Promise<bigint> {
+  const locker = createLocker(store);
+  try {
+    const lease = await locker.acquire(KEY, { waitMs: 10_000 });
+    await lease.release();
+    return lease.fencingToken;
+  } finally {
+    await locker.close();
+  }
+}
+
+/** Names of this database's schemas made by flash-sale runs (each run drops its own). */
+async function flashSaleSchemas(): Promise<string[]> {
+  const client = new pg.Client({ connectionString: PG_URL });
+  await client.connect();
+  try {
+    const r = await client.query<{ nspname: string }>(
+      "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'fencelock\\_flash\\_sale\\_%' ORDER BY 1",
+    );
+    return r.rows.map((row) => row.nspname);
+  } finally {
+    await client.end();
+  }
+}
+
+/** Keys of flash-sale runs' stock on the Redis of REDIS_URL (each run deletes its own). */
+async function flashSaleKeys(): Promise<string[]> {
+  const client = new Redis(REDIS_URL);
+  try {
+    return (await client.keys('fencelock:flash-sale:*')).sort();
+  } finally {
+    client.disconnect();
+  }
+}
+
 /** What every correct locked run of SMALL must show. */
-function expectCorrectLockedRun(run: CliRun, store: string): Figures {
+function expectCorrectLockedRun(
+  run: CliRun,
+  store: string,
+  inventory: Figures['inventory'],
+): Figures {
   expect(run.code, run.stderr).toBe(0);
   const r = lastJson(run);
   expect(r.store).toBe(store);
+  expect(r.inventory).toBe(inventory);
   expect(r.lock).toBe(true);
   expect(r.workers).toBe(4);
   expect(r.attempts).toBe(300);
@@ -113,14 +160,16 @@ function expectCorrectLockedRun(run: CliRun, store: string): Figures {
 }
 
 let dir: string;
+let build: PrivateBuild | undefined;
 
-beforeAll(() => {
-  if (!existsSync(CLI)) execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'inherit' });
+beforeAll(async () => {
+  build = await privateBuild('flash-sale');
   dir = mkdtempSync(join(tmpdir(), 'fencelock-flash-sale-test-'));
 }, 120_000);
 
 afterAll(() => {
   if (dir) rmSync(dir, { recursive: true, force: true });
+  build?.remove();
 });
 
 describe('demo flash-sale', () => {
@@ -128,23 +177,37 @@ describe('demo flash-sale', () => {
     const path = join(dir, 'embedded', 'locks.db');
     const store = `sqlite:${path}`;
     const run = await runDemo([...SMALL, '--store', store, '--json']);
-    expectCorrectLockedRun(run, store);
+    expectCorrectLockedRun(run, store, 'sqlite');
     // The workers really locked through the given store: one grant (token) per attempt.
     expect(existsSync(path)).toBe(true);
     expect(await lastToken(store)).toBeGreaterThanOrEqual(300n);
   });
 
-  it('sells exactly the stock on Redis, with strictly increasing tokens', async () => {
+  it('sells exactly the stock on Redis, written through RedisFence, with strictly increasing tokens', async () => {
     const before = await lastToken(REDIS_URL);
+    const keysBefore = await flashSaleKeys();
     const run = await runDemo([...SMALL, '--store', REDIS_URL, '--json']);
-    expectCorrectLockedRun(run, REDIS_URL);
+    expectCorrectLockedRun(run, REDIS_URL, 'redis');
     expect((await lastToken(REDIS_URL)) - before).toBeGreaterThanOrEqual(300n);
+    // The run removed its stock, log and fence records.
+    expect(await flashSaleKeys()).toEqual(keysBefore);
+  });
+
+  it('sells exactly the stock on PostgreSQL, written through PgFence, with strictly increasing tokens', async () => {
+    const before = await grantToken(PG_URL);
+    const schemasBefore = await flashSaleSchemas();
+    const run = await runDemo([...SMALL, '--store', PG_URL, '--json']);
+    expectCorrectLockedRun(run, PG_URL, 'postgres');
+    // The workers really locked through PostgreSQL: one grant per attempt, then this one.
+    expect((await grantToken(PG_URL)) - before).toBeGreaterThanOrEqual(301n);
+    // The run dropped its schema (stock, log and fence table).
+    expect(await flashSaleSchemas()).toEqual(schemasBefore);
   });
 
   it('sells exactly the stock on the etcd cluster, with strictly increasing tokens', async () => {
     const hosts = ETCD_ENDPOINTS.map((e) => e.replace('http://', '')).join(',');
     const store = `etcd://${hosts}/flash-sale-test-${process.pid}`;
-    expectCorrectLockedRun(await runDemo([...SMALL, '--store', store, '--json']), store);
+    expectCorrectLockedRun(await runDemo([...SMALL, '--store', store, '--json']), store, 'sqlite');
   });
 
   it('sells exactly the stock on the ZooKeeper ensemble, with strictly increasing tokens', async () => {
@@ -153,7 +216,11 @@ describe('demo flash-sale', () => {
     const admin = await openAdmin();
     try {
       expect(await children(admin, `/${namespace}`)).toEqual([]);
-      expectCorrectLockedRun(await runDemo([...SMALL, '--store', store, '--json']), store);
+      expectCorrectLockedRun(
+        await runDemo([...SMALL, '--store', store, '--json']),
+        store,
+        'sqlite',
+      );
       // The workers locked in that namespace, and every contender node is gone.
       expect(await admin.exists(`/${namespace}/locks`, false)).toBeDefined();
       for (const dir of await children(admin, `/${namespace}/locks`)) {
@@ -179,6 +246,7 @@ describe('demo flash-sale', () => {
     expect(run.code, run.stderr).toBe(0);
     const r = lastJson(run);
     expect(r.lock).toBe(false);
+    expect(r.inventory).toBe('sqlite');
     expect(r.attempts).toBe(300);
     expect(r.oversold).toBeGreaterThan(0);
     expect(r.sold).toBe(30 + r.oversold);
@@ -188,12 +256,34 @@ describe('demo flash-sale', () => {
     expect(run.stderr).toMatch(/OVERSOLD by \d+/);
   });
 
+  it.each([
+    ['Redis', REDIS_URL, 'redis'],
+    ['PostgreSQL', PG_URL, 'postgres'],
+  ] as const)(
+    'oversells with --no-lock on %s too (unfenced writes to its stock)',
+    async (_, store, inventory) => {
+      const run = await runDemo([...SMALL, '--store', store, '--no-lock', '--json']);
+      expect(run.code, run.stderr).toBe(0);
+      const r = lastJson(run);
+      expect(r.lock).toBe(false);
+      expect(r.inventory).toBe(inventory);
+      expect(r.attempts).toBe(300);
+      expect(r.oversold).toBeGreaterThan(0);
+      expect(r.sold).toBe(30 + r.oversold);
+      expect(r.soldMatchesStockDrop).toBe(false);
+      expect(r.tokensIncreasing).toBeNull();
+    },
+  );
+
   it('prints a table and a verdict without --json', async () => {
     const run = await runDemo(['--workers', '2', '--stock', '5', '--attempts', '20']);
     expect(run.code, run.stderr).toBe(0);
     for (const row of ['attempts', 'sold', 'stock left', 'oversold', 'stale writes rejected']) {
       expect(run.stdout).toContain(row);
     }
+    expect(run.stdout).toMatch(
+      /│ stock kept in\s+│ SQLite file, fenced by its row \(fence_token\)\s+│/,
+    );
     expect(run.stdout).toMatch(/│ oversold\s+│ 0\s+│/);
     expect(run.stdout).toMatch(/│ fencing tokens strictly increasing\s+│ yes\s+│/);
     expect(run.stdout.trimEnd().split('\n').at(-1)).toMatch(/^Correct: sold 5 of 5/);

@@ -77,3 +77,13 @@ export const fencedWriteScript = defineScript<
   readonly [token: string, value: string],
   [1 | 0, string]
 >('fenced-write');
+/**
+ * Fenced compare-and-set (the Redis fencing guard): `[1, token]` written, `[0, current token]`
+ * refused as stale, `[-1, current token, current value]` refused because the value differs
+ * (`[-1]` when the resource was never written).
+ */
+export const fencedCompareAndSetScript = defineScript<
+  readonly [resourceKey: string],
+  readonly [token: string, expectPresent: '0' | '1', expected: string, value: string],
+  [1 | 0, string] | [-1] | [-1, string, string]
+>('fenced-compare-and-set');

@@ -1,32 +1,25 @@
 /**
- * The flash-sale's resource: one stock counter in its own SQLite file, shared by the worker
- * processes. The store is deliberately NOT atomic for a purchase: a buyer reads the stock, works
- * for a while, then writes the new value, so concurrent buyers lose each other's updates unless
- * a lock serialises them.
+ * The flash-sale's resource: one stock counter shared by the worker processes, and the
+ * resource-side half of fencing (Kleppmann, "How to do distributed locking", 2016). The stock is
+ * deliberately NOT updated atomically by a purchase: a buyer reads it, works for a while, then
+ * writes the new value, so concurrent buyers lose each other's updates unless a lock serialises
+ * them. Each write carries the buyer's fencing token, and a guard refuses a write whose token is
+ * older than one it has already accepted.
  *
- * It is also the resource-side half of fencing (Kleppmann, "How to do distributed locking",
- * 2016): the row remembers the highest fencing token that wrote it, and a fenced write carrying
- * an older token is refused. Every accepted write is appended to a write log, in commit order,
- * with its token, so the report can check that tokens of successive writes strictly increased.
+ * Where the stock lives follows the lock store:
+ * - `redis://`, `rediss://`: on that Redis, written through `RedisFence`;
+ * - `postgres://`, `postgresql://`: in that database (a schema of the run's own), written through
+ *   `PgFence.transaction`;
+ * - any other store (sqlite, etcd, ZooKeeper, Redlock, Sentinel, Cluster): in a SQLite file in the
+ *   run's temp folder, whose row is its own guard (`… WHERE fence_token <= ?`).
+ *
+ * Every accepted write is also appended to a write log with its token, so the report can check
+ * that the tokens of successive writes strictly increased.
  */
-import Database from 'better-sqlite3';
-
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS inventory (
-  id          INTEGER PRIMARY KEY CHECK (id = 1),
-  stock       INTEGER NOT NULL,
-  fence_token INTEGER NOT NULL DEFAULT 0  -- highest fencing token of an accepted write
-);
-CREATE TABLE IF NOT EXISTS write_log (
-  seq    INTEGER PRIMARY KEY AUTOINCREMENT,  -- commit order
-  token  INTEGER,                            -- NULL for an unfenced (--no-lock) write
-  stock  INTEGER NOT NULL,
-  worker INTEGER NOT NULL
-);
-`;
-
-/** How long a writer waits for another process's write transaction, ms. */
-const BUSY_TIMEOUT_MS = 10_000;
+import { join } from 'node:path';
+import { parsePostgresUrl } from '../../backends/postgres/url.js';
+import { parseRedisUrl } from '../../backends/redis/url.js';
+import { SqliteInventory } from './sqlite-inventory.js';
 
 /** What a buyer reads. */
 export interface StockReading {
@@ -46,99 +39,87 @@ export interface LoggedWrite {
   readonly worker: number;
 }
 
-/** A connection to the inventory file. Open one per process; `close()` when done. */
-export class Inventory {
-  readonly #db: Database.Database;
-  readonly #read: Database.Statement<[], { stock: bigint; fence_token: bigint }>;
-  readonly #writeFenced: (stock: number, token: bigint, worker: number) => boolean;
-  readonly #writeUnfenced: (stock: number, worker: number) => void;
+/** Where the stock lives. */
+export type InventoryKind = 'sqlite' | 'redis' | 'postgres';
 
-  private constructor(path: string) {
-    const db = new Database(path);
-    this.#db = db;
-    db.defaultSafeIntegers(true);
-    db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
-    db.pragma('journal_mode = WAL');
-    db.pragma('synchronous = NORMAL');
-    db.exec(SCHEMA);
-    this.#read = db.prepare('SELECT stock, fence_token FROM inventory WHERE id = 1');
-    const fenced = db.prepare<[number, bigint, bigint]>(
-      'UPDATE inventory SET stock = ?, fence_token = ? WHERE id = 1 AND fence_token <= ?',
-    );
-    const unfenced = db.prepare<[number]>('UPDATE inventory SET stock = ? WHERE id = 1');
-    const log = db.prepare<[bigint | null, number, number]>(
-      'INSERT INTO write_log (token, stock, worker) VALUES (?, ?, ?)',
-    );
-    // Write and log entry commit together, so the log's order is the writes' order.
-    this.#writeFenced = db
-      .transaction((stock: number, token: bigint, worker: number): boolean => {
-        if (fenced.run(stock, token, token).changes !== 1) return false;
-        log.run(token, stock, worker);
-        return true;
-      })
-      .immediate.bind(null);
-    this.#writeUnfenced = db
-      .transaction((stock: number, worker: number): void => {
-        unfenced.run(stock);
-        log.run(null, stock, worker);
-      })
-      .immediate.bind(null);
-  }
+/** Where one run's stock lives; JSON, so it can be handed to the workers. */
+export type InventoryLocation =
+  | { readonly kind: 'sqlite'; readonly path: string }
+  | { readonly kind: 'redis'; readonly url: string; readonly prefix: string }
+  | { readonly kind: 'postgres'; readonly connectionString: string; readonly schema: string };
 
+/** One connection to the stock. Open one per process; `close()` when done. */
+export interface Inventory {
+  readonly kind: InventoryKind;
+  /** Read the stock and the highest accepted fencing token (no lock taken). */
+  read(): Promise<StockReading>;
   /**
-   * Create (or reset) the inventory file at `path` with `stock` units and an empty write log.
-   * Call once, in the parent, before the workers open it.
+   * Write `stock` through the guard, if `token` is at least the highest token accepted so far
+   * (equal passes, so one lease may write more than once), and log it. Returns false when the
+   * guard refused the write as stale.
    */
-  static create(path: string, stock: number): Inventory {
-    const inventory = new Inventory(path);
-    inventory.#db
-      .transaction(() => {
-        inventory.#db.exec('DELETE FROM write_log; DELETE FROM inventory;');
-        inventory.#db
-          .prepare('INSERT INTO inventory (id, stock, fence_token) VALUES (1, ?, 0)')
-          .run(stock);
-      })
-      .immediate();
-    return inventory;
-  }
-
-  /** Open an inventory file made by `Inventory.create`. */
-  static open(path: string): Inventory {
-    return new Inventory(path);
-  }
-
-  /** Read the stock and the highest accepted fencing token (no lock taken on the row). */
-  read(): StockReading {
-    const row = this.#read.get();
-    if (row === undefined) throw new Error('inventory is not initialised');
-    return { stock: Number(row.stock), fenceToken: row.fence_token };
-  }
-
-  /**
-   * Write `stock` if `token` is at least the highest token seen (equal is accepted, so one lease
-   * may write more than once). Returns false when the write was refused as stale.
-   */
-  writeFenced(stock: number, token: bigint, worker: number): boolean {
-    return this.#writeFenced(stock, token, worker);
-  }
-
-  /** Write `stock` with no fencing check at all (the `--no-lock` demonstration). */
-  writeUnfenced(stock: number, worker: number): void {
-    this.#writeUnfenced(stock, worker);
-  }
-
+  writeFenced(stock: number, token: bigint, worker: number): Promise<boolean>;
+  /** Write `stock` with no fencing check at all (the `--no-lock` demonstration), and log it. */
+  writeUnfenced(stock: number, worker: number): Promise<void>;
   /** Every accepted write, in commit order. */
-  writeLog(): LoggedWrite[] {
-    return this.#db
-      .prepare<[], { token: bigint | null; stock: bigint; worker: bigint }>(
-        'SELECT token, stock, worker FROM write_log ORDER BY seq',
-      )
-      .all()
-      .map((r) => ({ token: r.token, stock: Number(r.stock), worker: Number(r.worker) }));
-  }
+  writeLog(): Promise<LoggedWrite[]>;
+  /** Close this connection. Idempotent. */
+  close(): Promise<void>;
+  /** Remove the run's stock, log and guard records from the engine (not the connection). */
+  drop(): Promise<void>;
+}
 
-  /** Close the connection. Idempotent. */
-  close(): void {
-    if (this.#db.open) this.#db.close();
+/**
+ * Where a run with lock store `store` keeps its stock: `dir` is the run's temp folder and
+ * `runId` a name no other run uses (hex).
+ */
+export function inventoryLocation(store: string, dir: string, runId: string): InventoryLocation {
+  const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(store)?.[1]?.toLowerCase();
+  if (scheme === 'redis' || scheme === 'rediss') {
+    const { url } = parseRedisUrl(new URL(store));
+    return { kind: 'redis', url: url!, prefix: `fencelock:flash-sale:${runId}` };
+  }
+  if (scheme === 'postgres' || scheme === 'postgresql') {
+    const { connectionString } = parsePostgresUrl(store);
+    return { kind: 'postgres', connectionString, schema: `fencelock_flash_sale_${runId}` };
+  }
+  return { kind: 'sqlite', path: join(dir, 'inventory.db') };
+}
+
+/**
+ * Set up the stock at `location` with `stock` units and an empty write log (replacing any
+ * earlier one). Call once, in the orchestrator, before the workers open it.
+ */
+export async function createInventory(
+  location: InventoryLocation,
+  stock: number,
+): Promise<Inventory> {
+  switch (location.kind) {
+    case 'sqlite':
+      return SqliteInventory.create(location.path, stock);
+    case 'redis': {
+      const { RedisInventory } = await import('./redis-inventory.js');
+      return RedisInventory.create(location, stock);
+    }
+    case 'postgres': {
+      const { PostgresInventory } = await import('./postgres-inventory.js');
+      return PostgresInventory.create(location, stock);
+    }
+  }
+}
+
+/** Open the stock made by `createInventory`. */
+export async function openInventory(location: InventoryLocation): Promise<Inventory> {
+  switch (location.kind) {
+    case 'sqlite':
+      return SqliteInventory.open(location.path);
+    case 'redis': {
+      const { RedisInventory } = await import('./redis-inventory.js');
+      return RedisInventory.open(location);
+    }
+    case 'postgres': {
+      const { PostgresInventory } = await import('./postgres-inventory.js');
+      return PostgresInventory.open(location);
+    }
   }
 }

@@ -3,10 +3,12 @@
  * `child_process.fork` IPC channel (JSON serialisation, so no bigint in messages).
  *
  * parent → worker: the config as `argv[2]` (JSON), then `{ type: 'go' }` once every worker is
- * ready, so all start buying at the same moment.
- * worker → parent: `ready`, `progress` (attempts done so far), then either `done` with its
- * figures (sent after its locker and inventory connection are closed) or `error`.
+ * ready and the stock is seeded, so all start buying at the same moment.
+ * worker → parent: `ready` (its locker has reached the store), `progress` (attempts done so
+ * far), then either `done` with its figures (sent after its locker and inventory connection are
+ * closed) or `error`.
  */
+import type { InventoryLocation } from './inventory.js';
 
 /** Key every worker locks. */
 export const LOCK_KEY = 'flash-sale:stock';
@@ -17,8 +19,8 @@ export interface WorkerConfig {
   readonly workerId: number;
   /** Store URL of the locker. */
   readonly store: string;
-  /** Inventory SQLite file. */
-  readonly inventoryPath: string;
+  /** Where the stock lives (opened after the start signal; see `inventory.ts`). */
+  readonly inventory: InventoryLocation;
   /** Purchase attempts this worker makes. */
   readonly attempts: number;
   /** Lease length, ms. */

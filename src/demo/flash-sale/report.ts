@@ -2,13 +2,19 @@
  * The flash-sale's figures: aggregate the workers' reports and the inventory's write log, then
  * render them as a table (for people) or one JSON object (for scripts and tests).
  */
-import type { LoggedWrite } from './inventory.js';
+import type { InventoryKind, LoggedWrite } from './inventory.js';
 import type { WorkerFigures } from './protocol.js';
 
 /** Final figures of one run. */
 export interface FlashSaleResult {
   /** Store URL of the locker (also reported with `--no-lock`, where it is not used). */
   readonly store: string;
+  /**
+   * Where the stock lived and which guard fenced its writes: `redis` (`RedisFence` on the store's
+   * Redis), `postgres` (`PgFence.transaction` in the store's database) or `sqlite` (a SQLite
+   * file whose row is its own guard).
+   */
+  readonly inventory: InventoryKind;
   /** Worker processes. */
   readonly workers: number;
   /** Whether the workers locked (false with `--no-lock`). */
@@ -55,6 +61,7 @@ export interface FlashSaleResult {
 /** What `summarize` needs. */
 export interface RunFigures {
   readonly store: string;
+  readonly inventory: InventoryKind;
   readonly workers: number;
   readonly lock: boolean;
   readonly ttlMs: number;
@@ -105,6 +112,7 @@ export function summarize(run: RunFigures): FlashSaleResult {
   const tokensIncreasing = run.lock ? strictlyIncreasing(run.writeLog.map((w) => w.token)) : null;
   return {
     store: run.store,
+    inventory: run.inventory,
     workers: run.workers,
     lock: run.lock,
     ttlMs: run.ttlMs,
@@ -127,6 +135,12 @@ export function summarize(run: RunFigures): FlashSaleResult {
   };
 }
 
+const STOCK_PLACES: Record<InventoryKind, string> = {
+  sqlite: 'SQLite file, fenced by its row (fence_token)',
+  redis: "the store's Redis, through RedisFence",
+  postgres: "the store's database, through PgFence.transaction",
+};
+
 const yesNo = (value: boolean | null): string =>
   value === null ? 'n/a (no tokens)' : value ? 'yes' : 'NO';
 const ms = (value: number | null): string => (value === null ? 'n/a (no lock)' : `${value} ms`);
@@ -135,6 +149,7 @@ const ms = (value: number | null): string => (value === null ? 'n/a (no lock)' :
 export function formatTable(r: FlashSaleResult): string {
   const rows: [string, string][] = [
     ['store', r.lock ? r.store : `${r.store} (not used: --no-lock)`],
+    ['stock kept in', STOCK_PLACES[r.inventory]],
     ['workers', String(r.workers)],
     ['lock', r.lock ? `withLock, ttl ${r.ttlMs} ms` : 'none (--no-lock, unfenced writes)'],
     ['attempts', String(r.attempts)],

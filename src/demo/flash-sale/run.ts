@@ -1,10 +1,12 @@
 /**
- * The flash-sale orchestrator: seed a fresh inventory in a temp folder, fork the worker
- * processes, start them together, show progress, collect their figures over IPC and summarise.
- * If a worker fails, the others are killed and the run rejects with that worker's error; no
- * worker outlives the run.
+ * The flash-sale orchestrator: fork the worker processes, seed a fresh stock once they have all
+ * reached the lock store (on the store's Redis or PostgreSQL, else in a SQLite file in a temp
+ * folder; see `inventory.ts`), start them together, show progress, collect their figures over
+ * IPC and summarise. If a worker fails, the others are killed and the run rejects with that
+ * worker's error; no worker outlives the run, and the run's stock is removed afterwards.
  */
 import { type ChildProcess, fork } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,7 +14,12 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import cliProgress from 'cli-progress';
 
-import { Inventory } from './inventory.js';
+import {
+  createInventory,
+  type Inventory,
+  type InventoryLocation,
+  inventoryLocation,
+} from './inventory.js';
 import type { ParentMessage, WorkerConfig, WorkerFigures, WorkerMessage } from './protocol.js';
 import { type FlashSaleResult, summarize } from './report.js';
 
@@ -76,9 +83,15 @@ export function splitAttempts(total: number, parts: number): number[] {
  */
 export async function runFlashSale(options: FlashSaleOptions): Promise<FlashSaleResult> {
   const dir = mkdtempSync(join(tmpdir(), 'fencelock-flash-sale-'));
-  const inventoryPath = join(dir, 'inventory.db');
   const store = options.store ?? `sqlite:${join(dir, 'locks.db')}`;
-  let inventory: Inventory | undefined;
+  let location: InventoryLocation;
+  try {
+    location = inventoryLocation(store, dir, randomBytes(4).toString('hex'));
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
+  let seeding: Promise<Inventory> | undefined;
   const workerPath = fileURLToPath(new URL('./worker.js', import.meta.url));
   const workers: Worker[] = [];
   let bar: cliProgress.SingleBar | undefined;
@@ -94,13 +107,12 @@ export async function runFlashSale(options: FlashSaleOptions): Promise<FlashSale
   process.on('SIGTERM', onSignal);
 
   try {
-    inventory = Inventory.create(inventoryPath, options.stock);
     const shares = splitAttempts(options.attempts, options.workers);
     for (const [id, attempts] of shares.entries()) {
       const config: WorkerConfig = {
         workerId: id,
         store,
-        inventoryPath,
+        inventory: location,
         attempts,
         ttlMs: options.ttlMs,
         lock: options.lock,
@@ -156,6 +168,10 @@ export async function runFlashSale(options: FlashSaleOptions): Promise<FlashSale
     }
 
     await Promise.race([allReady.promise, failed]);
+    // Seeded only now: a store the workers cannot reach fails as their error, not as ours.
+    seeding = createInventory(location, options.stock);
+    seeding.catch(() => undefined);
+    const inventory = await Promise.race([seeding, failed]);
     if (options.progressStream) {
       bar = new cliProgress.SingleBar(
         {
@@ -192,9 +208,10 @@ export async function runFlashSale(options: FlashSaleOptions): Promise<FlashSale
       clearTimeout(grace);
     }
 
-    const { stock: stockLeft } = inventory.read();
+    const { stock: stockLeft } = await inventory.read();
     return summarize({
       store,
+      inventory: location.kind,
       workers: options.workers,
       lock: options.lock,
       ttlMs: options.ttlMs,
@@ -202,14 +219,20 @@ export async function runFlashSale(options: FlashSaleOptions): Promise<FlashSale
       stockLeft,
       elapsedMs,
       perWorker: workers.map((w) => w.figures!),
-      writeLog: inventory.writeLog(),
+      writeLog: await inventory.writeLog(),
     });
   } finally {
     bar?.stop();
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     await stopAll(workers);
-    inventory?.close();
+    // Also when the run failed while the stock was being seeded: wait for it, then clean up.
+    const inventory = await seeding?.catch(() => undefined);
+    if (inventory !== undefined) {
+      // Best effort: a failed clean-up must not hide the run's own outcome or error.
+      await inventory.drop().catch(() => undefined);
+      await inventory.close().catch(() => undefined);
+    }
     rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -1,15 +1,16 @@
 /**
  * One flash-sale buyer process, forked by `run.ts`. It makes its share of purchase attempts on
  * the shared inventory: lock `flash-sale:stock` with `locker.withLock`, read the stock, work for
- * 1–5 ms, write stock − 1 carrying the lease's fencing token. With `lock: false` it does the same
- * read → work → write with no lock and no fencing, which loses updates and oversells.
+ * 1–5 ms, write stock − 1 through the inventory's fencing guard with the lease's fencing token.
+ * With `lock: false` it does the same read → work → write with no lock and no fencing, which
+ * loses updates and oversells.
  *
  * It uses only the public Locker API; all lock logic is the library's.
  */
 import { performance } from 'node:perf_hooks';
 import { setTimeout as delay } from 'node:timers/promises';
 import { createLocker, type Lease, type Locker, LockLostError } from '../../index.js';
-import { Inventory } from './inventory.js';
+import { type Inventory, openInventory } from './inventory.js';
 import {
   LOCK_KEY,
   type ParentMessage,
@@ -67,7 +68,7 @@ function workMs(): number {
 
 async function main(): Promise<void> {
   const { workerId } = config;
-  const inventory = Inventory.open(config.inventoryPath);
+  let inventory: Inventory | undefined;
   let locker: Locker | undefined;
   const figures = {
     workerId,
@@ -87,19 +88,35 @@ async function main(): Promise<void> {
     const go = waitForGo();
     await send({ type: 'ready' });
     await go;
+    // The parent seeds the stock between the workers' `ready` and its `go`.
+    const opened = await openInventory(config.inventory);
+    inventory = opened;
 
     /** The critical section: read → work → fenced write. */
     const buy = async (lease: Lease, calledAt: number): Promise<void> => {
       figures.waitsMs.push(performance.now() - calledAt);
-      const { stock } = inventory.read();
+      const { stock } = await opened.read();
       if (stock <= 0) return;
       await work(workMs(), lease.signal);
       if (lease.signal.aborted) {
         figures.skippedLost += 1;
         return;
       }
-      if (inventory.writeFenced(stock - 1, lease.fencingToken, workerId)) figures.sold += 1;
+      if (await opened.writeFenced(stock - 1, lease.fencingToken, workerId)) figures.sold += 1;
       else figures.staleRejected += 1;
+    };
+
+    /**
+     * Purchases `withLock` stopped waiting for when their lease was lost mid-write: the write
+     * still lands (or is refused) and counts, so they are awaited before the figures go out.
+     * Their attempt is already counted as a lost lease, so a failure of theirs is not rethrown.
+     */
+    const inFlight = new Set<Promise<void>>();
+    const tracked = (purchase: Promise<void>): Promise<void> => {
+      inFlight.add(purchase);
+      const settle = () => inFlight.delete(purchase);
+      purchase.then(settle, settle);
+      return purchase;
     };
 
     let lastProgressAt = 0;
@@ -107,7 +124,7 @@ async function main(): Promise<void> {
       if (locker) {
         const calledAt = performance.now();
         try {
-          await locker.withLock(LOCK_KEY, (lease) => buy(lease, calledAt), {
+          await locker.withLock(LOCK_KEY, (lease) => tracked(buy(lease, calledAt)), {
             ttlMs: config.ttlMs,
           });
         } catch (error) {
@@ -115,10 +132,10 @@ async function main(): Promise<void> {
           figures.leasesLost += 1;
         }
       } else {
-        const { stock } = inventory.read();
+        const { stock } = await opened.read();
         if (stock > 0) {
           await work(workMs());
-          inventory.writeUnfenced(stock - 1, workerId);
+          await opened.writeUnfenced(stock - 1, workerId);
           figures.sold += 1;
         }
       }
@@ -129,9 +146,10 @@ async function main(): Promise<void> {
         await send({ type: 'progress', attempts: figures.attempts });
       }
     }
+    await Promise.allSettled(inFlight);
   } finally {
     await locker?.close();
-    inventory.close();
+    await inventory?.close();
   }
   const done: WorkerFigures = figures;
   await send({ type: 'done', figures: done });

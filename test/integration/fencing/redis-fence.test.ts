@@ -2,12 +2,14 @@
  * The Redis fencing guard on the standalone Redis: an older token is refused with both tokens,
  * an equal token is accepted (the same holder writing again), a newer one advances; 20 writers
  * racing with interleaved tokens leave the highest token, and every older write that came after
- * a newer one is refused. Tokens are compared exactly, also beyond 2^53.
+ * a newer one is refused. Tokens are compared exactly, also beyond 2^53. The same for the fenced
+ * compare-and-set, which also refuses (without writing or recording the token) when the value is
+ * not the expected one, and checks the token first.
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { RedisFence } from '../../../src/fencing/index.js';
+import { type CompareAndSetResult, RedisFence } from '../../../src/fencing/index.js';
 import { InvalidArgumentError, StaleTokenError } from '../../../src/index.js';
 import { REDIS_PORT } from '../../helpers/engines.js';
 
@@ -20,6 +22,27 @@ afterAll(async () => {
   if (keys.length > 0) await client.del(...keys);
   client.disconnect();
 });
+
+type CasOutcome = CompareAndSetResult | { stale: [bigint, bigint] };
+
+/** The result of a compare-and-set, or the tokens of its StaleTokenError. */
+async function cas(
+  f: RedisFence,
+  resource: string,
+  token: bigint,
+  expected: string | null,
+  value: string,
+): Promise<CasOutcome> {
+  try {
+    return await f.compareAndSet(resource, token, expected, value);
+  } catch (error) {
+    if (error instanceof StaleTokenError) {
+      expect(error.resource).toBe(resource);
+      return { stale: [error.attemptedToken, error.currentToken] };
+    }
+    throw error;
+  }
+}
 
 describe('RedisFence', () => {
   it('refuses an older token, accepts an equal one, advances on a newer one', async () => {
@@ -66,10 +89,146 @@ describe('RedisFence', () => {
     expect(outcomes).toEqual(expected);
   });
 
+  it('compareAndSet: token rule first, then the expected value; a refusal writes nothing', async () => {
+    // Never written: only `expected: null` matches.
+    expect(await cas(fence, 'c', 5n, 'x', 'a')).toEqual({ applied: false, current: null });
+    expect(await fence.read('c')).toBeNull();
+    expect(await cas(fence, 'c', 5n, null, 'a')).toEqual({ applied: true });
+    expect(await fence.read('c')).toEqual({ token: 5n, value: 'a' });
+    // Written: null no longer matches; the current write comes back for a retry.
+    expect(await cas(fence, 'c', 5n, null, 'b')).toEqual({
+      applied: false,
+      current: { token: 5n, value: 'a' },
+    });
+    // Equal token, matching value: the same holder again.
+    expect(await cas(fence, 'c', 5n, 'a', 'b')).toEqual({ applied: true });
+    // Older token: stale, whether or not the value matches.
+    expect(await cas(fence, 'c', 4n, 'b', 'old')).toEqual({ stale: [4n, 5n] });
+    expect(await cas(fence, 'c', 4n, 'zzz', 'old')).toEqual({ stale: [4n, 5n] });
+    expect(await fence.read('c')).toEqual({ token: 5n, value: 'b' });
+    // Newer token, wrong value: refused, and the newer token is NOT recorded.
+    expect(await cas(fence, 'c', 9n, 'a', 'nine')).toEqual({
+      applied: false,
+      current: { token: 5n, value: 'b' },
+    });
+    expect(await cas(fence, 'c', 7n, 'b', 'seven')).toEqual({ applied: true });
+    expect(await fence.read('c')).toEqual({ token: 7n, value: 'seven' });
+    // An empty string is a value, not absence.
+    await fence.write('empty', 1n, '');
+    expect(await cas(fence, 'empty', 1n, null, 'x')).toEqual({
+      applied: false,
+      current: { token: 1n, value: '' },
+    });
+    expect(await cas(fence, 'empty', 1n, '', 'x')).toEqual({ applied: true });
+  });
+
+  it('compareAndSet compares tokens exactly beyond 2^53', async () => {
+    const edge = (1n << 53n) + 1n;
+    expect(await cas(fence, 'cbig', edge, null, 'a')).toEqual({ applied: true });
+    expect(await cas(fence, 'cbig', edge - 1n, 'a', 'b')).toEqual({ stale: [edge - 1n, edge] });
+    const big = 1n << 62n;
+    expect(await cas(fence, 'cbig', big, 'a', 'c')).toEqual({ applied: true });
+    expect(await cas(fence, 'cbig', 999n, 'c', 'd')).toEqual({ stale: [999n, big] });
+    expect(await fence.read('cbig')).toEqual({ token: big, value: 'c' });
+  });
+
+  it('compareAndSet, 20 racing writers on one connection: every outcome is exactly the one of the arrival order', async () => {
+    await fence.write('cas-race', 0n, 'v0');
+    const tokens = Array.from({ length: 20 }, (_, i) => BigInt(((i * 7) % 20) + 1));
+    // Writer i expects what writer i − 1 would have written.
+    const writers = tokens.map((t, i) => ({
+      token: t,
+      expected: i === 0 ? 'v0' : `v${tokens[i - 1]}`,
+      value: `v${t}`,
+    }));
+    const outcomes = await Promise.all(
+      writers.map((w) => cas(fence, 'cas-race', w.token, w.expected, w.value)),
+    );
+    // One connection: Redis runs the scripts in the order they were sent.
+    let state = { token: 0n, value: 'v0' };
+    const expected = writers.map((w): CasOutcome => {
+      if (w.token < state.token) return { stale: [w.token, state.token] };
+      if (state.value !== w.expected) return { applied: false, current: state };
+      state = { token: w.token, value: w.value };
+      return { applied: true };
+    });
+    expect(outcomes).toEqual(expected);
+    expect(await fence.read('cas-race')).toEqual(state);
+    const count = (kind: 'applied' | 'mismatch' | 'stale') =>
+      outcomes.filter((o) =>
+        kind === 'stale' ? 'stale' in o : 'applied' in o && o.applied === (kind === 'applied'),
+      ).length;
+    // 1, 8, 15 apply; 16, 17, 18, 19, 20 see another value; the 12 others are stale.
+    expect([count('applied'), count('mismatch'), count('stale')]).toEqual([3, 5, 12]);
+    expect(state).toEqual({ token: 15n, value: 'v15' });
+  });
+
+  it('compareAndSet, 20 writers on their own connections retrying on a changed value: no lost update, the highest token ends it', async () => {
+    const clients = Array.from({ length: 20 }, () => new Redis(REDIS_PORT, '127.0.0.1'));
+    try {
+      const tokens = Array.from({ length: 20 }, (_, i) => BigInt(((i * 13) % 20) + 1));
+      const log: { token: bigint; count: number }[] = [];
+      const stale: { attempted: bigint; current: bigint }[] = [];
+      let retries = 0;
+      await Promise.all(
+        tokens.map(async (token, i) => {
+          const mine = new RedisFence(clients[i]!, prefix);
+          for (;;) {
+            const current = await mine.read('counter');
+            const count = Number(current?.value ?? 0) + 1;
+            const result = await cas(mine, 'counter', token, current?.value ?? null, `${count}`);
+            if ('stale' in result) {
+              stale.push({ attempted: result.stale[0], current: result.stale[1] });
+              return;
+            }
+            if (result.applied) {
+              log.push({ token, count });
+              return;
+            }
+            retries += 1;
+          }
+        }),
+      );
+      const final = await fence.read('counter');
+      // Each writer either added exactly one or was refused as stale.
+      expect(log.length + stale.length).toBe(20);
+      expect(final).toEqual({ token: 20n, value: String(log.length) });
+      log.sort((a, b) => a.count - b.count);
+      expect(log.map((l) => l.count)).toEqual(log.map((_, i) => i + 1));
+      for (let i = 1; i < log.length; i++) expect(log[i]!.token).toBeGreaterThan(log[i - 1]!.token);
+      expect(log.at(-1)!.token).toBe(20n);
+      for (const s of stale) {
+        expect(s.current).toBeGreaterThan(s.attempted);
+        expect(log.map((l) => l.token)).toContain(s.current);
+      }
+      console.info(
+        `redis CAS race: ${log.length} applied, ${stale.length} stale, ${retries} retries on a changed value`,
+      );
+    } finally {
+      for (const c of clients) c.disconnect();
+    }
+  });
+
   it('rejects bad input before any Redis call', async () => {
     await expect(fence.write('', 1n, 'x')).rejects.toBeInstanceOf(InvalidArgumentError);
     await expect(fence.write('r', -1n, 'x')).rejects.toBeInstanceOf(InvalidArgumentError);
     await expect(fence.write('r', 1 as never, 'x')).rejects.toBeInstanceOf(InvalidArgumentError);
     expect(() => new RedisFence({} as never)).toThrow(InvalidArgumentError);
+    await expect(fence.compareAndSet('', 1n, null, 'x')).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    await expect(fence.compareAndSet('r', -1n, null, 'x')).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    await expect(fence.compareAndSet('r', 1n, 5 as never, 'x')).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    await expect(fence.compareAndSet('r', 1n, undefined as never, 'x')).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    await expect(fence.compareAndSet('r', 1n, null, 5 as never)).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    expect(await fence.read('r')).toEqual({ token: 6n, value: 'six' });
   });
 });

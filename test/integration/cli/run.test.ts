@@ -1,0 +1,341 @@
+/**
+ * `fencelock run` end to end, on the embedded store and on Redis: the built CLI runs the child
+ * fixture as a real process; the tests read what the child wrote, the CLI's exit code and
+ * stderr, and the engine itself.
+ */
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { monitorRedis } from '../handed/stores.js';
+import {
+  buildCli,
+  childCommand,
+  lineStartingWith,
+  linesOf,
+  processExists,
+  redisStore,
+  runCli,
+  STORES,
+  type StoreUnderTest,
+  sqliteStore,
+  startCli,
+  stopLeftovers,
+  uniqueKey,
+  waitFor,
+} from './support.js';
+
+/** A scratch folder for the files the children write. */
+const scratch = sqliteStore();
+
+let removeBuild: (() => void) | undefined;
+
+beforeAll(async () => {
+  removeBuild = await buildCli();
+}, 120_000);
+afterEach(() => stopLeftovers());
+afterAll(async () => {
+  removeBuild?.();
+  await scratch.close();
+});
+
+function file(name: string): string {
+  return join(scratch.dir, `${randomTag()}-${name}`);
+}
+
+function randomTag(): string {
+  return Math.random().toString(36).slice(2, 10);
+}
+
+/** The `--json` answer of `fencelock inspect`. */
+async function inspect(store: StoreUnderTest, key: string): Promise<unknown> {
+  const result = await runCli(['inspect', key, '--store', store.url, '--json']);
+  expect(result.code, result.stderr).toBe(0);
+  return JSON.parse(result.stdout);
+}
+
+describe.each(STORES)('fencelock run on $name', ({ make }) => {
+  let store: StoreUnderTest;
+
+  beforeAll(() => {
+    store = make();
+  });
+  afterAll(() => store.close());
+
+  it.each([0, 3, 42])('ends with the exit code %i of the command', async (code) => {
+    const key = uniqueKey(`exit-${code}`);
+    const result = await runCli([
+      'run',
+      key,
+      '--store',
+      store.url,
+      ...childCommand('exit', String(code)),
+    ]);
+    expect(result).toEqual({ code, signal: null, stdout: '', stderr: '' });
+    // The lease was released, not left to expire.
+    expect(await inspect(store, key)).toEqual({ key, holder: null, lastFencingToken: '1' });
+    expect(await store.rawLease(key)).toBeNull();
+  });
+
+  it('ends with 128 + n when the command is killed by signal n (SIGKILL: 137)', async () => {
+    const key = uniqueKey('signal-death');
+    const result = await runCli([
+      'run',
+      key,
+      '--store',
+      store.url,
+      ...childCommand('kill', 'SIGKILL'),
+    ]);
+    expect(result).toEqual({ code: 137, signal: null, stdout: '', stderr: '' });
+    expect(await store.rawLease(key)).toBeNull();
+  });
+
+  it('passes FENCELOCK_KEY and FENCELOCK_TOKEN (decimal) with the rest of the environment', async () => {
+    const key = uniqueKey('env');
+    const first = file('env-1.json');
+    const second = file('env-2.json');
+    const env = { FENCELOCK_TEST_EXTRA: 'inherited' };
+    const run1 = await runCli(['run', key, '--store', store.url, ...childCommand('env', first)], {
+      env,
+    });
+    const run2 = await runCli(['run', key, '--store', store.url, ...childCommand('env', second)], {
+      env,
+    });
+    expect([run1.code, run2.code]).toEqual([0, 0]);
+    expect(JSON.parse(linesOf(first)[0]!)).toEqual({ key, token: '1', extra: 'inherited' });
+    expect(JSON.parse(linesOf(second)[0]!)).toEqual({ key, token: '2', extra: 'inherited' });
+  });
+
+  it('makes a second run on the same key wait until the first command has ended', async () => {
+    const key = uniqueKey('queue');
+    const log = file('queue.log');
+    const goA = file('go-a');
+    const goB = file('go-b');
+    const runA = startCli([
+      'run',
+      key,
+      '--store',
+      store.url,
+      ...childCommand('hold', log, 'A', goA),
+    ]);
+    await lineStartingWith(log, 'start A');
+    const runB = startCli([
+      'run',
+      key,
+      '--store',
+      store.url,
+      ...childCommand('hold', log, 'B', goB),
+    ]);
+    // Give B every chance to start its command while A holds the lock (it must not).
+    await new Promise((resolve) => setTimeout(resolve, 800));
+    expect(linesOf(log)).toEqual(['start A 1']);
+    writeFileSync(goA, '');
+    await lineStartingWith(log, 'start B');
+    writeFileSync(goB, '');
+    const [a, b] = await Promise.all([runA.done, runB.done]);
+    expect([a.code, a.stderr, b.code, b.stderr]).toEqual([0, '', 0, '']);
+    expect(linesOf(log)).toEqual(['start A 1', 'end A 1', 'start B 2', 'end B 2']);
+  });
+
+  it('gives up after --wait with exit code 124 and one line on stderr, without running the command', async () => {
+    const key = uniqueKey('wait-timeout');
+    const log = file('holder.log');
+    const go = file('go');
+    const envFile = file('never.json');
+    const holder = startCli([
+      'run',
+      key,
+      '--store',
+      store.url,
+      ...childCommand('hold', log, 'A', go),
+    ]);
+    await lineStartingWith(log, 'start A');
+
+    for (const waitMs of ['300', '0']) {
+      const late = await runCli([
+        'run',
+        key,
+        '--store',
+        store.url,
+        '--wait',
+        waitMs,
+        ...childCommand('env', envFile),
+      ]);
+      expect(late).toEqual({
+        code: 124,
+        signal: null,
+        stdout: '',
+        stderr: `fencelock: lock "${key}" is held by another owner: gave up after waiting ${waitMs} ms (--wait)\n`,
+      });
+    }
+    expect(linesOf(envFile)).toEqual([]);
+    // The holder kept its lease throughout.
+    expect((await store.rawLease(key))?.token).toBe(1n);
+    writeFileSync(go, '');
+    expect((await holder.done).code).toBe(0);
+  });
+
+  it('sends SIGTERM to the command when the lease is lost, and ends with 125', async () => {
+    const key = uniqueKey('lost-term');
+    const log = file('lost.log');
+    const cli = startCli([
+      'run',
+      key,
+      '--store',
+      store.url,
+      '--ttl',
+      '900',
+      ...childCommand('trap', log, '-', '0'),
+    ]);
+    await lineStartingWith(log, 'ready');
+    // Lose the lease behind the holder's back: its next renewal (every 300 ms) finds no lease.
+    await store.deleteLease(key);
+    const result = await cli.done;
+    expect(result).toEqual({
+      code: 125,
+      signal: null,
+      stdout: '',
+      stderr: `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 5000 ms)\n`,
+    });
+    // The command saw SIGTERM and nothing else, and exited 0: still 125, its work was not protected.
+    expect(linesOf(log).slice(1)).toEqual(['SIGTERM']);
+  });
+
+  it('sends SIGKILL after --grace when the command ignores SIGTERM', async () => {
+    const key = uniqueKey('lost-kill');
+    const log = file('ignore.log');
+    const cli = startCli([
+      'run',
+      key,
+      '--store',
+      store.url,
+      '--ttl',
+      '900',
+      '--grace',
+      '200',
+      ...childCommand('ignore', log),
+    ]);
+    const ready = await lineStartingWith(log, 'ready');
+    const pid = Number(ready.split(' ')[1]);
+    expect(processExists(pid)).toBe(true);
+    await store.deleteLease(key);
+    const result = await cli.done;
+    expect(result.code).toBe(125);
+    expect(result.stderr).toBe(
+      `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 200 ms)\n`,
+    );
+    expect(linesOf(log)).toEqual([`ready ${pid} 1`, 'SIGTERM']);
+    // fencelock ended only after its command was gone.
+    expect(processExists(pid)).toBe(false);
+  });
+
+  it.each([
+    ['SIGTERM', 0],
+    ['SIGINT', 42],
+  ] as const)(
+    'forwards %s to the command and releases the lock once it has exited',
+    async (signal, code) => {
+      const key = uniqueKey(`forward-${signal}`);
+      const log = file('trap.log');
+      const go = file('go');
+      const cli = startCli([
+        'run',
+        key,
+        '--store',
+        store.url,
+        ...childCommand('trap', log, go, String(code)),
+      ]);
+      await lineStartingWith(log, 'ready');
+      cli.process.kill(signal);
+      await lineStartingWith(log, signal);
+      // The command is still winding down: the lease must still be held by this run.
+      expect((await store.rawLease(key))?.token).toBe(1n);
+      writeFileSync(go, '');
+      const result = await cli.done;
+      expect(result).toEqual({ code, signal: null, stdout: '', stderr: '' });
+      expect(linesOf(log).slice(1)).toEqual([signal]);
+      expect(await store.rawLease(key)).toBeNull();
+    },
+  );
+
+  it('reports a command that cannot be found (127) or started (126), and releases the lock', async () => {
+    const key = uniqueKey('no-command');
+    const missing = join(scratch.dir, 'no-such-command');
+    const notFound = await runCli(['run', key, '--store', store.url, '--', missing]);
+    expect(notFound).toEqual({
+      code: 127,
+      signal: null,
+      stdout: '',
+      stderr: `fencelock: cannot run ${JSON.stringify(missing)}: command not found\n`,
+    });
+    const script = file('not-executable.sh');
+    writeFileSync(script, '#!/bin/sh\nexit 0\n', { mode: 0o644 });
+    const notExecutable = await runCli(['run', key, '--store', store.url, '--', script]);
+    expect(notExecutable).toEqual({
+      code: 126,
+      signal: null,
+      stdout: '',
+      stderr: `fencelock: cannot run ${JSON.stringify(script)}: spawn ${script} EACCES\n`,
+    });
+    expect(await inspect(store, key)).toEqual({ key, holder: null, lastFencingToken: '2' });
+  });
+});
+
+describe('fencelock run without --store', () => {
+  it('uses the embedded store ./.fencelock/locks.db of the working directory', async () => {
+    const cwd = join(scratch.dir, `default-store-${randomTag()}`);
+    mkdirSync(cwd);
+    const key = uniqueKey('default-store');
+    const envFile = file('default.json');
+    const result = await runCli(['run', key, ...childCommand('env', envFile)], { cwd });
+    expect(result).toEqual({ code: 0, signal: null, stdout: '', stderr: '' });
+    expect(JSON.parse(linesOf(envFile)[0]!)).toEqual({ key, token: '1', extra: null });
+    expect(existsSync(join(cwd, '.fencelock', 'locks.db'))).toBe(true);
+    const inspected = await runCli(['inspect', key, '--json'], { cwd });
+    expect(JSON.parse(inspected.stdout)).toEqual({ key, holder: null, lastFencingToken: '1' });
+  });
+});
+
+describe('fencelock run interrupted while waiting (Redis)', () => {
+  const store = redisStore();
+  afterAll(() => store.close());
+
+  it.each([
+    ['SIGTERM', 143],
+    ['SIGINT', 130],
+  ] as const)('stops waiting on %s, exits %i and never runs the command', async (signal, code) => {
+    const key = uniqueKey(`interrupt-${signal}`);
+    const log = file('holder.log');
+    const go = file('go');
+    const envFile = file('never.json');
+    const holder = startCli([
+      'run',
+      key,
+      '--store',
+      store.url,
+      ...childCommand('hold', log, 'A', go),
+    ]);
+    await lineStartingWith(log, 'start A');
+    // Watch the engine to know when the second run is waiting (its signal handlers are set by
+    // then): only an acquire names the fencing counter, and the holder's came before.
+    const monitor = await monitorRedis(store.keysOf(key).fence);
+    try {
+      const waiter = startCli(['run', key, '--store', store.url, ...childCommand('env', envFile)]);
+      await waitFor('the waiter to try the key', () =>
+        monitor.commands.length > 0 ? true : undefined,
+      );
+      waiter.process.kill(signal);
+      expect(await waiter.done).toEqual({
+        code,
+        signal: null,
+        stdout: '',
+        stderr: `fencelock: interrupted by ${signal} before the command started (lock "${key}")\n`,
+      });
+    } finally {
+      monitor.close();
+    }
+    expect(linesOf(envFile)).toEqual([]);
+    expect((await store.rawLease(key))?.token).toBe(1n);
+    writeFileSync(go, '');
+    expect((await holder.done).code).toBe(0);
+  });
+});

@@ -1,0 +1,191 @@
+/**
+ * Bad command lines of `run` and `inspect`: exit code 2, one clear line on stderr, and no call
+ * to the engine (the SQLite file is never created; Redis sees no command naming the key; the
+ * command never runs). And `--help` on every command.
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { STORE_SCHEMES } from '../../../src/index.js';
+import { monitorRedis } from '../handed/stores.js';
+import {
+  buildCli,
+  childCommand,
+  linesOf,
+  redisStore,
+  runCli,
+  sqliteStore,
+  stopLeftovers,
+  uniqueKey,
+} from './support.js';
+
+const scratch = sqliteStore();
+const redis = redisStore();
+
+let removeBuild: (() => void) | undefined;
+
+beforeAll(async () => {
+  removeBuild = await buildCli();
+}, 120_000);
+afterEach(() => stopLeftovers());
+afterAll(async () => {
+  removeBuild?.();
+  await redis.close();
+  await scratch.close();
+});
+
+/** The schemes `createLocker` knows, as its error lists them. */
+const SCHEMES = STORE_SCHEMES.join(', ');
+const TTL_RANGE = 'an integer in [10, 2147483647]';
+const MS_RANGE = 'an integer in [0, 2147483647]';
+
+/** [what, arguments after `run <key>` (before the command), expected stderr line]. */
+const BAD_RUN_OPTIONS: readonly (readonly [string, readonly string[], string])[] = [
+  [
+    'a --ttl that is not a number',
+    ['--ttl', 'abc'],
+    `invalid --ttl: expected ${TTL_RANGE}, received "abc"`,
+  ],
+  ['a --ttl below 10 ms', ['--ttl', '5'], `invalid --ttl: expected ${TTL_RANGE}, received "5"`],
+  [
+    'a fractional --ttl',
+    ['--ttl', '1500.5'],
+    `invalid --ttl: expected ${TTL_RANGE}, received "1500.5"`,
+  ],
+  ['a negative --wait', ['--wait', '-5'], `invalid --wait: expected ${MS_RANGE}, received "-5"`],
+  [
+    'a --wait in seconds',
+    ['--wait', '10s'],
+    `invalid --wait: expected ${MS_RANGE}, received "10s"`,
+  ],
+  [
+    'a --grace past the timer limit',
+    ['--grace', '2147483648'],
+    `invalid --grace: expected ${MS_RANGE}, received "2147483648"`,
+  ],
+];
+
+describe('fencelock run with bad options', () => {
+  it.each(BAD_RUN_OPTIONS)(
+    'refuses %s with exit code 2 before touching the store',
+    async (_, options, message) => {
+      const key = uniqueKey('bad-option');
+      const storeDir = join(scratch.dir, `never-${Math.random().toString(36).slice(2)}`);
+      const envFile = join(scratch.dir, `${key.replaceAll(':', '_')}.json`);
+      const result = await runCli([
+        'run',
+        key,
+        '--store',
+        `sqlite:${join(storeDir, 'locks.db')}`,
+        ...options,
+        ...childCommand('env', envFile),
+      ]);
+      expect(result).toEqual({
+        code: 2,
+        signal: null,
+        stdout: '',
+        stderr: `fencelock: ${message}\n`,
+      });
+      expect(existsSync(storeDir)).toBe(false);
+      expect(linesOf(envFile)).toEqual([]);
+    },
+  );
+
+  it('refuses a bad option on Redis with no command sent to the engine', async () => {
+    const key = uniqueKey('bad-option-redis');
+    const monitor = await monitorRedis(key);
+    try {
+      const result = await runCli([
+        'run',
+        key,
+        '--store',
+        redis.url,
+        '--ttl',
+        '0',
+        ...childCommand('exit', '0'),
+      ]);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toBe(`fencelock: invalid --ttl: expected ${TTL_RANGE}, received "0"\n`);
+      // A command the CLI had sent would have been executed before it exited; give MONITOR's
+      // stream a moment to deliver any such line (none is expected).
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(monitor.commands).toEqual([]);
+    } finally {
+      monitor.close();
+    }
+    expect(await redis.hasAnyRecord(key)).toBe(false);
+  });
+
+  it.each([
+    [
+      'an unknown store scheme',
+      ['run', 'k', '--store', 'bogus://x', '--', 'true'],
+      `fencelock: invalid --store: expected a store URL with scheme ${SCHEMES}, received "bogus://x"`,
+    ],
+    [
+      'an empty key',
+      ['run', '', '--', 'true'],
+      'fencelock: invalid <key>: expected a well-formed string of 1 to 1024 UTF-8 bytes, received ""',
+    ],
+    [
+      'a key over 1024 bytes',
+      ['run', 'k'.repeat(1025), '--', 'true'],
+      `fencelock: invalid <key>: expected a well-formed string of 1 to 1024 UTF-8 bytes, received "${'k'.repeat(60)}…"`,
+    ],
+    ['a missing command', ['run', 'k'], "error: missing required argument 'command'"],
+    [
+      'an unknown option',
+      ['run', 'k', '--ttl-ms', '100', '--', 'true'],
+      "error: unknown option '--ttl-ms'",
+    ],
+    [
+      'inspect with an unknown store scheme',
+      ['inspect', 'k', '--store', 'mysql://h/db'],
+      `fencelock: invalid --store: expected a store URL with scheme ${SCHEMES}, received "mysql://h/db"`,
+    ],
+    [
+      'inspect with an empty key',
+      ['inspect', ''],
+      'fencelock: invalid <key>: expected a well-formed string of 1 to 1024 UTF-8 bytes, received ""',
+    ],
+    ['inspect without a key', ['inspect'], "error: missing required argument 'key'"],
+  ])('refuses %s with exit code 2', async (_, args, message) => {
+    // Run in the scratch folder: the default store (./.fencelock/locks.db) must not appear.
+    const result = await runCli(args, { cwd: scratch.dir });
+    expect(result.code).toBe(2);
+    expect(result.stdout).toBe('');
+    expect(result.stderr.split('\n')[0]).toBe(message);
+    expect(existsSync(join(scratch.dir, '.fencelock'))).toBe(false);
+  });
+});
+
+describe('--help', () => {
+  it('documents the exit codes of run', async () => {
+    const result = await runCli(['run', '--help']);
+    expect([result.code, result.stderr]).toEqual([0, '']);
+    expect(result.stdout).toContain('Usage: fencelock run [options] <key> -- <command> [args...]');
+    for (const line of [
+      '  124                 --wait ran out before the lock was granted; the command did not run',
+      '  125                 the lease was lost while the command ran; it was sent SIGTERM',
+      '  126 / 127           the command could not be started / was not found',
+      '  2                   bad usage (unknown option, bad value); nothing was locked',
+    ]) {
+      expect(result.stdout.split('\n')).toContain(line);
+    }
+  });
+
+  it.each([
+    [['inspect', '--help'], 'Usage: fencelock inspect [options] <key>'],
+    [['--help'], 'Usage: fencelock [options] [command]'],
+  ])('answers %j with usage and exit code 0', async (args, usage) => {
+    const result = await runCli(args);
+    expect([result.code, result.stderr]).toEqual([0, '']);
+    expect(result.stdout.split('\n')[0]).toBe(usage);
+  });
+
+  it('lists run and inspect among the commands', async () => {
+    const { stdout } = await runCli(['--help']);
+    expect(stdout).toMatch(/^ {2}run \[options\] <key> <command> \[args\.\.\.\] +hold a lock/m);
+    expect(stdout).toMatch(/^ {2}inspect \[options\] <key> +show the holder/m);
+  });
+});
