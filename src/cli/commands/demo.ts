@@ -42,7 +42,7 @@ export function registerDemoCommand(program: Command): void {
     )
     .option(
       '--store <url>',
-      'lock store: sqlite:<path> or redis://host:port (default: an embedded sqlite store in a temp folder, deleted afterwards)',
+      'lock store: any store URL, e.g. sqlite:<path>, redis://host:port or postgres://user@host/db; the stock is kept in Redis or PostgreSQL for those, else in SQLite (default: an embedded sqlite store in a temp folder, deleted afterwards)',
     )
     .option('--workers <n>', 'worker processes', String(FLASH_SALE_DEFAULTS.workers))
     .option('--stock <n>', 'initial stock', String(FLASH_SALE_DEFAULTS.stock))
