@@ -193,6 +193,28 @@ export class Lock {
     );
     let attempts = 0;
     let sent = false;
+    /**
+     * Whether a grant that arrives after the caller gave up (and a queue entry left at a timeout)
+     * is withdrawn. Always for the library's own owners. For a caller-chosen owner (the sidecar)
+     * the same owner may be acquiring again already, and on the engine its new grant is the same
+     * row, key or node as the stale one (a repeated attempt by the holder keeps its token): a late
+     * withdrawal would delete the grant it was just told it holds. So it withdraws only on engines
+     * whose grants live in this locker's session (etcd, ZooKeeper: there they would never run out
+     * by themselves, and no other process shares the entry), and only while no later acquire of
+     * the same key and owner has started in this locker. Elsewhere the grant runs out by its TTL,
+     * or its owner releases or re-acquires it by name.
+     */
+    const ownerRun =
+      fixedOwner === undefined ? undefined : startOwnerRun(backend, this.key, fixedOwner);
+    const mayWithdraw = () =>
+      ownerRun === undefined || (backend.openSession !== undefined && ownerRun.isLatest());
+    const withdrawLate = (): Promise<void> =>
+      mayWithdraw() ? backend.abandon(request) : Promise.resolve();
+    /** For an answer still in flight: decide when it lands (the run stays known until then). */
+    const withdrawWhenAnswered = (pending: Promise<unknown>): Promise<void> => {
+      ownerRun?.keep();
+      return pending.then(withdrawLate, () => undefined).finally(() => ownerRun?.end());
+    };
     /** A `wait` start was published; its end is published when the call settles. */
     let waiting = false;
     const waitEvent = (phase: 'start' | 'end') =>
@@ -224,8 +246,7 @@ export class Lock {
             backend.attempt(request),
             deadline,
             signal,
-            request,
-            backend,
+            withdrawWhenAnswered,
           );
         } catch (error) {
           // A vote without a majority (Redlock) is one attempt's failure, not the engine's: the
@@ -252,7 +273,7 @@ export class Lock {
             // Granted after the caller gave up or the locker closed, or too late to be of use
             // (slow engine): withdraw, then give up or try again.
             this.#throwIfAborted(signal, startedAt);
-            await backend.abandon(request);
+            await withdrawLate();
             if (once || monotonicNow() >= deadline) {
               throw new LockTimeoutError(this.key, monotonicNow() - startedAt, {
                 reason: 'granted with no validity left',
@@ -291,7 +312,7 @@ export class Lock {
           return lease;
         }
         if (once) {
-          if (result.queued) await backend.abandon(request);
+          if (result.queued) await withdrawLate();
           event('busy');
           return null;
         }
@@ -321,11 +342,12 @@ export class Lock {
       event(timedOut ? 'timeout' : 'error', { error });
       // Withdraw in the background: the caller gets its answer at the deadline even when the
       // engine does not answer; the locker's close() waits for these clean-ups.
-      if (sent) this.#ctx.track(backend.abandon(request));
+      if (sent) this.#ctx.track(withdrawLate());
       if (error instanceof FencelockError) throw error;
       throw new BackendError(backend.name, `acquire of "${this.key}"`, error);
     } finally {
       if (waiting) waitEvent('end');
+      ownerRun?.end();
     }
   }
 
@@ -350,13 +372,15 @@ export class Lock {
     });
   }
 
-  /** Await an engine call, but give up at the caller's deadline; a late grant is withdrawn. */
+  /**
+   * Await an engine call, but give up at the caller's deadline; the late answer is then handed
+   * to `withdraw`.
+   */
   async #untilDeadline<T>(
     pending: Promise<T>,
     deadline: number,
     signal: AbortSignal,
-    request: AttemptRequest,
-    backend: Backend,
+    withdraw: (pending: Promise<T>) => Promise<void>,
   ): Promise<T | undefined> {
     const left = deadline - monotonicNow();
     let timer: NodeJS.Timeout | undefined;
@@ -372,7 +396,7 @@ export class Lock {
       const result = await Promise.race([pending, wait]);
       if (result === undefined) {
         // Whatever the engine does with the abandoned attempt, withdraw it once it answers.
-        this.#ctx.track(pending.then(() => backend.abandon(request)));
+        this.#ctx.track(withdraw(pending));
       }
       return result;
     } finally {
@@ -380,4 +404,36 @@ export class Lock {
       if (stop) signal.removeEventListener('abort', stop);
     }
   }
+}
+
+/** Owner-addressed acquires in progress per backend: `owner`, `key` → latest number, live count. */
+const ownerRuns = new WeakMap<Backend, Map<string, { latest: number; live: number }>>();
+
+/**
+ * Register an owner-addressed acquire of `key` by `owner`: `isLatest()` stays true until another
+ * one of the same key and owner starts on the same backend. The entry lives while any run (or a
+ * withdrawal a run left behind, `keep()` … `end()`) does.
+ */
+function startOwnerRun(backend: Backend, key: string, owner: string) {
+  let runs = ownerRuns.get(backend);
+  if (runs === undefined) {
+    runs = new Map();
+    ownerRuns.set(backend, runs);
+  }
+  const id = `${owner}\u0000${key}`;
+  const entry = runs.get(id) ?? { latest: 0, live: 0 };
+  runs.set(id, entry);
+  entry.latest += 1;
+  entry.live += 1;
+  const number = entry.latest;
+  return {
+    isLatest: () => entry.latest === number,
+    keep: () => {
+      entry.live += 1;
+    },
+    end: () => {
+      entry.live -= 1;
+      if (entry.live === 0 && runs.get(id) === entry) runs.delete(id);
+    },
+  };
 }

@@ -282,8 +282,11 @@ export class Locker implements AsyncDisposable {
    * reentrancy, and `close()` does not release it; it ends `ttlMs` after the grant unless renewed
    * with `renewForOwner`, and any locker on the same store can renew, release or inspect it.
    * The engine treats a repeated acquire by the current holder as idempotent: it answers with
-   * the same fencing token and restarts the TTL. A wait that times out or fails withdraws
-   * `owner`'s entry on the key (as `acquire` does), even a lease `owner` held before.
+   * the same fencing token and restarts the TTL. A grant the engine makes after the caller gave
+   * up (timeout, abort) is not withdrawn, because the same owner may already be acquiring again
+   * and would lose that grant with it: it runs out by its TTL. On etcd and ZooKeeper, where it
+   * would live as long as the session, it is withdrawn unless another acquire of the same key
+   * and owner has started in this locker meanwhile.
    * On ZooKeeper and etcd the grant lives in this locker's engine session, so it ends when the
    * locker closes, and only this locker can renew it.
    * @param owner 32 to 128 lowercase hex digits (>= 128 bits), naming one holder of this one

@@ -35,7 +35,8 @@ export function registerLockRoutes(app: FastifyInstance, ctx: RouteContext): voi
       const owner = request.body.owner ?? newOwnerName();
       const ownerId = ownerIdFor(owner, key);
       const waitMs = request.body.waitMs ?? 0;
-      // The caller hung up before its answer: stop waiting, and give back a grant nobody gets.
+      // The caller hung up before its answer: stop waiting. A grant that still comes is left to
+      // its TTL (the caller may be retrying with the same owner, whose grant it would be).
       const gone = new AbortController();
       const onClose = () => gone.abort();
       reply.raw.once('close', onClose);
@@ -53,11 +54,6 @@ export function registerLockRoutes(app: FastifyInstance, ctx: RouteContext): voi
             errorCode: 'ERR_LOCK_BUSY',
             message: `"${key}" is held by another owner`,
           });
-        }
-        if (gone.signal.aborted) {
-          void ctx.locker
-            .releaseForOwner({ key, owner: ownerId, fencingToken: grant.fencingToken })
-            .catch(() => undefined);
         }
         return {
           key,
