@@ -52,6 +52,11 @@ interface Holding {
   session: AdvisorySession | undefined;
   /** Releases the lock when it is not renewed within its TTL. */
   expiry: NodeJS.Timeout | undefined;
+  /**
+   * The TTL ran out and the unlock is queued on the connection: from then on the lock is not
+   * this owner's, even before the unlock has run (a renewal queued behind it must not succeed).
+   */
+  expired: boolean;
 }
 
 /** The advisory-lock backend. Build it with `createPostgresBackend({ …, mode: 'advisory' })`. */
@@ -78,7 +83,12 @@ export class PostgresAdvisoryBackend implements Backend {
     const mark = this.#db.listener?.mark() ?? -1;
     const local = this.#held.get(request.key);
     if (local !== undefined) {
-      if (local.owner === request.owner && local.token !== undefined && local.session) {
+      if (
+        local.owner === request.owner &&
+        local.token !== undefined &&
+        local.session &&
+        !local.expired
+      ) {
         this.#armExpiry(request.key, local, request.ttlMs);
         return {
           granted: true,
@@ -94,6 +104,7 @@ export class PostgresAdvisoryBackend implements Backend {
       token: undefined,
       session: undefined,
       expiry: undefined,
+      expired: false,
     };
     this.#held.set(request.key, holding);
     let session: AdvisorySession | undefined;
@@ -159,7 +170,7 @@ export class PostgresAdvisoryBackend implements Backend {
       ]),
     );
     if (rows === undefined) return { ok: false, reason: 'not-held' };
-    if (rows[0]?.held !== true || this.#held.get(lease.key) !== holding) {
+    if (rows[0]?.held !== true || this.#held.get(lease.key) !== holding || holding!.expired) {
       this.#forget(lease.key, holding!);
       return { ok: false, reason: 'not-held' };
     }
@@ -269,6 +280,7 @@ export class PostgresAdvisoryBackend implements Backend {
     clearTimeout(holding.expiry);
     holding.expiry = setTimeout(() => {
       if (this.#held.get(key) !== holding) return;
+      holding.expired = true;
       void this.#unlock(key, holding).then(() => this.#forget(key, holding));
     }, ttlMs);
     holding.expiry.unref();
@@ -357,7 +369,12 @@ function isConnectionLoss(error: unknown): boolean {
 
 /** Does `holding` belong to `lease`? */
 function stateOf(holding: Holding | undefined, lease: LeaseRef): 'yes' | 'not-held' | 'not-owner' {
-  if (holding === undefined || holding.token === undefined || holding.session === undefined) {
+  if (
+    holding === undefined ||
+    holding.token === undefined ||
+    holding.session === undefined ||
+    holding.expired
+  ) {
     return 'not-held';
   }
   return holding.owner === lease.owner && holding.token === lease.fencingToken

@@ -133,3 +133,42 @@ describe('PostgreSQL advisory-lock mode', () => {
     for (const key of keys) expect(await advisoryLocksOf(admin, key)).toBe(0);
   });
 });
+
+describe('PostgreSQL advisory-lock mode, a renewal queued behind the TTL', () => {
+  it('is refused once the TTL ran out, even though the unlock had not run yet', async () => {
+    // Found by review: the renewal answered "renewed" and the queued unlock then gave the lock
+    // away inside the renewed TTL.
+    const locker = createLocker(advisoryBackend());
+    const other = createLocker(advisoryBackend());
+    const key = `queued-renew:${randomUUID()}`;
+    const slowKey = `${key}:slow`;
+    const owner = randomUUID().replaceAll('-', '');
+    const grant = await locker.acquireForOwner(key, owner, { ttlMs: 1_000 });
+    // Make the lock connection busy: an attempt on another key waits on a row lock held here.
+    const blocker = new pg.Client({ connectionString: PG_URL });
+    await blocker.connect();
+    await blocker.query(
+      `INSERT INTO "${schema}".fencelock_advisory_holders (key, owner, token, pid, expires_at)
+       VALUES ($1, 'nobody', 0, 0, clock_timestamp())`,
+      [slowKey],
+    );
+    await blocker.query('BEGIN');
+    await blocker.query(
+      `SELECT 1 FROM "${schema}".fencelock_advisory_holders WHERE key = $1 FOR UPDATE`,
+      [slowKey],
+    );
+    const slow = locker.tryAcquire(slowKey, { ttlMs: 10_000 });
+    await sleep(100);
+    const renewal = locker.renewForOwner({ key, owner, fencingToken: grant.fencingToken }, 5_000);
+    await sleep(1_300); // the 1 s TTL runs out while the renewal waits in line
+    await blocker.query('COMMIT');
+    await blocker.end();
+    expect(await renewal).toEqual({ outcome: 'not-held' });
+    expect(await eventually(async () => (await advisoryLocksOf(admin, key)) === 0)).toBe(true);
+    const next = await other.tryAcquire(key, { ttlMs: 1_000 });
+    expect(next).not.toBeNull();
+    await next!.release();
+    await (await slow)?.release();
+    await Promise.all([locker.close(), other.close()]);
+  });
+});
