@@ -32,7 +32,7 @@ import type {
 } from '../../core/backend.js';
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
-import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
+import { isConnectionFailure, PostgresConnectionSet, type PostgresSettings } from './connection.js';
 import { lockIdOf, pgLocksIdOf } from './sql.js';
 
 /** The dedicated connection all advisory locks of a backend live on. */
@@ -256,9 +256,9 @@ export class PostgresAdvisoryBackend implements Backend {
     statement: (client: pg.Client) => Promise<pg.QueryResult<R>>,
   ): Promise<R[] | undefined> {
     try {
-      return (await this.#db.run(operation, () => serially(session, statement))).rows;
+      return (await this.#db.run(operation, () => serially(session, statement), false)).rows;
     } catch (error) {
-      if (!isConnectionLoss((error as BackendError).cause) && !session.lost.signal.aborted) {
+      if (!isConnectionFailure((error as BackendError).cause) && !session.lost.signal.aborted) {
         throw error;
       }
       this.#sessionLost(session, (error as BackendError).cause);
@@ -354,17 +354,6 @@ function serially<T>(session: AdvisorySession, statement: (client: pg.Client) =>
   const run = session.tail.then(() => statement(session.client));
   session.tail = run.catch(() => undefined);
   return run;
-}
-
-/**
- * The server ended the session (`57P01` admin shutdown, `57P02` crash shutdown, `57P03` cannot
- * connect now) or the socket closed: session-level locks are gone with it.
- */
-function isConnectionLoss(error: unknown): boolean {
-  const code = (error as { code?: unknown })?.code;
-  if (typeof code === 'string' && code.startsWith('57P')) return true;
-  const message = error instanceof Error ? error.message : '';
-  return /connection terminated|not queryable|ECONNRESET|EPIPE/i.test(message);
 }
 
 /** Does `holding` belong to `lease`? */

@@ -25,11 +25,13 @@ export class PostgresConnectionSet {
   readonly listener: ReleaseListener | undefined;
   readonly #ownsPool: boolean;
   readonly #clientConfig: pg.ClientConfig;
+  readonly #commandTimeoutMs: number;
   #setup: Promise<void> | undefined;
   #closed = false;
 
   constructor(settings: PostgresSettings) {
     this.sql = sqlFor(settings.schema);
+    this.#commandTimeoutMs = settings.commandTimeoutMs;
     const timeouts = {
       statement_timeout: settings.commandTimeoutMs,
       query_timeout: settings.commandTimeoutMs + CLIENT_TIMEOUT_SLACK_MS,
@@ -90,17 +92,31 @@ export class PostgresConnectionSet {
     return this.#setup;
   }
 
-  /** Run `fn` after the set-up; any failure becomes a `BackendError` of `operation`. */
-  async run<T>(operation: string, fn: () => Promise<T>): Promise<T> {
-    if (this.#closed) {
-      throw new BackendError('postgres', operation, new Error('backend is closed'));
-    }
-    try {
-      await this.ensureSchema();
-      return await fn();
-    } catch (error) {
-      if (error instanceof BackendError) throw error;
-      throw new BackendError('postgres', operation, error);
+  /**
+   * Run `fn` after the set-up; any failure becomes a `BackendError` of `operation`. A failure of
+   * the connection itself (the server terminated it, restarted, refused it) is retried with
+   * backoff for up to `commandTimeoutMs`, on a new pooled connection: every statement is safe to
+   * repeat (grants are idempotent for their owner, renewals and withdrawals too; a repeated
+   * release whose first try was applied answers `not-held`). So a waiter rides out a server
+   * restart, as ioredis' reconnects let a Redis waiter do. `retry: false` for statements bound
+   * to one connection (advisory locks).
+   */
+  async run<T>(operation: string, fn: () => Promise<T>, retry = true): Promise<T> {
+    const giveUpAt = performance.now() + this.#commandTimeoutMs;
+    for (let delayMs = 50; ; delayMs = Math.min(500, delayMs * 2)) {
+      if (this.#closed) {
+        throw new BackendError('postgres', operation, new Error('backend is closed'));
+      }
+      try {
+        await this.ensureSchema();
+        return await fn();
+      } catch (error) {
+        if (error instanceof BackendError) throw error;
+        if (!retry || !isConnectionFailure(error) || performance.now() + delayMs > giveUpAt) {
+          throw new BackendError('postgres', operation, error);
+        }
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+      }
     }
   }
 
@@ -111,4 +127,19 @@ export class PostgresConnectionSet {
     await this.listener?.close();
     if (this.#ownsPool) await this.pool.end().catch(() => undefined);
   }
+}
+
+/**
+ * The connection failed, not the statement: the server ended the session (`57P01` admin
+ * shutdown, `57P02` crash shutdown, `57P03` cannot connect now), a connection exception (class
+ * `08`), or the socket closed or was refused.
+ */
+export function isConnectionFailure(error: unknown): boolean {
+  const code = (error as { code?: unknown })?.code;
+  if (typeof code === 'string' && (code.startsWith('57P') || code.startsWith('08'))) return true;
+  if (code === 'ECONNREFUSED' || code === 'ECONNRESET' || code === 'EPIPE') return true;
+  const message = error instanceof Error ? error.message : '';
+  return /connection terminated|not queryable|Client has encountered a connection error/i.test(
+    message,
+  );
 }

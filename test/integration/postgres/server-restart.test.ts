@@ -59,4 +59,27 @@ describe('PostgreSQL crash-restart (F9 c)', () => {
     expect(await lease.release()).toBe('released');
     await Promise.all([holder.close(), other.close()]);
   }, 60_000);
+
+  it('a waiter rides out a crash-restart and a termination of every connection', async () => {
+    // Found by review: one connection error ended the wait with a BackendError.
+    const holder = createLocker(store);
+    const waiter = createLocker(store);
+    const key = `restart-wait:${randomUUID()}`;
+    const lease = await holder.acquire(key, { ttlMs: 15_000 });
+    const waiting = waiter.acquire(key, { ttlMs: 5_000, waitMs: 30_000 });
+    await sleep(300);
+    execFileSync('bash', ['scripts/services.sh', 'pg-server', 'kill-backends'], {
+      stdio: 'ignore',
+    });
+    await sleep(300);
+    execFileSync('bash', ['scripts/services.sh', 'pg-server', 'restart-immediate'], {
+      stdio: 'ignore',
+    });
+    await sleep(1_000);
+    expect(await lease.release()).toBe('released');
+    const next = await waiting;
+    expect(next.fencingToken).toBeGreaterThan(lease.fencingToken);
+    expect(await next.release()).toBe('released');
+    await Promise.all([holder.close(), waiter.close()]);
+  }, 60_000);
 });
