@@ -96,7 +96,8 @@ export const DEFAULTS = Object.freeze({
 });
 
 /**
- * Check a lock key: a well-formed string (no lone surrogate) of 1 to 1024 UTF-8 bytes.
+ * Check a lock key: a well-formed string (no lone surrogate) of 1 to 1024 UTF-8 bytes, without
+ * NUL (PostgreSQL text cannot hold it, and ZooKeeper paths may not contain it).
  * @throws InvalidArgumentError
  */
 export function validateKey(key: unknown, argument = 'key'): string {
@@ -104,11 +105,12 @@ export function validateKey(key: unknown, argument = 'key'): string {
     typeof key !== 'string' ||
     key.length === 0 ||
     Buffer.byteLength(key) > MAX_KEY_BYTES ||
-    LONE_SURROGATE.test(key)
+    LONE_SURROGATE.test(key) ||
+    key.includes('\u0000')
   ) {
     throw new InvalidArgumentError(
       argument,
-      `a well-formed string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes`,
+      `a well-formed string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes without NUL`,
       key,
     );
   }

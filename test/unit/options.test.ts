@@ -40,6 +40,11 @@ describe('validation', () => {
     invalid(() => validateKey(key), 'key');
   });
 
+  it('rejects keys with NUL, which PostgreSQL text cannot hold', () => {
+    invalid(() => validateKey('a\u0000b'), 'key');
+    expect(validateKey('a\u0001b')).toBe('a\u0001b');
+  });
+
   it('rejects keys with lone surrogates, which engines would alias to U+FFFD', () => {
     invalid(() => validateKey('job:\uD800'), 'key');
     invalid(() => validateKey('job:\uDFFF'), 'key');

@@ -120,13 +120,13 @@ export class PostgresBackend implements Backend {
           ? this.#db.pool.query<{ ok: boolean; live: boolean }>(sql.renew, [
               batch[0]!.lease.key,
               batch[0]!.lease.owner,
-              batch[0]!.lease.fencingToken.toString(),
+              tokenParameter(batch[0]!.lease.fencingToken),
               batch[0]!.ttlMs,
             ])
           : this.#db.pool.query<{ ok: boolean; live: boolean }>(sql.renewMany, [
               batch.map((r) => r.lease.key),
               batch.map((r) => r.lease.owner),
-              batch.map((r) => r.lease.fencingToken.toString()),
+              batch.map((r) => tokenParameter(r.lease.fencingToken)),
               batch.map((r) => r.ttlMs),
             ]),
       );
@@ -149,7 +149,7 @@ export class PostgresBackend implements Backend {
       this.#db.pool.query<{ outcome: ReleaseOutcome }>(this.#db.sql.release, [
         lease.key,
         lease.owner,
-        lease.fencingToken.toString(),
+        tokenParameter(lease.fencingToken),
         this.#db.sql.channel,
       ]),
     );
@@ -205,4 +205,16 @@ export class PostgresBackend implements Backend {
         this.#sweeping = undefined;
       });
   }
+}
+
+/** Largest value of a PostgreSQL bigint. */
+const MAX_INT8 = (1n << 63n) - 1n;
+
+/**
+ * A token as a bigint parameter. No lease here has a token beyond a bigint (they come from a
+ * bigint sequence), so such a token is sent as -1, which matches no lease: the statement then
+ * answers `not-owner` or `not-held` instead of failing with "bigint out of range".
+ */
+function tokenParameter(token: bigint): string {
+  return token > MAX_INT8 ? '-1' : token.toString();
 }

@@ -41,6 +41,17 @@ export function pgLocksIdOf(key: string): [string, string] {
 const REMAINING_MS = (column: string) =>
   `ceil(extract(epoch FROM ${column} - clock_timestamp()) * 1000)::text`;
 
+/**
+ * `fencelock:<schema>`, or for a schema too long for PostgreSQL's 63-byte channel names, its
+ * first 36 characters and 16 hex digits of its SHA-256.
+ */
+export function channelOf(schema: string): string {
+  const plain = `fencelock:${schema}`;
+  if (plain.length <= 63) return plain;
+  const digest = createHash('sha256').update(schema).digest('hex').slice(0, 16);
+  return `fencelock:${schema.slice(0, 36)}:${digest}`;
+}
+
 /** The statements of one schema. `schema` is a checked lower-case identifier. */
 export function sqlFor(schema: string) {
   const s = `"${schema}"`;
@@ -50,7 +61,7 @@ export function sqlFor(schema: string) {
   const nextToken = `nextval('${s}.fencelock_token_seq')`;
   return {
     /** The NOTIFY channel of releases in this schema; the payload is the key. */
-    channel: `fencelock:${schema}`,
+    channel: channelOf(schema),
 
     /** $1: qualified table name. True when the schema's tables exist. */
     ready: `SELECT to_regclass($1) IS NOT NULL AS ready`,

@@ -125,12 +125,12 @@ describe('fencelock run with bad options', () => {
     [
       'an empty key',
       ['run', '', '--', 'true'],
-      'fencelock: invalid <key>: expected a well-formed string of 1 to 1024 UTF-8 bytes, received ""',
+      'fencelock: invalid <key>: expected a well-formed string of 1 to 1024 UTF-8 bytes without NUL, received ""',
     ],
     [
       'a key over 1024 bytes',
       ['run', 'k'.repeat(1025), '--', 'true'],
-      `fencelock: invalid <key>: expected a well-formed string of 1 to 1024 UTF-8 bytes, received "${'k'.repeat(60)}…"`,
+      `fencelock: invalid <key>: expected a well-formed string of 1 to 1024 UTF-8 bytes without NUL, received "${'k'.repeat(60)}…"`,
     ],
     ['a missing command', ['run', 'k'], "error: missing required argument 'command'"],
     [
@@ -146,7 +146,7 @@ describe('fencelock run with bad options', () => {
     [
       'inspect with an empty key',
       ['inspect', ''],
-      'fencelock: invalid <key>: expected a well-formed string of 1 to 1024 UTF-8 bytes, received ""',
+      'fencelock: invalid <key>: expected a well-formed string of 1 to 1024 UTF-8 bytes without NUL, received ""',
     ],
     ['inspect without a key', ['inspect'], "error: missing required argument 'key'"],
   ])('refuses %s with exit code 2', async (_, args, message) => {

@@ -176,3 +176,48 @@ describe('PostgreSQL lease table', () => {
     expect(rows[0]!.n).toBe('0');
   });
 });
+
+describe('PostgreSQL lease mode, input found by review', () => {
+  it('a 63-character schema still notifies releases (the channel name stays within 63 bytes)', async () => {
+    const long = `fencelock_${'s'.repeat(53)}`;
+    expect(long).toHaveLength(63);
+    const a = createLocker(`${PG_URL}?schema=${long}`);
+    const b = createLocker(`${PG_URL}?schema=${long}`);
+    const key = `long-schema:${randomUUID()}`;
+    const lease = await a.acquire(key, { ttlMs: 30_000 });
+    const waiting = b.acquire(key, { waitMs: 10_000 });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await lease.release()).toBe('released');
+    const next = await waiting;
+    expect(await next.release()).toBe('released');
+    await Promise.all([a.close(), b.close()]);
+    await admin.query(`DROP SCHEMA "${long}" CASCADE`);
+  });
+
+  it('a token beyond a bigint is answered not-owner / not-held, not with an engine error', async () => {
+    const backend = createPostgresBackend({ url: PG_URL, schema });
+    const key = `huge-token:${randomUUID()}`;
+    const owner = 'f'.repeat(32);
+    const huge = 1n << 63n;
+    expect(await backend.release({ key, owner, fencingToken: huge })).toBe('not-held');
+    expect(await backend.renew({ key, owner, fencingToken: huge }, 1_000)).toEqual({
+      ok: false,
+      reason: 'not-held',
+    });
+    const granted = await backend.attempt({
+      key,
+      owner,
+      ttlMs: 5_000,
+      mode: 'write',
+      autoRenew: true,
+    });
+    expect(granted.granted).toBe(true);
+    expect(await backend.release({ key, owner, fencingToken: huge })).toBe('not-owner');
+    expect(await backend.renew({ key, owner, fencingToken: huge }, 1_000)).toEqual({
+      ok: false,
+      reason: 'not-owner',
+    });
+    await backend.abandon({ key, owner, ttlMs: 1, mode: 'write', autoRenew: true });
+    await backend.close();
+  });
+});
