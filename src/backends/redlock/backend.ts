@@ -213,7 +213,9 @@ export class RedlockBackend implements Backend {
   async inspect(key: string): Promise<LockInfo> {
     const k = this.keysOf(key);
     const all = await this.#vote(
-      this.#nodeTimeoutMs,
+      // Nothing is granted on this answer, so no validity shrinks while waiting: give nodes time
+      // to connect (the first call of a fresh locker) rather than fail for want of a quorum.
+      Math.max(this.#nodeTimeoutMs, INSPECT_TIMEOUT_MS),
       (client) => inspectScript.run(client, [k.lock, k.fence], []),
       () => false,
     ).all;
@@ -331,6 +333,9 @@ export class RedlockBackend implements Backend {
     return connecting;
   }
 }
+
+/** Per-node timeout of `inspect`, which grants nothing, ms. */
+export const INSPECT_TIMEOUT_MS = 2_000;
 
 /** The value at least `quorum` of `values` share, if any. */
 function majorityToken(values: readonly bigint[], quorum: number): bigint | undefined {

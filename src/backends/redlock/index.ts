@@ -14,7 +14,7 @@ import {
   isNodeRedisClient,
   type NodeRedisClientLike,
 } from '../redis/node-redis.js';
-import { RedlockBackend, type RedlockNode } from './backend.js';
+import { INSPECT_TIMEOUT_MS, RedlockBackend, type RedlockNode } from './backend.js';
 import {
   assertNodeCount,
   DEFAULT_NODE_TIMEOUT_MS,
@@ -90,7 +90,9 @@ function toNode(node: unknown, index: number, nodeTimeoutMs: number): RedlockNod
       // would set a key nobody waits for. The vote's per-node timeout bounds a silent node.
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
-      commandTimeout: nodeTimeoutMs,
+      // Votes are bounded by their own per-node timeout; this only ends a command nobody waits
+      // for, after the longest a vote waits (inspect's).
+      commandTimeout: Math.max(nodeTimeoutMs, INSPECT_TIMEOUT_MS),
       connectTimeout: Math.max(nodeTimeoutMs, 1_000),
       // Reconnect to a node that came back within half a second (ioredis waits up to 2 s).
       retryStrategy: (times: number) => Math.min(times * 50, 500),
