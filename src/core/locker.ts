@@ -470,10 +470,15 @@ export class Locker implements AsyncDisposable {
       if (error instanceof InvalidArgumentError || error instanceof BackendError) throw error;
       const code = (error as { code?: string }).code;
       const missing = code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND';
+      // Node names the package it could not find: "Cannot find package 'pg' imported from …".
+      const name = /Cannot find (?:package|module) '([^'/]+(?:\/[^'/]+)?)'/.exec(
+        (error as Error)?.message ?? '',
+      )?.[1];
+      const client = name?.startsWith('@') || name?.includes('/') === false ? name : undefined;
       throw new BackendError(
         'store',
         missing
-          ? 'load (install the engine client: npm install ioredis / better-sqlite3@12 / etcd3 / zookeeper)'
+          ? `load (install the engine client: npm install ${client ?? 'ioredis / better-sqlite3@12 / etcd3 / zookeeper / pg'})`
           : 'load',
         error,
       );
