@@ -7,6 +7,7 @@ import { DEFAULT_SQLITE_PATH } from '../backends/sqlite/url.js';
 import { InvalidArgumentError } from '../index.js';
 import { validateKey } from '../options.js';
 import { resolveStoreUrl } from '../stores.js';
+import { redactStoreUrl } from './redact.js';
 
 /**
  * Store of `run` and `inspect` when `--store` is not given: the embedded SQLite file
@@ -44,7 +45,7 @@ export function parseIntegerOption(option: string, raw: string, min: number, max
 
 /**
  * Check a store URL the way `createLocker` does (scheme and parameters, no connection made).
- * @throws UsageError naming `option`.
+ * @throws UsageError naming `option`; the URL it echoes has its password redacted.
  */
 export function parseStoreOption(option: string, raw: string): string {
   try {
@@ -54,7 +55,7 @@ export function parseStoreOption(option: string, raw: string): string {
     const what = error.argument === 'store' ? '' : ` (${error.argument})`;
     throw new UsageError(
       option,
-      `invalid ${option}${what}: expected ${error.allowed}, received ${JSON.stringify(raw)}`,
+      `invalid ${option}${what}: expected ${error.allowed}, received ${JSON.stringify(redactStoreUrl(raw))}`,
     );
   }
   return raw;

@@ -19,6 +19,7 @@
  * fence_token <= $token`), so it is atomic without any session state: it works through a pool
  * and behind a transaction-mode pooler.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import type { ClientBase, Pool, PoolClient, QueryResult } from 'pg';
 import { BackendError, InvalidArgumentError, StaleTokenError } from '../errors.js';
 import { validateKey } from '../options.js';
@@ -63,6 +64,30 @@ const CREATE_RACE_CODES = new Set(['23505', '42710', '42P06', '42P07']);
 /** Either kind of connection the user may pass. */
 type Db = Pool | ClientBase;
 
+/** A `transaction()` whose `work` runs: its connection (pool or client), table and resource. */
+interface WorkScope {
+  readonly db: Db;
+  readonly table: string;
+  readonly resource: string;
+  /** False once `work` has returned: a task it left running may use the fence normally. */
+  active: boolean;
+}
+
+/**
+ * The `transaction()` calls whose `work` the current async context runs in, outermost first.
+ * A fence call made from inside `work` finds its own transaction here (see `#checkReentry`).
+ */
+const runningWork = new AsyncLocalStorage<readonly WorkScope[]>();
+
+/**
+ * Savepoint taken right before `work` and released right after it: the release fails when `work`
+ * ended the transaction (COMMIT / ROLLBACK on `tx`) or left it aborted.
+ */
+const WORK_SAVEPOINT = 'fencelock_fence_work';
+
+/** SQLSTATE of a statement sent in a transaction that an earlier error aborted. */
+const IN_FAILED_TRANSACTION = '25P02';
+
 /**
  * Fenced writes to PostgreSQL through node-postgres (`pg`).
  *
@@ -97,7 +122,8 @@ export class PgFence {
    * @param db a `pg.Pool` or a connected `pg.Client` / `pg.PoolClient` (yours: the fence never
    *   ends or releases it). With a single client, the fence runs its operations on it one at a
    *   time; do not send other queries on that client while a `transaction()` runs, since they
-   *   would land inside its transaction.
+   *   would land inside its transaction, and do not call the fence from inside `transaction()`'s
+   *   `work` (that call is refused: it would wait for the transaction it runs in).
    * @param options schema and table of the fence table.
    * @throws InvalidArgumentError for something that is not a node-postgres pool or client, or a
    *   schema / table name outside the rules above.
@@ -131,7 +157,8 @@ export class PgFence {
    * @param value the value to store (a string without NUL).
    * @throws StaleTokenError with `attemptedToken` and `currentToken` when a newer token already
    *   wrote the resource; nothing is written then.
-   * @throws InvalidArgumentError for bad arguments, before any query.
+   * @throws InvalidArgumentError for bad arguments, before any query; also when called from the
+   *   `work` of this fence's `transaction()` on a single client, or on the same resource.
    * @throws BackendError when PostgreSQL fails (its error is `cause`).
    */
   async write(resource: string, token: bigint, value: string): Promise<void> {
@@ -140,6 +167,7 @@ export class PgFence {
     if (typeof value !== 'string' || value.includes('\0')) {
       throw new InvalidArgumentError('value', 'a string without NUL characters', value);
     }
+    this.#checkReentry('write', resource);
     await this.#use(async (db) => {
       await this.#ensureTable(db);
       // A refusal is followed by a read of the newer token. Tokens only grow, so that read finds
@@ -169,11 +197,13 @@ export class PgFence {
   /**
    * The fence row of `resource`: its newest accepted token and last written value, or null if
    * it was never written. Creates the fence table on first use if it is missing.
-   * @throws InvalidArgumentError for a bad resource, before any query.
+   * @throws InvalidArgumentError for a bad resource, before any query; also when called from the
+   *   `work` of this fence's `transaction()` on a single client.
    * @throws BackendError when PostgreSQL fails.
    */
   async read(resource: string): Promise<PgFenceRecord | null> {
     checkResource(resource);
+    this.#checkReentry('read', resource);
     return this.#use(async (db) => {
       await this.#ensureTable(db);
       const result = await query<{ token: string; value: string | null }>(
@@ -193,8 +223,16 @@ export class PgFence {
    *
    * In order: BEGIN (READ COMMITTED); record `token` on the resource's fence row unless it holds
    * a newer one (the row stays locked until the end, so writers of the same resource go one at a
-   * time); run `work(tx)`; COMMIT. A stale token rolls back before `work` is called. An error
-   * thrown by `work` rolls back and is rethrown as it is. The row's `value` is left unchanged.
+   * time); SAVEPOINT; run `work(tx)`; RELEASE SAVEPOINT; COMMIT. A stale token rolls back before
+   * `work` is called. An error thrown by `work` rolls back and is rethrown as it is. The row's
+   * `value` is left unchanged. The savepoint is how the fence notices a `work` that ended the
+   * transaction itself (its release then fails).
+   *
+   * `work` must not call this fence again when the fence runs on a single client (the client is
+   * busy with this very transaction, so the call would wait for itself forever), nor write the
+   * same resource through it on a pool (the new connection would wait forever for the row lock
+   * this transaction holds): such calls are refused with `InvalidArgumentError`. Reading through
+   * a pool, or other resources, is fine.
    *
    * @param resource name of the guarded resource (1 to 1024 UTF-8 bytes, no NUL).
    * @param token the writer's fencing token (`lease.fencingToken`), 0 … 2^63 − 1.
@@ -202,10 +240,13 @@ export class PgFence {
    *   transaction, or your client). Do not COMMIT, ROLLBACK or release it yourself.
    * @returns what `work` returned, once committed.
    * @throws StaleTokenError with both tokens when a newer token already fenced the resource.
-   * @throws InvalidArgumentError for bad arguments, before any query.
-   * @throws BackendError when the fence's own statements fail, or when COMMIT did not commit
-   *   (e.g. `work` caught an SQL error, which aborts the transaction); your changes are rolled
-   *   back then.
+   * @throws InvalidArgumentError for bad arguments, before any query, and for a call from inside
+   *   the `work` of a `transaction()` as described above.
+   * @throws BackendError when the fence's own statements fail; when COMMIT did not commit (e.g.
+   *   `work` caught an SQL error, which aborts the transaction), your changes being rolled back
+   *   then; or when `work` ended the transaction itself (COMMIT or ROLLBACK on `tx`): what it did
+   *   before that was committed or rolled back by its own statement, what it sent after ran
+   *   outside the fence (a transaction it began again is rolled back).
    */
   async transaction<T>(
     resource: string,
@@ -217,6 +258,7 @@ export class PgFence {
     if (typeof work !== 'function') {
       throw new InvalidArgumentError('work', 'a function (tx) => Promise', work);
     }
+    this.#checkReentry('transaction', resource);
     return this.#use(async (db) => {
       // Outside the transaction, so a first CREATE TABLE is not tied to the caller's work.
       await this.#ensureTable(db);
@@ -246,7 +288,21 @@ export class PgFence {
             }
             throw new StaleTokenError(resource, token, current);
           }
-          result = await work(tx);
+          await query(tx, 'savepoint', `SAVEPOINT ${WORK_SAVEPOINT}`);
+          const scope: WorkScope = {
+            db: this.#db,
+            table: this.#sql.qualified,
+            resource,
+            active: true,
+          };
+          try {
+            result = await runningWork.run([...(runningWork.getStore() ?? []), scope], () =>
+              work(tx),
+            );
+          } finally {
+            scope.active = false;
+          }
+          await releaseWorkSavepoint(tx);
         } catch (error) {
           try {
             await tx.query('ROLLBACK');
@@ -277,6 +333,36 @@ export class PgFence {
         if (this.#isPool) (tx as PoolClient).release(unusable);
       }
     });
+  }
+
+  /**
+   * Refuse a call made from inside the `work` of a `transaction()` of this fence that could only
+   * wait for that transaction: any call on a single client (it is busy with the transaction), a
+   * write of the same resource on a pool (the row lock).
+   * @throws InvalidArgumentError
+   */
+  #checkReentry(operation: 'read' | 'write' | 'transaction', resource: string): void {
+    for (const scope of runningWork.getStore() ?? []) {
+      if (!scope.active || scope.db !== this.#db) continue;
+      if (!this.#isPool) {
+        throw new InvalidArgumentError(
+          'work',
+          'a callback that sends its queries on tx and does not call the fence again: on a single client that call would wait for the transaction it runs in',
+          `${operation}() called inside transaction()`,
+        );
+      }
+      if (
+        operation !== 'read' &&
+        scope.table === this.#sql.qualified &&
+        scope.resource === resource
+      ) {
+        throw new InvalidArgumentError(
+          'work',
+          'a callback that does not fence the same resource again: another connection would wait for the row lock of the transaction it runs in',
+          `${operation}() of "${resource}" called inside transaction()`,
+        );
+      }
+    }
   }
 
   /** Run `fn` now on a pool; one at a time on a single client. */
@@ -369,6 +455,38 @@ RETURNING 1`,
     // As text: a pool with an int8 → number type parser would lose digits beyond 2^53.
     read: `SELECT fence_token::text AS token, value FROM ${table} WHERE resource = $1`,
   };
+}
+
+/**
+ * Release the savepoint taken before `work`. Its failure tells what `work` did to the
+ * transaction: left it aborted by a failed statement (the transaction will not commit), or ended
+ * it (COMMIT / ROLLBACK on `tx`, perhaps followed by a new BEGIN).
+ * @throws BackendError naming the case; the caller rolls back whatever is open.
+ */
+async function releaseWorkSavepoint(tx: ClientBase): Promise<void> {
+  try {
+    await tx.query(`RELEASE SAVEPOINT ${WORK_SAVEPOINT}`);
+  } catch (error) {
+    if (!isSqlError(error)) throw new BackendError('postgres', 'release savepoint', error);
+    if (sqlState(error) === IN_FAILED_TRANSACTION) {
+      throw new BackendError(
+        'postgres',
+        'commit',
+        new Error(
+          'the transaction was rolled back: a statement in it had failed (work caught the error)',
+          { cause: error },
+        ),
+      );
+    }
+    throw new BackendError(
+      'postgres',
+      'transaction',
+      new Error(
+        'the work callback ended the transaction itself (COMMIT or ROLLBACK on tx): its statements up to then were committed or rolled back by it, any it sent afterwards ran outside the fence (an open transaction of its own is rolled back); leave COMMIT and ROLLBACK to transaction()',
+        { cause: error },
+      ),
+    );
+  }
 }
 
 /** A query whose failure becomes a `BackendError` naming `operation`. */

@@ -8,15 +8,17 @@
  */
 import type { Redis } from 'ioredis';
 import { fencedCompareAndSetScript, fencedWriteScript } from '../backends/redis/scripts.js';
-import { InvalidArgumentError, StaleTokenError } from '../errors.js';
+import { BackendError, InvalidArgumentError, StaleTokenError } from '../errors.js';
 import { checkToken, type FencedValue } from './shared.js';
 
 export type { FencedValue } from './shared.js';
 
 /**
  * Outcome of `RedisFence.compareAndSet` when the token rule passed: either the value was written,
- * or it was not because the resource's value differs from the expected one (then `current` is
- * the resource's last accepted write, or null if it was never written, for a retry).
+ * or it was not because the resource's value differs from the expected one. Then `current` is
+ * the resource's value with the newest token it has seen (the caller's own, which the refusal
+ * recorded), or null if no value was ever written; retry with `current.value` (or null) as
+ * `expected`.
  */
 export type CompareAndSetResult =
   | { readonly applied: true }
@@ -25,6 +27,9 @@ export type CompareAndSetResult =
 /**
  * Fenced writes to Redis hashes `<prefix>:<resource>` (fields `token` and `value`): a plain fenced
  * register (`write` / `read`) and a fenced compare-and-set (`compareAndSet`).
+ *
+ * Every method rejects with `BackendError` (backend `'redis'`, the ioredis error as `cause`) when
+ * Redis fails or answers an error, e.g. `WRONGTYPE` when the resource's key holds another type.
  */
 export class RedisFence {
   readonly #client: Redis;
@@ -48,19 +53,19 @@ export class RedisFence {
   }
 
   /**
-   * Write `value` to `resource` only if no newer token has written it; an equal token is
-   * accepted (the same holder writing again, or a reentrant hold). Atomic (one Lua script).
-   * @throws StaleTokenError with both tokens when a newer token already wrote the resource.
+   * Write `value` to `resource` only if no newer token has reached it (written it, or been
+   * recorded by a refused `compareAndSet`); an equal token is accepted (the same holder writing
+   * again, or a reentrant hold). Atomic (one Lua script).
+   * @throws StaleTokenError with both tokens when a newer token already reached the resource.
    * @throws InvalidArgumentError for an empty resource or a token that is not a bigint ≥ 0.
+   * @throws BackendError when Redis fails (its error is `cause`).
    */
   async write(resource: string, token: bigint, value: string): Promise<void> {
     const key = this.#keyOf(resource);
     checkToken(token);
     if (typeof value !== 'string') throw new InvalidArgumentError('value', 'a string', value);
-    const [written, current] = await fencedWriteScript.run(
-      this.#client,
-      [key],
-      [token.toString(), value],
+    const [written, current] = await engine(`fenced write of "${resource}"`, () =>
+      fencedWriteScript.run(this.#client, [key], [token.toString(), value]),
     );
     if (written !== 1) throw new StaleTokenError(resource, token, BigInt(current));
   }
@@ -69,18 +74,26 @@ export class RedisFence {
    * Write `value` to `resource` only if the token rule of `write` passes AND the resource's
    * current value equals `expected` (`null`: the resource was never written). Both checks and the
    * write run in one Lua script, atomically. The token rule is checked first: a stale writer gets
-   * `StaleTokenError` even when the value also differs. A refusal writes nothing and records no
-   * token.
+   * `StaleTokenError` even when the value also differs, and nothing changes.
+   *
+   * A refusal because the value differs writes no value, but records the caller's token when it
+   * is newer than the stored one: that token has reached the resource, so from then on every
+   * older token is stale here (`write` and `compareAndSet` both throw `StaleTokenError`), as with
+   * `PgFence.transaction`, which records the token before the caller's own checks. Without this,
+   * a holder whose lease was already superseded could still write after the newer holder's
+   * refused attempt.
    *
    * @param resource name of the guarded resource (non-empty).
    * @param token the writer's fencing token (`lease.fencingToken`), a bigint ≥ 0.
    * @param expected the value the caller last read, or null for "never written".
    * @param value the value to store.
    * @returns `{ applied: true }` when written; `{ applied: false, current }` when the value
-   *   differed (`current`: the resource's last accepted write, or null if it was never written).
-   * @throws StaleTokenError with both tokens when a newer token already wrote the resource.
+   *   differed (`current`: the resource's value and the newest token it has seen — this call's,
+   *   now recorded — or null if no value was ever written).
+   * @throws StaleTokenError with both tokens when a newer token already reached the resource.
    * @throws InvalidArgumentError for an empty resource, a token that is not a bigint ≥ 0, or an
    *   `expected` / `value` of the wrong type; before any Redis call.
+   * @throws BackendError when Redis fails (its error is `cause`).
    */
   async compareAndSet(
     resource: string,
@@ -94,10 +107,12 @@ export class RedisFence {
       throw new InvalidArgumentError('expected', 'a string or null (never written)', expected);
     }
     if (typeof value !== 'string') throw new InvalidArgumentError('value', 'a string', value);
-    const reply = await fencedCompareAndSetScript.run(
-      this.#client,
-      [key],
-      [token.toString(), expected === null ? '0' : '1', expected ?? '', value],
+    const reply = await engine(`fenced compare-and-set of "${resource}"`, () =>
+      fencedCompareAndSetScript.run(
+        this.#client,
+        [key],
+        [token.toString(), expected === null ? '0' : '1', expected ?? '', value],
+      ),
     );
     switch (reply[0]) {
       case 1:
@@ -112,11 +127,17 @@ export class RedisFence {
     }
   }
 
-  /** The last accepted write of `resource`, or null if it was never written. */
+  /**
+   * The resource's value with the newest token it has seen (the token of its last write, or a
+   * newer one a refused `compareAndSet` recorded), or null if no value was ever written.
+   * @throws InvalidArgumentError for an empty resource, before any Redis call.
+   * @throws BackendError when Redis fails (its error is `cause`).
+   */
   async read(resource: string): Promise<FencedValue | null> {
-    const fields = await this.#client.hgetall(this.#keyOf(resource));
-    if (fields.token === undefined) return null;
-    return { token: BigInt(fields.token), value: fields.value ?? '' };
+    const key = this.#keyOf(resource);
+    const fields = await engine(`fenced read of "${resource}"`, () => this.#client.hgetall(key));
+    if (fields.token === undefined || fields.value === undefined) return null;
+    return { token: BigInt(fields.token), value: fields.value };
   }
 
   #keyOf(resource: string): string {
@@ -124,5 +145,14 @@ export class RedisFence {
       throw new InvalidArgumentError('resource', 'a non-empty string', resource);
     }
     return `${this.#prefix}:${resource}`;
+  }
+}
+
+/** Run one Redis call; its failure becomes a `BackendError` naming `operation`. */
+async function engine<T>(operation: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    throw new BackendError('redis', operation, error);
   }
 }

@@ -8,6 +8,7 @@
  */
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
 import { Registry } from 'prom-client';
+import { redactStoreUrl } from '../cli/redact.js';
 import type { Locker } from '../core/locker.js';
 import { InvalidArgumentError } from '../errors.js';
 import { createLocker } from '../locker.js';
@@ -84,7 +85,7 @@ export const DEFAULT_MAX_WAIT_MS = 60_000;
 /**
  * Build a sidecar (routes, auth, validation, metrics) without listening yet.
  * @throws InvalidArgumentError for a bad option (a malformed store URL, a short token…), before
- *   any network call.
+ *   any network call. A store URL it echoes has its password redacted.
  */
 export function createSidecar(options: SidecarOptions): Sidecar {
   if (typeof options !== 'object' || options === null) {
@@ -120,7 +121,8 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     throw new InvalidArgumentError('registry', 'a prom-client Registry', registry);
   }
   const ownsLocker = typeof options.store === 'string';
-  const locker = typeof options.store === 'string' ? createLocker(options.store) : options.store;
+  const locker =
+    typeof options.store === 'string' ? createStoreLocker(options.store) : options.store;
 
   const shutdown = new AbortController();
   const allowed = (field: string) => allowedFor(field, maxWaitMs);
@@ -261,4 +263,18 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       return closing;
     },
   };
+}
+
+/**
+ * `createLocker(store)`, with the store URL's password redacted from a refusal: the error's
+ * message and `received` echo the URL, and callers log them.
+ * @throws InvalidArgumentError for a malformed store URL or a bad store parameter.
+ */
+function createStoreLocker(store: string): Locker {
+  try {
+    return createLocker(store);
+  } catch (error) {
+    if (!(error instanceof InvalidArgumentError) || typeof error.received !== 'string') throw error;
+    throw new InvalidArgumentError(error.argument, error.allowed, redactStoreUrl(error.received));
+  }
 }

@@ -13,17 +13,28 @@
  *
  * The key is part of it so that one name holding several keys is several contenders to the
  * engine; the length prefix keeps (name, key) pairs from running together; the namespace keeps
- * these ids apart from the random ids of library callers. The id is only as secret as the name:
+ * these ids apart from the random ids of library callers. Names must be well-formed UTF-16 (no
+ * lone surrogate): a lone surrogate has no UTF-8 form and would be hashed as U+FFFD, so "\ud800"
+ * and "\ufffd" would be the same owner. The id is only as secret as the name:
  * whoever knows a caller's `lockOwner` can release its locks, as in Dapr, so callers should use
  * an unguessable name per holder (Dapr asks for one per request).
  */
 import { createHash, randomBytes } from 'node:crypto';
+import { InvalidArgumentError } from '../errors.js';
 
 /** Namespace hashed in front of every owner name (version 1 of the mapping). */
 export const OWNER_NAMESPACE = 'fencelock/sidecar-owner/v1\n';
 
-/** The backend owner id (32 lowercase hex digits, 128 bits) of owner name `name` on `key`. */
+/**
+ * The backend owner id (32 lowercase hex digits, 128 bits) of owner name `name` on `key`.
+ * @throws InvalidArgumentError (argument `owner`) for a name that is not a string or not
+ *   well-formed UTF-16 (a lone surrogate): such a name would share its id with the name that has
+ *   U+FFFD in its place.
+ */
 export function ownerIdFor(name: string, key: string): string {
+  if (!isWellFormedOwnerName(name)) {
+    throw new InvalidArgumentError('owner', 'a well-formed string (no lone surrogate)', name);
+  }
   return createHash('sha256')
     .update(OWNER_NAMESPACE)
     .update(`${Buffer.byteLength(name, 'utf8')}\n`)
@@ -32,6 +43,17 @@ export function ownerIdFor(name: string, key: string): string {
     .digest('hex')
     .slice(0, 32);
 }
+
+/**
+ * Whether `name` can be an owner name: a string that is well-formed UTF-16 (no lone surrogate),
+ * so that its UTF-8 form, which the id hashes, is one-to-one with it.
+ */
+export function isWellFormedOwnerName(name: unknown): name is string {
+  return typeof name === 'string' && !LONE_SURROGATE.test(name);
+}
+
+/** In a `u` regular expression a surrogate pair is one code point: only a lone one matches. */
+const LONE_SURROGATE = /\p{Surrogate}/u;
 
 /** A fresh, unguessable owner name for a caller that did not give one (32 hex digits). */
 export function newOwnerName(): string {

@@ -25,7 +25,7 @@ export function allowedFor(field: string, maxWaitMs: number): string {
       return `a string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes`;
     case 'lockOwner':
     case 'owner':
-      return `a string of 1 to ${MAX_OWNER_CHARS} characters`;
+      return `a well-formed string (no lone surrogate) of 1 to ${MAX_OWNER_CHARS} characters`;
     case 'fencingToken':
       return 'a decimal string of a fencing token, e.g. "42"';
     default:
@@ -34,7 +34,17 @@ export function allowedFor(field: string, maxWaitMs: number): string {
 }
 
 const resourceId = { type: 'string', minLength: 1, maxLength: MAX_KEY_BYTES } as const;
-const ownerName = { type: 'string', minLength: 1, maxLength: MAX_OWNER_CHARS } as const;
+/**
+ * An owner name: no lone surrogate (Ajv compiles patterns with the `u` flag, where a surrogate
+ * pair is one code point and only a lone surrogate is in `\p{Surrogate}`). A lone surrogate has
+ * no UTF-8 form: hashed, it would give the owner id of the name with U+FFFD in its place.
+ */
+const ownerName = {
+  type: 'string',
+  minLength: 1,
+  maxLength: MAX_OWNER_CHARS,
+  pattern: '^\\P{Surrogate}*$',
+} as const;
 const ttlMs = { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_MS } as const;
 const fencingToken = { type: 'string', pattern: '^[1-9][0-9]{0,38}$' } as const;
 

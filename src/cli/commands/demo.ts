@@ -12,6 +12,7 @@ import {
 } from '../../demo/flash-sale/defaults.js';
 import { VERSIONS_DEFAULTS, VERSIONS_TTL_LIMITS } from '../../demo/versions/defaults.js';
 import { parseIntegerOption, parseStoreOption, UsageError } from '../options.js';
+import { redactStoreUrl } from '../redact.js';
 
 /** Raw option values of `demo flash-sale`, as commander hands them over. */
 interface FlashSaleCliOptions {
@@ -75,10 +76,12 @@ export function registerDemoCommand(program: Command): void {
       };
       const { runFlashSale, formatTable, verdict } = await loadFlashSale();
       const showProgress = !raw.json && process.stderr.isTTY === true;
-      const result = await runFlashSale({
+      const run = await runFlashSale({
         ...options,
         progressStream: showProgress ? process.stderr : undefined,
       });
+      // The report shows the store URL: without its password.
+      const result = { ...run, store: redactStoreUrl(run.store) };
       const line = verdict(result);
       if (raw.json) {
         process.stderr.write(`${line}\n`);
@@ -115,17 +118,19 @@ export function registerDemoCommand(program: Command): void {
         VERSIONS_TTL_LIMITS.maxMs,
       );
       const { runVersionsDemo, formatVersion, formatTable, verdict } = await loadVersions();
-      const result = await runVersionsDemo({
+      const run = await runVersionsDemo({
         store,
         ttlMs,
         onStart: raw.json
           ? undefined
-          : (run) =>
+          : (started) =>
               process.stdout.write(
-                `fencelock versions demo: five lock designs on ${run.store}, ttl ${ttlMs} ms\n\n`,
+                `fencelock versions demo: five lock designs on ${redactStoreUrl(started.store)}, ttl ${ttlMs} ms\n\n`,
               ),
         onVersion: raw.json ? undefined : (r) => process.stdout.write(`${formatVersion(r)}\n`),
       });
+      // The report shows the store URL: without its password.
+      const result = { ...run, store: redactStoreUrl(run.store) };
       const line = verdict(result);
       if (raw.json) {
         process.stderr.write(`${line}\n`);
@@ -147,7 +152,7 @@ function parseSingleRedisOption(option: string, raw: string): string {
   if (!/^rediss?:\/\//i.test(raw)) {
     throw new UsageError(
       option,
-      `invalid ${option}: expected a single Redis node, redis://host:port[/db] or rediss://…, received ${JSON.stringify(raw)}`,
+      `invalid ${option}: expected a single Redis node, redis://host:port[/db] or rediss://…, received ${JSON.stringify(redactStoreUrl(raw))}`,
     );
   }
   return raw;

@@ -7,10 +7,21 @@
  * command is stopped (SIGTERM, then SIGKILL after the grace period) and `run` exits with its own
  * code, so a caller never mistakes unprotected work for protected work.
  *
+ * As GNU `timeout(1)` does, the command runs in its own process group (and session: Node's
+ * `detached`), and the signals go to the whole group: a shell script's children and background
+ * jobs are stopped with it, not left running without a lease. `run` waits, up to the grace
+ * period, until none of the group is left before it exits. SIGINT, SIGTERM, SIGHUP and SIGQUIT
+ * sent to fencelock are forwarded to the group. A terminal's Ctrl-C (and Ctrl-\) reaches only
+ * fencelock, since the command is not in the terminal's foreground group: fencelock forwards
+ * it, so the command sees it once. Ctrl-Z (SIGTSTP) stops the group with SIGSTOP, then fencelock
+ * itself; SIGCONT (`fg`) and SIGWINCH are passed on. The command keeps fencelock's stdin, stdout
+ * and stderr, but has no controlling terminal (it cannot open /dev/tty).
+ *
  * The lock itself goes through the public Locker API only (acquire with watchdog renewal,
  * `lease.signal`, `release`, `close`); this file only parses options and looks after the child.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import type { Command } from 'commander';
 import {
@@ -30,6 +41,7 @@ import {
   parseStoreOption,
   UsageError,
 } from '../options.js';
+import { redactStoreUrlsIn } from '../redact.js';
 
 /**
  * Exit codes of `run` besides the command's own. They sit next to the shell's 126/127 and
@@ -66,8 +78,17 @@ export const RUN_DEFAULTS = Object.freeze({
 export const RUN_MIN_TTL_MS = 10;
 
 /** Signals `run` forwards to the command (and that cancel the wait before it starts). */
-const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
 type ForwardedSignal = (typeof FORWARDED_SIGNALS)[number];
+
+/**
+ * Terminal and job-control signals passed on to the command's group while it runs; they never
+ * cancel the wait. (SIGTSTP is handled apart: it stops the group, then fencelock.)
+ */
+const PASSED_SIGNALS = ['SIGCONT', 'SIGWINCH'] as const;
+
+/** How often `run` looks whether the command's process group is gone after a lease loss, ms. */
+const GROUP_POLL_MS = 25;
 
 /** Checked options of one `run`. */
 export interface RunOptions {
@@ -101,8 +122,10 @@ Exit status:
   128+n               interrupted by signal n while waiting for the lock
 
 The command's environment gets FENCELOCK_KEY (the key) and FENCELOCK_TOKEN (the lease's fencing
-token, decimal): pass the token to the resource with every write. SIGINT, SIGTERM and SIGHUP sent
-to fencelock are forwarded to the command; the lock is released once it has exited.
+token, decimal): pass the token to the resource with every write. The command runs in its own
+process group: on lease loss the whole group (the command and whatever it started) gets SIGTERM,
+then SIGKILL. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to fencelock (a terminal's Ctrl-C reaches
+fencelock only) are forwarded to the group; the lock is released once the command has exited.
 
 Example:
   fencelock run --store redis://127.0.0.1:6379 --wait 10000 nightly-report -- ./report.sh --full
@@ -246,8 +269,12 @@ async function superviseCommand(
     stderrLine(`${withoutPrefix(lostMessage(lease))}; the command was not started`);
     return RUN_EXIT_CODES.leaseLost;
   }
+  // Its own process group (and session), so that signals reach everything it starts; stdio is
+  // inherited all the same. (Windows has no process groups to signal; there `detached` would
+  // only give the command a console of its own.)
   const child = spawn(options.command, [...options.args], {
     stdio: 'inherit',
+    detached: process.platform !== 'win32',
     env: {
       ...process.env,
       FENCELOCK_KEY: options.key,
@@ -256,6 +283,8 @@ async function superviseCommand(
   });
   let lossReported = false;
   let killTimer: NodeJS.Timeout | undefined;
+  /** `performance.now()` when the group gets (or got) SIGKILL after a lease loss. */
+  let killAt = Number.POSITIVE_INFINITY;
   const onLost = () => {
     lossReported = true;
     const stop =
@@ -263,12 +292,15 @@ async function superviseCommand(
         ? 'sending SIGKILL to the command'
         : `sending SIGTERM to the command (SIGKILL after ${options.graceMs} ms)`;
     stderrLine(`${withoutPrefix(lostMessage(lease))}; ${stop}`);
+    killAt = performance.now() + options.graceMs;
     if (options.graceMs === 0) {
-      signalChild(child, 'SIGKILL');
+      signalGroup(child, 'SIGKILL');
       return;
     }
-    signalChild(child, 'SIGTERM');
-    killTimer = setTimeout(() => signalChild(child, 'SIGKILL'), options.graceMs);
+    signalGroup(child, 'SIGTERM');
+    // A stopped process (Ctrl-Z) acts on SIGTERM only once continued (as `timeout` does).
+    signalGroup(child, 'SIGCONT');
+    killTimer = setTimeout(() => signalGroup(child, 'SIGKILL'), options.graceMs);
   };
   lease.signal.addEventListener('abort', onLost, { once: true });
   watcher.forwardTo(child);
@@ -276,6 +308,9 @@ async function superviseCommand(
   let end: CommandEnd;
   try {
     end = await commandEnd(child);
+    // After a loss, what the command started may outlive it: give it the rest of the grace
+    // period (the SIGKILL timer still runs), so that nothing of it runs on once `run` has exited.
+    if (lossReported && end.kind === 'exited') await groupGone(child, killAt);
   } finally {
     watcher.forwardTo(undefined);
     lease.signal.removeEventListener('abort', onLost);
@@ -344,8 +379,75 @@ function signalNumber(signal: string): number | undefined {
   return (constants.signals as Record<string, number | undefined>)[signal];
 }
 
-function signalChild(child: ChildProcess, signal: NodeJS.Signals): void {
-  if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+/** Whether the command (the leader of its process group) is still running. */
+function isRunning(child: ChildProcess): boolean {
+  return child.exitCode === null && child.signalCode === null;
+}
+
+/**
+ * Send `signal` to the command's process group: the command and everything it started that
+ * stayed in the group (a shell's children and background jobs). Falls back to the command alone
+ * when the group cannot be signalled.
+ */
+function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
+  if (child.pid === undefined) return;
+  try {
+    process.kill(-child.pid, signal);
+  } catch (error) {
+    // ESRCH: nothing of the group is left. EPERM: none of it may be signalled by us.
+    if ((error as NodeJS.ErrnoException).code !== 'ESRCH' && isRunning(child)) child.kill(signal);
+  }
+}
+
+/**
+ * Resolves once no live process is left in the command's process group, or once the group has
+ * had its SIGKILL (sent here too when `killAt`, ms on `performance.now()`, has passed and the
+ * timer has not fired yet) and one more poll for it to take effect.
+ */
+async function groupGone(child: ChildProcess, killAt: number): Promise<void> {
+  const pgid = child.pid;
+  if (pgid === undefined) return;
+  let killed = false;
+  while (groupHasLiveMembers(pgid)) {
+    if (killed) return;
+    if (performance.now() >= killAt) {
+      signalGroup(child, 'SIGKILL');
+      killed = true;
+    }
+    await new Promise((resolve) => setTimeout(resolve, GROUP_POLL_MS));
+  }
+}
+
+/**
+ * Whether process group `pgid` has a member that is not a zombie. `kill(-pgid, 0)` answers for
+ * every member, zombies included (an orphan that died is a zombie until its new parent reaps
+ * it, which a container's PID 1 may never do); on Linux, /proc tells the zombies apart.
+ */
+function groupHasLiveMembers(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+  } catch {
+    // ESRCH: no member; EPERM: members we may not signal, hence cannot stop: not ours to wait for.
+    return false;
+  }
+  if (process.platform !== 'linux') return true;
+  try {
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      let stat: string;
+      try {
+        stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      } catch {
+        continue; // exited meanwhile
+      }
+      // "pid (comm) state ppid pgrp …": comm may hold spaces and parentheses.
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(fields[2]) === pgid && fields[0] !== 'Z') return true;
+    }
+    return false;
+  } catch {
+    return true;
+  }
 }
 
 function exitOnSignal(signal: ForwardedSignal, key: string): number {
@@ -360,8 +462,13 @@ function lostMessage(lease: Lease): string {
 /**
  * Installs handlers for the forwarded signals (so they do not kill fencelock with the lease
  * still on the engine). Before the command starts, the first signal cancels the wait; while it
- * runs, every signal is passed on to it; after it has exited, signals are ignored until the
- * lease is released and the store closed.
+ * runs, every signal is passed on to its process group; after it has exited, signals are ignored
+ * until the lease is released and the store closed.
+ *
+ * The command is not in the terminal's foreground process group, so the terminal's signals reach
+ * fencelock only: Ctrl-C / Ctrl-\ (forwarded above), SIGWINCH and SIGCONT (passed on while the
+ * command runs), and Ctrl-Z (SIGTSTP), which stops the command's group with SIGSTOP (a group
+ * outside the terminal's session ignores SIGTSTP) and then fencelock itself, as a shell would.
  */
 class SignalWatcher {
   #received: ForwardedSignal | undefined;
@@ -369,9 +476,19 @@ class SignalWatcher {
   #started = false;
   readonly #cancel = new AbortController();
   readonly #handler = (signal: NodeJS.Signals) => this.#on(signal as ForwardedSignal);
+  readonly #pass = (signal: NodeJS.Signals) => {
+    if (this.#child !== undefined && isRunning(this.#child)) signalGroup(this.#child, signal);
+  };
+  readonly #stop = () => {
+    if (this.#child !== undefined && isRunning(this.#child)) signalGroup(this.#child, 'SIGSTOP');
+    // What SIGTSTP would have done to fencelock without a handler.
+    process.kill(process.pid, 'SIGSTOP');
+  };
 
   constructor() {
     for (const signal of FORWARDED_SIGNALS) process.on(signal, this.#handler);
+    for (const signal of PASSED_SIGNALS) process.on(signal, this.#pass);
+    process.on('SIGTSTP', this.#stop);
   }
 
   /** The signal that arrived before the command started, if any. */
@@ -392,11 +509,13 @@ class SignalWatcher {
 
   stop(): void {
     for (const signal of FORWARDED_SIGNALS) process.off(signal, this.#handler);
+    for (const signal of PASSED_SIGNALS) process.off(signal, this.#pass);
+    process.off('SIGTSTP', this.#stop);
   }
 
   #on(signal: ForwardedSignal): void {
     if (this.#child !== undefined) {
-      signalChild(this.#child, signal);
+      if (isRunning(this.#child)) signalGroup(this.#child, signal);
       return;
     }
     if (this.#started || this.#received !== undefined) return;
@@ -406,7 +525,8 @@ class SignalWatcher {
 }
 
 function stderrLine(message: string): void {
-  process.stderr.write(`fencelock: ${message}\n`);
+  // An engine's error may echo the store URL: never its password.
+  process.stderr.write(`fencelock: ${redactStoreUrlsIn(message)}\n`);
 }
 
 function withoutPrefix(message: string): string {

@@ -1,18 +1,23 @@
 /**
  * `fencelock run` end to end, on the embedded store and on Redis: the built CLI runs the child
- * fixture as a real process; the tests read what the child wrote, the CLI's exit code and
- * stderr, and the engine itself.
+ * fixture (or a shell with a child of its own) as a real process; the tests read what the
+ * children wrote, the CLI's exit code and stderr, the process table and the engine itself.
  */
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { monitorRedis } from '../handed/stores.js';
 import {
   buildCli,
+  CHILD,
   childCommand,
+  cliPath,
   lineStartingWith,
   linesOf,
   processExists,
+  processGone,
+  processState,
   redisStore,
   runCli,
   STORES,
@@ -257,6 +262,151 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     },
   );
 
+  /** The pid a shell command wrote to `pidFile` (its background child's, `$!`). */
+  const pidIn = async (pidFile: string) =>
+    Number(await waitFor(`a pid in ${pidFile}`, () => linesOf(pidFile)[0]));
+
+  it('on lease loss stops the whole process group: the grandchild is gone too, and run ends with 125', async () => {
+    const key = uniqueKey('lost-group');
+    const pidFile = file('grandchild.pid');
+    const cli = startCli([
+      'run',
+      key,
+      '--store',
+      store.url,
+      '--ttl',
+      '900',
+      '--',
+      'sh',
+      '-c',
+      `sleep 30 & echo $! > '${pidFile}'; wait`,
+    ]);
+    const grandchild = await pidIn(pidFile);
+    expect(processGone(grandchild)).toBe(false);
+    await store.deleteLease(key);
+    const lostAt = performance.now();
+    expect(await cli.exited).toBe(125);
+    // Nothing of the command runs on without the lease once run has ended, well within --grace.
+    expect(processGone(grandchild)).toBe(true);
+    expect(performance.now() - lostAt).toBeLessThan(5000);
+    const result = await cli.done;
+    expect(result).toEqual({
+      code: 125,
+      signal: null,
+      stdout: '',
+      stderr: `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 5000 ms)\n`,
+    });
+  });
+
+  it.each([
+    [
+      'a shell and its child that both ignore SIGTERM',
+      `trap "" TERM; sleep 30 & echo $! > '%s'; wait`,
+    ],
+    [
+      'a shell that dies on SIGTERM, and a child that ignores it',
+      `(trap "" TERM; exec sleep 30) & echo $! > '%s'; wait`,
+    ],
+  ])('on lease loss sends SIGKILL to the group after --grace: %s', async (_, script) => {
+    const key = uniqueKey('lost-group-kill');
+    const pidFile = file('grandchild.pid');
+    const cli = startCli([
+      'run',
+      key,
+      '--store',
+      store.url,
+      '--ttl',
+      '900',
+      '--grace',
+      '300',
+      '--',
+      'sh',
+      '-c',
+      script.replace('%s', pidFile),
+    ]);
+    const grandchild = await pidIn(pidFile);
+    await store.deleteLease(key);
+    expect(await cli.exited).toBe(125);
+    // run waited for the whole group, not only for the shell.
+    expect(processGone(grandchild)).toBe(true);
+    const result = await cli.done;
+    expect(result.code).toBe(125);
+    expect(result.stderr).toBe(
+      `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 300 ms)\n`,
+    );
+  });
+
+  it('forwards SIGTERM to the whole process group: the grandchild gets it too', async () => {
+    const key = uniqueKey('forward-group');
+    const pidFile = file('grandchild.pid');
+    const cli = startCli([
+      'run',
+      key,
+      '--store',
+      store.url,
+      '--',
+      'sh',
+      '-c',
+      `sleep 30 & echo $! > '${pidFile}'; wait`,
+    ]);
+    const grandchild = await pidIn(pidFile);
+    cli.process.kill('SIGTERM');
+    // The shell died of SIGTERM: 128 + 15.
+    expect(await cli.exited).toBe(143);
+    await waitFor(
+      'the grandchild to end',
+      () => (processGone(grandchild) ? true : undefined),
+      2000,
+    );
+    expect(await cli.done).toEqual({ code: 143, signal: null, stdout: '', stderr: '' });
+    expect(await store.rawLease(key)).toBeNull();
+  });
+
+  it('passes its stdin, stdout and stderr to the command (in its own process group)', async () => {
+    const key = uniqueKey('stdio');
+    const result = await runCli(
+      [
+        'run',
+        key,
+        '--store',
+        store.url,
+        '--',
+        'sh',
+        '-c',
+        'cat; echo "to stderr" >&2; [ "$(ps -o pgid= -p $$ | tr -d " ")" = "$$" ] && echo "group leader"',
+      ],
+      { input: 'from stdin\n' },
+    );
+    expect(result).toEqual({
+      code: 0,
+      signal: null,
+      stdout: 'from stdin\ngroup leader\n',
+      stderr: 'to stderr\n',
+    });
+  });
+
+  it('on SIGTSTP (Ctrl-Z) stops the command, then itself; SIGCONT resumes both', async () => {
+    const key = uniqueKey('tstp');
+    const log = file('tstp.log');
+    const go = file('go');
+    const cli = startCli(['run', key, '--store', store.url, ...childCommand('trap', log, go, '0')]);
+    const ready = await lineStartingWith(log, 'ready');
+    const pid = Number(ready.split(' ')[1]);
+    const fencelock = cli.process.pid!;
+    cli.process.kill('SIGTSTP');
+    await waitFor('both to stop', () =>
+      processState(pid) === 'T' && processState(fencelock) === 'T' ? true : undefined,
+    );
+    cli.process.kill('SIGCONT');
+    await waitFor('both to run again', () =>
+      processState(pid) !== 'T' && processState(fencelock) !== 'T' ? true : undefined,
+    );
+    cli.process.kill('SIGTERM');
+    await lineStartingWith(log, 'SIGTERM');
+    writeFileSync(go, '');
+    expect(await cli.done).toEqual({ code: 0, signal: null, stdout: '', stderr: '' });
+  });
+
   it('reports a command that cannot be found (127) or started (126), and releases the lock', async () => {
     const key = uniqueKey('no-command');
     const missing = join(scratch.dir, 'no-such-command');
@@ -277,6 +427,44 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       stderr: `fencelock: cannot run ${JSON.stringify(script)}: spawn ${script} EACCES\n`,
     });
     expect(await inspect(store, key)).toEqual({ key, holder: null, lastFencingToken: '2' });
+  });
+});
+
+/** util-linux `script`, to run the CLI on a pseudo-terminal (Linux only). */
+const hasScript = process.platform === 'linux' && spawnSync('script', ['--version']).status === 0;
+
+describe.skipIf(!hasScript)('fencelock run on a terminal', () => {
+  const store = redisStore();
+  afterAll(() => store.close());
+
+  it("Ctrl-C reaches the command once (fencelock forwards it; the command is not in the terminal's group)", async () => {
+    const key = uniqueKey('ctrl-c');
+    const log = file('ctrl-c.log');
+    const go = file('go');
+    const quote = (arg: string) => `'${arg.replaceAll("'", "'\\''")}'`;
+    const command = [process.execPath, cliPath(), 'run', key, '--store', store.url, '--']
+      .concat([process.execPath, CHILD, 'trap', log, go, '42'])
+      .map(quote)
+      .join(' ');
+    // script runs the command on a new pseudo-terminal, as its foreground job; what it reads on
+    // stdin is typed on that terminal.
+    const terminal = spawn('script', ['-qec', command, '/dev/null'], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const exited = new Promise<number | null>((resolve) => terminal.once('close', resolve));
+    try {
+      await lineStartingWith(log, 'ready');
+      terminal.stdin.write('\u0003'); // Ctrl-C
+      await lineStartingWith(log, 'SIGINT');
+      // Give a second SIGINT (from the terminal itself) every chance to arrive: it must not.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(linesOf(log).slice(1)).toEqual(['SIGINT']);
+      writeFileSync(go, '');
+      expect(await exited).toBe(42);
+    } finally {
+      terminal.kill('SIGKILL');
+    }
+    expect(await store.rawLease(key)).toBeNull();
   });
 });
 

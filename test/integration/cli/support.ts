@@ -35,6 +35,12 @@ export async function buildCli(): Promise<() => void> {
   };
 }
 
+/** The built CLI's entry point (after `buildCli()`), for tests that start it their own way. */
+export function cliPath(): string {
+  if (cli === undefined) throw new Error('buildCli() first');
+  return cli;
+}
+
 /** `fencelock run` arguments that run the child fixture: `-- node child.mjs <mode> …`. */
 export function childCommand(...args: string[]): string[] {
   return ['--', process.execPath, CHILD, ...args];
@@ -51,23 +57,34 @@ export interface CliResult {
 /** A CLI process still running. */
 export interface RunningCli {
   readonly process: ChildProcess;
+  /**
+   * Settles when the CLI process itself has exited, with its exit code. Its output may stay open
+   * after that, as long as a process it left behind holds it.
+   */
+  readonly exited: Promise<number | null>;
   /** Settles when it has exited and its output is closed. */
   readonly done: Promise<CliResult>;
 }
 
 const running = new Set<ChildProcess>();
 
+/** Options of `startCli` / `runCli`: working folder, extra environment, text sent on stdin. */
+export interface CliOptions {
+  readonly cwd?: string;
+  readonly env?: Record<string, string>;
+  /** Written to the CLI's stdin, which is then closed (default: no stdin at all). */
+  readonly input?: string;
+}
+
 /** Start `fencelock <args>` in `cwd` with extra environment variables. */
-export function startCli(
-  args: readonly string[],
-  options: { cwd?: string; env?: Record<string, string> } = {},
-): RunningCli {
+export function startCli(args: readonly string[], options: CliOptions = {}): RunningCli {
   if (cli === undefined) throw new Error('buildCli() first');
   const child = spawn(process.execPath, [cli, ...args], {
     cwd: options.cwd ?? ROOT,
     env: { ...process.env, ...options.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [options.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
   });
+  if (options.input !== undefined) child.stdin?.end(options.input);
   running.add(child);
   let stdout = '';
   let stderr = '';
@@ -85,14 +102,14 @@ export function startCli(
     });
   });
   done.catch(() => undefined);
-  return { process: child, done };
+  const exited = new Promise<number | null>((resolvePromise) => {
+    child.once('exit', (code) => resolvePromise(code));
+  });
+  return { process: child, exited, done };
 }
 
 /** Run `fencelock <args>` to its end. */
-export function runCli(
-  args: readonly string[],
-  options: { cwd?: string; env?: Record<string, string> } = {},
-): Promise<CliResult> {
+export function runCli(args: readonly string[], options: CliOptions = {}): Promise<CliResult> {
   return startCli(args, options).done;
 }
 
@@ -147,6 +164,25 @@ export function processExists(pid: number): boolean {
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ESRCH') return false;
     throw error;
+  }
+}
+
+/**
+ * Whether process `pid` is gone: it no longer exists, or it is a zombie (dead, waiting to be
+ * reaped: an orphan's new parent, e.g. a container's PID 1, may never reap it).
+ */
+export function processGone(pid: number): boolean {
+  if (!processExists(pid)) return true;
+  return processState(pid) === 'Z';
+}
+
+/** The state letter of process `pid` from /proc (Linux): R, S, T (stopped), Z…; undefined if gone. */
+export function processState(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+  } catch {
+    return undefined;
   }
 }
 

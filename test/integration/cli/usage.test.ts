@@ -159,6 +159,65 @@ describe('fencelock run with bad options', () => {
   });
 });
 
+/** A password the CLI must never print. */
+const PASSWORD = 'S3cretPw';
+
+describe('store URLs in usage errors', () => {
+  it.each([
+    [
+      'run with a PostgreSQL URL with a bad port',
+      ['run', 'k', '--store', `postgres://u:${PASSWORD}@127.0.0.1:99999/db`, '--', 'true'],
+      'received "postgres://u:***@127.0.0.1:99999/db"',
+    ],
+    [
+      'inspect with a Redis URL with a bad db',
+      ['inspect', 'k', '--store', `redis://:${PASSWORD}@127.0.0.1:6390/x`],
+      'received "redis://:***@127.0.0.1:6390/x"',
+    ],
+    [
+      'run with a password parameter and an unknown one',
+      [
+        'run',
+        'k',
+        '--store',
+        `postgres://u@127.0.0.1/db?password=${PASSWORD}&bogus=1`,
+        '--',
+        'true',
+      ],
+      'received "postgres://u@127.0.0.1/db?password=***&bogus=1"',
+    ],
+    [
+      'run with an etcd URL with an unknown parameter',
+      ['run', 'k', '--store', `etcd://root:${PASSWORD}@127.0.0.1:2379?bogus=1`, '--', 'true'],
+      'received "etcd://root:***@127.0.0.1:2379?bogus=1"',
+    ],
+    [
+      'a password holding "@" and "/"',
+      ['inspect', 'k', '--store', `redis://u:${PASSWORD}@/x@127.0.0.1:0`],
+      'received "redis://u:***@127.0.0.1:0"',
+    ],
+    [
+      'serve with a Redis URL on port 0',
+      ['serve', '--store', `redis://user:${PASSWORD}@127.0.0.1:0`],
+      'received "redis://user:***@127.0.0.1:0"',
+    ],
+    [
+      'demo versions with a store that is not one Redis node',
+      ['demo', 'versions', '--store', `postgres://u:${PASSWORD}@127.0.0.1/db`],
+      'invalid --store: expected a single Redis node, redis://host:port[/db] or rediss://…, received "postgres://u:***@127.0.0.1/db"',
+    ],
+  ])('%s: exit code 2, the password redacted', async (_, args, message) => {
+    const result = await runCli(args, { cwd: scratch.dir });
+    expect(result.code, result.stderr).toBe(2);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).not.toContain(PASSWORD);
+    expect(result.stderr.split('\n')).toHaveLength(2);
+    expect(result.stderr).toMatch(/^fencelock: invalid --store/);
+    expect(result.stderr).toContain(message);
+    expect(existsSync(join(scratch.dir, '.fencelock'))).toBe(false);
+  });
+});
+
 describe('--help', () => {
   it('documents the exit codes of run', async () => {
     const result = await runCli(['run', '--help']);

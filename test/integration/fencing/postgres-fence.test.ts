@@ -385,6 +385,147 @@ describe('PgFence transaction', () => {
   });
 });
 
+/** `promise`, or a rejection saying it hung when it has not settled within `ms`. */
+function within<T>(ms: number, promise: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`still waiting after ${ms} ms (hung)`)), ms);
+  });
+  return Promise.race([promise, hung]).finally(() => clearTimeout(timer));
+}
+
+describe('PgFence transaction misuse by work', () => {
+  beforeAll(async () => {
+    await fence.read('setup'); // creates the schema
+    await admin.query(`CREATE TABLE "${schema}".notes (id int PRIMARY KEY, note text NOT NULL)`);
+  });
+
+  async function note(id: number): Promise<string | null> {
+    const r = await admin.query<{ note: string }>(
+      `SELECT note FROM "${schema}".notes WHERE id = $1`,
+      [id],
+    );
+    return r.rows[0]?.note ?? null;
+  }
+
+  it('on a single client, a call of the same fence from inside work is refused instead of waiting for itself', async () => {
+    const client = await newClient();
+    const single = new PgFence(client, { schema });
+    const nested: unknown[] = [];
+    const result = await within(
+      10_000,
+      single.transaction('reentry', 1n, async (tx) => {
+        const calls: (() => Promise<unknown>)[] = [
+          () => single.write('elsewhere', 1n, 'x'),
+          () => single.read('elsewhere'),
+          () => single.transaction('elsewhere', 1n, async () => 'inner'),
+        ];
+        for (const call of calls) {
+          nested.push(await within(2_000, call()).catch((e: unknown) => e));
+        }
+        await tx.query(`INSERT INTO "${schema}".notes VALUES (1, 'from work')`);
+        return 'outer';
+      }),
+    );
+    expect(nested).toHaveLength(3);
+    for (const error of nested) {
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).argument).toBe('work');
+    }
+    expect(result).toBe('outer');
+    expect(await note(1)).toBe('from work');
+    expect(await fence.read('elsewhere')).toBeNull();
+    // Outside work (and from a task work left behind once it has returned) the fence works.
+    await single.write('elsewhere', 2n, 'after');
+    let late: Promise<void> | undefined;
+    await single.transaction('reentry', 2n, async () => {
+      late = new Promise((resolve) => setTimeout(resolve, 50)).then(() =>
+        single.write('elsewhere', 3n, 'late'),
+      );
+    });
+    await within(5_000, late!);
+    expect(await fence.read('elsewhere')).toEqual({ token: 3n, value: 'late' });
+  });
+
+  it('on a pool, work may use the fence for other resources, but not write its own resource again', async () => {
+    const outcomeOf = (call: () => Promise<unknown>) =>
+      within(2_000, call()).then(
+        () => 'ok',
+        (e: unknown) => e,
+      );
+    const seen = await within(
+      10_000,
+      fence.transaction('pool-reentry', 5n, async () => ({
+        sameWrite: await outcomeOf(() => fence.write('pool-reentry', 5n, 'x')),
+        sameTransaction: await outcomeOf(() =>
+          fence.transaction('pool-reentry', 5n, async () => undefined),
+        ),
+        sameRead: await outcomeOf(() => fence.read('pool-reentry')),
+        other: await outcomeOf(() => fence.write('pool-other', 1n, 'y')),
+      })),
+    );
+    expect(seen.sameWrite).toBeInstanceOf(InvalidArgumentError);
+    expect(seen.sameTransaction).toBeInstanceOf(InvalidArgumentError);
+    expect(seen.sameRead).toBe('ok');
+    expect(seen.other).toBe('ok');
+    expect(await fence.read('pool-reentry')).toEqual({ token: 5n, value: null });
+    expect(await fence.read('pool-other')).toEqual({ token: 1n, value: 'y' });
+    expect(pool.idleCount).toBe(pool.totalCount);
+  });
+
+  it.each([
+    ['COMMIT', ['COMMIT']],
+    ['ROLLBACK', ['ROLLBACK']],
+    ['COMMIT then BEGIN', ['COMMIT', 'BEGIN']],
+  ])('work that sends %s itself gets a BackendError, not a success', async (_, statements) => {
+    const id = 10 + statements.length + (statements[0] === 'ROLLBACK' ? 10 : 0);
+    const resource = `ended-${id}`;
+    await fence.write(resource, 1n, 'before');
+    const error = await within(
+      10_000,
+      fence.transaction(resource, 2n, async (tx) => {
+        await tx.query(`INSERT INTO "${schema}".notes VALUES ($1, 'in the fenced transaction')`, [
+          id,
+        ]);
+        for (const statement of statements) await tx.query(statement);
+        await tx.query(`INSERT INTO "${schema}".notes VALUES ($1, 'after the end')`, [id + 100]);
+        return 'done';
+      }),
+    ).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(BackendError);
+    expect((error as BackendError).operation).toBe('transaction');
+    expect((error as BackendError).message).toContain('ended the transaction');
+    // What the work's own COMMIT / ROLLBACK did stays done: the fence cannot undo it.
+    const committed = statements[0] === 'COMMIT';
+    expect(await note(id)).toBe(committed ? 'in the fenced transaction' : null);
+    expect((await fence.read(resource))?.token).toBe(committed ? 2n : 1n);
+    // A statement after a new BEGIN was rolled back with the fence's clean-up.
+    if (statements.includes('BEGIN')) expect(await note(id + 100)).toBeNull();
+    // The connection went back to the pool outside any transaction.
+    expect(pool.idleCount).toBe(pool.totalCount);
+    await fence.transaction(resource, 3n, async (tx) => {
+      await tx.query(`INSERT INTO "${schema}".notes VALUES ($1, 'next')`, [id + 200]);
+    });
+    expect(await note(id + 200)).toBe('next');
+  });
+
+  it('on a single client, work that commits itself gets a BackendError and the client is left outside a transaction', async () => {
+    const client = await newClient();
+    const single = new PgFence(client, { schema });
+    const error = await single
+      .transaction('ended-single', 1n, async (tx) => {
+        await tx.query('COMMIT');
+        await tx.query('BEGIN');
+        await tx.query(`INSERT INTO "${schema}".notes VALUES (50, 'after the end')`);
+      })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(BackendError);
+    expect(await note(50)).toBeNull();
+    // SAVEPOINT outside a transaction block fails: nothing was left open on the client.
+    await expect(client.query('SAVEPOINT probe')).rejects.toMatchObject({ code: '25P01' });
+  });
+});
+
 describe('PgFence input', () => {
   // A pool on a closed port: any statement sent would fail with BackendError, not with
   // InvalidArgumentError, so these prove the check runs before any network call.

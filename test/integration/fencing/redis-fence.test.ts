@@ -3,14 +3,15 @@
  * an equal token is accepted (the same holder writing again), a newer one advances; 20 writers
  * racing with interleaved tokens leave the highest token, and every older write that came after
  * a newer one is refused. Tokens are compared exactly, also beyond 2^53. The same for the fenced
- * compare-and-set, which also refuses (without writing or recording the token) when the value is
- * not the expected one, and checks the token first.
+ * compare-and-set, which also refuses (without writing the value, but recording a newer token)
+ * when the value is not the expected one, and checks the token first. Redis errors come back as
+ * BackendError with the engine's error as cause.
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type CompareAndSetResult, RedisFence } from '../../../src/fencing/index.js';
-import { InvalidArgumentError, StaleTokenError } from '../../../src/index.js';
+import { BackendError, InvalidArgumentError, StaleTokenError } from '../../../src/index.js';
 import { REDIS_PORT } from '../../helpers/engines.js';
 
 const prefix = `fencelock-it-fence-${randomBytes(3).toString('hex')}`;
@@ -89,7 +90,7 @@ describe('RedisFence', () => {
     expect(outcomes).toEqual(expected);
   });
 
-  it('compareAndSet: token rule first, then the expected value; a refusal writes nothing', async () => {
+  it('compareAndSet: token rule first, then the expected value; a refusal writes no value', async () => {
     // Never written: only `expected: null` matches.
     expect(await cas(fence, 'c', 5n, 'x', 'a')).toEqual({ applied: false, current: null });
     expect(await fence.read('c')).toBeNull();
@@ -106,13 +107,16 @@ describe('RedisFence', () => {
     expect(await cas(fence, 'c', 4n, 'b', 'old')).toEqual({ stale: [4n, 5n] });
     expect(await cas(fence, 'c', 4n, 'zzz', 'old')).toEqual({ stale: [4n, 5n] });
     expect(await fence.read('c')).toEqual({ token: 5n, value: 'b' });
-    // Newer token, wrong value: refused, and the newer token is NOT recorded.
+    // Newer token, wrong value: refused, the value kept, and the newer token recorded.
+    expect(await cas(fence, 'c', 7n, 'b', 'seven')).toEqual({ applied: true });
     expect(await cas(fence, 'c', 9n, 'a', 'nine')).toEqual({
       applied: false,
-      current: { token: 5n, value: 'b' },
+      current: { token: 9n, value: 'seven' },
     });
-    expect(await cas(fence, 'c', 7n, 'b', 'seven')).toEqual({ applied: true });
-    expect(await fence.read('c')).toEqual({ token: 7n, value: 'seven' });
+    expect(await fence.read('c')).toEqual({ token: 9n, value: 'seven' });
+    expect(await cas(fence, 'c', 8n, 'seven', 'eight')).toEqual({ stale: [8n, 9n] });
+    expect(await cas(fence, 'c', 9n, 'seven', 'nine')).toEqual({ applied: true });
+    expect(await fence.read('c')).toEqual({ token: 9n, value: 'nine' });
     // An empty string is a value, not absence.
     await fence.write('empty', 1n, '');
     expect(await cas(fence, 'empty', 1n, null, 'x')).toEqual({
@@ -148,7 +152,11 @@ describe('RedisFence', () => {
     let state = { token: 0n, value: 'v0' };
     const expected = writers.map((w): CasOutcome => {
       if (w.token < state.token) return { stale: [w.token, state.token] };
-      if (state.value !== w.expected) return { applied: false, current: state };
+      if (state.value !== w.expected) {
+        // Refused on the value: the (newer or equal) token is recorded all the same.
+        state = { token: w.token, value: state.value };
+        return { applied: false, current: state };
+      }
       state = { token: w.token, value: w.value };
       return { applied: true };
     });
@@ -158,9 +166,10 @@ describe('RedisFence', () => {
       outcomes.filter((o) =>
         kind === 'stale' ? 'stale' in o : 'applied' in o && o.applied === (kind === 'applied'),
       ).length;
-    // 1, 8, 15 apply; 16, 17, 18, 19, 20 see another value; the 12 others are stale.
+    // 1, 8, 15 apply; 16, 17, 18, 19, 20 see another value (and record their token); the 12
+    // others are stale.
     expect([count('applied'), count('mismatch'), count('stale')]).toEqual([3, 5, 12]);
-    expect(state).toEqual({ token: 15n, value: 'v15' });
+    expect(state).toEqual({ token: 20n, value: 'v15' });
   });
 
   it('compareAndSet, 20 writers on their own connections retrying on a changed value: no lost update, the highest token ends it', async () => {
@@ -199,7 +208,8 @@ describe('RedisFence', () => {
       expect(log.at(-1)!.token).toBe(20n);
       for (const s of stale) {
         expect(s.current).toBeGreaterThan(s.attempted);
-        expect(log.map((l) => l.token)).toContain(s.current);
+        // A newer writer's token, recorded by its write or by its refused attempt.
+        expect(tokens).toContain(s.current);
       }
       console.info(
         `redis CAS race: ${log.length} applied, ${stale.length} stale, ${retries} retries on a changed value`,
@@ -207,6 +217,54 @@ describe('RedisFence', () => {
     } finally {
       for (const c of clients) c.disconnect();
     }
+  });
+
+  it('compareAndSet refused on the value records a newer token: the stale holder can no longer write', async () => {
+    // A holds token 5 and wrote; its lease ran out and B was granted token 6.
+    expect(await cas(fence, 'b-then-a', 5n, null, 'a1')).toEqual({ applied: true });
+    // B reaches the resource first, expecting a value it read elsewhere: refused on the value...
+    const refused = await cas(fence, 'b-then-a', 6n, 'stale-read', 'b1');
+    // ...but its token is recorded: A, paused until now, is refused whatever it writes.
+    const late = await fence.compareAndSet('b-then-a', 5n, 'a1', 'a2').catch((e: unknown) => e);
+    expect(late).toBeInstanceOf(StaleTokenError);
+    expect([
+      (late as StaleTokenError).attemptedToken,
+      (late as StaleTokenError).currentToken,
+    ]).toEqual([5n, 6n]);
+    await expect(fence.write('b-then-a', 5n, 'a3')).rejects.toBeInstanceOf(StaleTokenError);
+    expect(refused).toEqual({ applied: false, current: { token: 6n, value: 'a1' } });
+    expect(await fence.read('b-then-a')).toEqual({ token: 6n, value: 'a1' });
+    // B retries with the value it was shown.
+    expect(await cas(fence, 'b-then-a', 6n, 'a1', 'b1')).toEqual({ applied: true });
+    expect(await fence.read('b-then-a')).toEqual({ token: 6n, value: 'b1' });
+  });
+
+  it('compareAndSet refused on a never-written resource records the token, and null still matches', async () => {
+    expect(await cas(fence, 'fresh', 6n, 'x', 'b')).toEqual({ applied: false, current: null });
+    expect(await fence.read('fresh')).toBeNull();
+    expect(await cas(fence, 'fresh', 5n, null, 'a')).toEqual({ stale: [5n, 6n] });
+    expect(await cas(fence, 'fresh', 6n, null, 'b')).toEqual({ applied: true });
+    expect(await fence.read('fresh')).toEqual({ token: 6n, value: 'b' });
+  });
+
+  it('wraps Redis errors in BackendError with the engine error as cause (WRONGTYPE)', async () => {
+    await client.set(`${prefix}:not-a-hash`, 'plain string');
+    const calls: [string, () => Promise<unknown>][] = [
+      ['fenced write', () => fence.write('not-a-hash', 1n, 'x')],
+      ['fenced compare-and-set', () => fence.compareAndSet('not-a-hash', 1n, null, 'x')],
+      ['fenced read', () => fence.read('not-a-hash')],
+    ];
+    for (const [operation, call] of calls) {
+      const error = await call().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(BackendError);
+      expect((error as BackendError).backend).toBe('redis');
+      expect((error as BackendError).operation).toBe(`${operation} of "not-a-hash"`);
+      const cause = (error as BackendError).cause as Error;
+      expect(cause.name).toBe('ReplyError');
+      expect(cause.message).toMatch(/WRONGTYPE/);
+      expect((error as BackendError).message).toMatch(/WRONGTYPE/);
+    }
+    expect(await client.get(`${prefix}:not-a-hash`)).toBe('plain string');
   });
 
   it('rejects bad input before any Redis call', async () => {

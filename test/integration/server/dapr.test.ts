@@ -170,6 +170,36 @@ describe.each(STORES)('Dapr lock API ($name)', ({ make }) => {
     expect(answer.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field });
   });
 
+  it('refuses a lockOwner with a lone surrogate (400 naming lockOwner): it would alias the name with U+FFFD', async () => {
+    const resourceId = uniqueKey('dapr-surrogate');
+    // The holder names itself "\ufffd"; a caller naming itself "\ud800" must not be the same owner.
+    expect((await lock({ resourceId, lockOwner: '\ufffd', expiryInSeconds: 30 })).body).toEqual({
+      success: true,
+    });
+    for (const lockOwner of ['\ud800', 'job-\udfff', '\udc00\ud800']) {
+      const unlocked = await unlock({ resourceId, lockOwner });
+      expect(unlocked.status, JSON.stringify(lockOwner)).toBe(400);
+      expect(unlocked.body).toMatchObject({
+        errorCode: 'ERR_INVALID_ARGUMENT',
+        field: 'lockOwner',
+      });
+      expect(unlocked.body.message).toContain('well-formed');
+      const locked = await lock({ resourceId: `${resourceId}:2`, lockOwner, expiryInSeconds: 30 });
+      expect(locked.status).toBe(400);
+      expect(locked.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field: 'lockOwner' });
+    }
+    expect(await harness.rawLease(`${resourceId}:2`)).toBeNull();
+    // The holder is untouched; a surrogate pair (one code point) is a fine name.
+    expect(await harness.rawLease(resourceId)).not.toBeNull();
+    expect((await unlock({ resourceId, lockOwner: '\ufffd' })).body).toEqual({ status: 0 });
+    expect(
+      (await lock({ resourceId, lockOwner: 'job-\ud83d\udd12', expiryInSeconds: 30 })).body,
+    ).toEqual({ success: true });
+    expect((await unlock({ resourceId, lockOwner: 'job-\ud83d\udd12' })).body).toEqual({
+      status: 0,
+    });
+  });
+
   it('refuses an unlock without lockOwner, and malformed JSON, with 400', async () => {
     const noOwner = await unlock({ resourceId: 'x' });
     expect(noOwner.status).toBe(400);

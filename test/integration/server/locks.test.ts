@@ -311,6 +311,32 @@ describe.each(STORES)('/v1/locks ($name)', ({ make }) => {
     expect(await harness.rawFence(key)).toBeNull();
   });
 
+  it('refuses an owner with a lone surrogate (400 naming owner): it would alias the name with U+FFFD', async () => {
+    const key = uniqueKey('surrogate');
+    const granted = await acquire(key, { owner: '\ufffd', ttlMs: 30_000 });
+    expect(granted.status).toBe(200);
+    const fencingToken = granted.body.fencingToken;
+    for (const [action, body] of [
+      ['acquire', { owner: '\ud800', ttlMs: 30_000 }],
+      ['renew', { owner: '\ud800', fencingToken, ttlMs: 30_000 }],
+      ['release', { owner: '\ud800', fencingToken }],
+      ['release', { owner: 'a\udfffb', fencingToken }],
+    ] as const) {
+      const answer = await call(base, lockPath(key, action), { body });
+      expect(answer.status, `${action} ${JSON.stringify(body.owner)}`).toBe(400);
+      expect(answer.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field: 'owner' });
+      expect(answer.body.message).toContain('well-formed');
+    }
+    // A query string cannot carry a lone surrogate: %ED%A0%80 (U+D800 as UTF-8 bytes) is not
+    // valid UTF-8, stays undecoded, and names another owner.
+    const inspected = await call(base, `${lockPath(key)}?owner=%ED%A0%80`);
+    expect(inspected.body.heldByOwner).toBe(false);
+    // The holder kept its lease; a surrogate pair (one code point) is a fine name.
+    expect((await inspect(key, '\ufffd')).body.heldByOwner).toBe(true);
+    expect((await release(key, { owner: '\ufffd', fencingToken })).status).toBe(200);
+    expect((await acquire(key, { owner: '\ud83d\udd12', ttlMs: 30_000 })).status).toBe(200);
+  });
+
   it('refuses a key over 1024 UTF-8 bytes with 400 naming key', async () => {
     const answer = await acquire('é'.repeat(600), { owner: 'A', ttlMs: 1000 });
     expect(answer.status).toBe(400);
@@ -405,5 +431,26 @@ describe('shutdown of an in-process sidecar', () => {
     } finally {
       await sidecar.close();
     }
+  });
+
+  it.each([
+    ['postgres://u:S3cretPw@127.0.0.1:99999/db', 'postgres://u:***@127.0.0.1:99999/db'],
+    ['redis://:S3cretPw@127.0.0.1:6390/x', 'redis://:***@127.0.0.1:6390/x'],
+    ['postgres://u@127.0.0.1/db?password=S3cretPw#x', 'postgres://u@127.0.0.1/db?password=***#x'],
+  ])('refuses the malformed store URL %s without echoing its password', async (store, shown) => {
+    const { createSidecar } = await import('../../../src/server/index.js');
+    let error: unknown;
+    try {
+      createSidecar({ store });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toMatchObject({
+      code: 'ERR_INVALID_ARGUMENT',
+      argument: 'store',
+      received: shown,
+    });
+    expect((error as Error).message).not.toContain('S3cretPw');
+    expect((error as Error).message).toContain(JSON.stringify(shown));
   });
 });

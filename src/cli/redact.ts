@@ -1,0 +1,49 @@
+/**
+ * Store URLs may carry a password (`redis://user:pass@host`, `postgres://u:pw@host/db`,
+ * `postgres://host/db?password=pw`). Anything the CLI or the sidecar prints that echoes a store
+ * URL goes through `redactStoreUrl` first, as `psql` and libpq hide a connection string's
+ * password: the user name, hosts, path and the other parameters stay, so the message still
+ * tells which store was meant.
+ */
+
+/** What a password is replaced with. */
+export const REDACTED = '***';
+
+/** `scheme://` at the start of a store URL. */
+const SCHEME = /^[a-z][a-z0-9+.-]*:\/\//i;
+
+/** A `password=` parameter (also `sslpassword=` and the like) and its value. */
+const PASSWORD_PARAM = /([?&;][^=&#?;]*password=)[^&#;]*/gi;
+
+/** A store URL inside a longer text: a scheme, `://`, and everything up to a space or quote. */
+const URL_IN_TEXT = /[a-z][a-z0-9+.-]*:\/\/[^\s"'`<>]*/gi;
+
+/**
+ * `store` with its password replaced by `***`: the password of the user-info part
+ * (`scheme://user:***@host…`) and the value of any `…password=` query parameter. A string that
+ * is not a URL (no `scheme://`) only has its `password=` parameters redacted.
+ *
+ * It errs on the side of hiding: the user-info part runs up to the last `@` of the string (a
+ * password may hold an unencoded `@`, `/`, `?` or `#`), so a URL with an `@` in a later part and
+ * a `:` before it loses a little more than its password.
+ */
+export function redactStoreUrl(store: string): string {
+  let out = store;
+  const scheme = SCHEME.exec(store)?.[0];
+  if (scheme !== undefined) {
+    const rest = store.slice(scheme.length);
+    // `[` first: an IPv6 host (user info would come before it), or a shape such as
+    // `redis://[user:pass@]host` in an error's wording.
+    const at = rest.startsWith('[') ? -1 : rest.lastIndexOf('@');
+    const colon = at === -1 ? -1 : rest.slice(0, at).indexOf(':');
+    if (colon !== -1) {
+      out = `${scheme}${rest.slice(0, colon)}:${REDACTED}${rest.slice(at)}`;
+    }
+  }
+  return out.replace(PASSWORD_PARAM, `$1${REDACTED}`);
+}
+
+/** `text` with every store URL in it redacted (see `redactStoreUrl`), e.g. an error message. */
+export function redactStoreUrlsIn(text: string): string {
+  return text.replace(URL_IN_TEXT, (url) => redactStoreUrl(url));
+}

@@ -1,0 +1,53 @@
+/**
+ * The redaction of store URLs the CLI and the sidecar print (no engine needed): the password of
+ * the user-info part and of `password=` parameters becomes `***`; user, hosts, path and other
+ * parameters stay; shapes in error wordings and IPv6 hosts are left alone.
+ */
+import { describe, expect, it } from 'vitest';
+import { redactStoreUrl, redactStoreUrlsIn } from '../../../src/cli/redact.js';
+
+describe('redactStoreUrl', () => {
+  it.each([
+    ['postgres://u:S3cretPw@db.example:5432/app', 'postgres://u:***@db.example:5432/app'],
+    ['postgresql://u:S3cretPw@h/app?schema=locks', 'postgresql://u:***@h/app?schema=locks'],
+    ['redis://:S3cretPw@127.0.0.1:6379/2', 'redis://:***@127.0.0.1:6379/2'],
+    ['rediss://default:S3cretPw@cache:6380', 'rediss://default:***@cache:6380'],
+    [
+      'redis+sentinel://u:S3cretPw@s1:26379,s2:26379/mymaster',
+      'redis+sentinel://u:***@s1:26379,s2:26379/mymaster',
+    ],
+    ['etcd://root:S3cretPw@e1:2379,e2:2379/ns', 'etcd://root:***@e1:2379,e2:2379/ns'],
+    // An unencoded "@", "/" or "?" in the password: everything up to the last "@" is hidden.
+    ['redis://u:pa@ss/wo?rd@h:6379', 'redis://u:***@h:6379'],
+    // Query parameters, any case, also with a user-info password.
+    [
+      'postgres://u@h/db?password=S3cretPw&sslmode=require',
+      'postgres://u@h/db?password=***&sslmode=require',
+    ],
+    [
+      'postgres://u@h/db?sslmode=require&PASSWORD=S3cretPw',
+      'postgres://u@h/db?sslmode=require&PASSWORD=***',
+    ],
+    ['postgres://u:a@h/db?sslpassword=S3cretPw', 'postgres://u:***@h/db?sslpassword=***'],
+    // Nothing to hide.
+    ['redis://127.0.0.1:6379', 'redis://127.0.0.1:6379'],
+    ['postgres://u@h/db', 'postgres://u@h/db'],
+    ['sqlite:./.fencelock/locks.db', 'sqlite:./.fencelock/locks.db'],
+    ['redis://[::1]:6379/0', 'redis://[::1]:6379/0'],
+    ['bogus://x', 'bogus://x'],
+    ['', ''],
+  ])('%s → %s', (url, redacted) => {
+    expect(redactStoreUrl(url)).toBe(redacted);
+    expect(redactStoreUrl(url)).not.toContain('S3cretPw');
+  });
+});
+
+describe('redactStoreUrlsIn', () => {
+  it('redacts every URL of a message and leaves the shapes of its wording alone', () => {
+    const message =
+      'invalid store: expected redis://[user:pass@]host:port[/db] or rediss://…, received "redis://u:S3cretPw@h:0", also postgres://x:Pw2@h/db?password=Pw3 here';
+    expect(redactStoreUrlsIn(message)).toBe(
+      'invalid store: expected redis://[user:pass@]host:port[/db] or rediss://…, received "redis://u:***@h:0", also postgres://x:***@h/db?password=*** here',
+    );
+  });
+});
