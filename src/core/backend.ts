@@ -172,6 +172,13 @@ export interface Backend {
   /** Modes the backend can grant; every backend has `write`. */
   readonly modes: readonly LockMode[];
   /**
+   * The backend sends renewals asked for in one turn of the event loop as one request (the
+   * PostgreSQL lease table: one statement). The watchdog then lets a renewal run up to ttl/12
+   * early together with others due then. Elsewhere renewals keep their own times: bunching them
+   * would only make bursts (on Redlock, N × nodes commands racing one per-node timeout).
+   */
+  readonly batchesRenewals?: boolean;
+  /**
    * Try to become the holder of `key` (idempotent for the same owner: a repeated attempt by the
    * current holder returns its existing token and refreshes its TTL, so a lost reply is safe).
    */

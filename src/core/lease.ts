@@ -255,8 +255,11 @@ export class Lease implements LeaseRef, AsyncDisposable {
     const now = monotonicNow();
     const renewable = this.#autoRenew && !this.#capped;
     const renewAt = renewable ? now + this.#ttlMs / 3 : Number.POSITIVE_INFINITY;
-    // A renewal may go up to ttl/12 early, with others due then (one round trip for many).
-    const slackMs = renewAt <= this.#expiresAt ? this.#ttlMs / 12 : 0;
+    // Where the backend batches renewals, one may go up to ttl/12 early with others due then.
+    const slackMs =
+      this.#ctx.backend.batchesRenewals === true && renewAt <= this.#expiresAt
+        ? this.#ttlMs / 12
+        : 0;
     this.#ctx.watchdog.schedule(this.#task, Math.min(renewAt, this.#expiresAt), slackMs);
   }
 

@@ -25,6 +25,26 @@ afterEach(async () => {
 });
 
 describe('watchdog renewal', () => {
+  it('bunches renewals due within ttl/12 only where the backend batches them', async () => {
+    // ttl 3000: renewals at 1000 after each grant; the second lease is granted 200 ms later.
+    const renewTimes = async (batches: boolean): Promise<number> => {
+      const local = new MemoryBackend();
+      Object.assign(local, { batchesRenewals: batches });
+      const l = createLocker(local, { ttlMs: 3000 });
+      await l.acquire('a');
+      await vi.advanceTimersByTimeAsync(200);
+      await l.acquire('b');
+      await vi.advanceTimersByTimeAsync(801); // t = 1001: the first lease's renewal is due
+      const renewed = local.calls.renew ?? 0;
+      await l.close();
+      return renewed;
+    };
+    // Batching backend: the second lease (due at 1200, within 250 ms) goes with the first.
+    expect(await renewTimes(true)).toBe(2);
+    // Others keep each renewal at its own time.
+    expect(await renewTimes(false)).toBe(1);
+  });
+
   it('renews every ttlMs / 3 and keeps the lease past its TTL', async () => {
     const lease = await locker.acquire('k');
     await vi.advanceTimersByTimeAsync(999);

@@ -48,6 +48,8 @@ export class PostgresBackend implements Backend {
   readonly name = 'postgres';
   readonly maxTtlMs = MAX_TIMER_MS;
   readonly modes = ['write'] as const;
+  /** Renewals of one turn go as one statement (see `renew`). */
+  readonly batchesRenewals = true;
   readonly #db: PostgresConnectionSet;
   #lastSweep = Number.NEGATIVE_INFINITY;
   #sweeping: Promise<void> | undefined;
