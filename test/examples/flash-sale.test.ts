@@ -5,7 +5,6 @@
  * `scripts/services.sh`; no engine is mocked. The stock is written through the guard of the
  * store's engine (RedisFence on Redis, PgFence on PostgreSQL, a fenced SQLite row otherwise).
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,18 +13,17 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker } from '../../src/index.js';
 import { ETCD_ENDPOINTS, PG_URL, REDIS_URL, ZK_HOSTS } from '../helpers/engines.js';
-import { type PrivateBuild, privateBuild, ROOT } from '../helpers/private-build.js';
+import {
+  type CliRun,
+  type PrivateBuild,
+  privateBuild,
+  runBuiltCli,
+} from '../helpers/private-build.js';
 import { openAdmin } from '../helpers/zookeeper.js';
 import { children, removeNamespace } from '../integration/zookeeper/support.js';
 
 const KEY = 'flash-sale:stock';
 const SMALL = ['--workers', '4', '--stock', '30', '--attempts', '300'];
-
-interface CliRun {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
 
 interface Figures {
   store: string;
@@ -47,30 +45,7 @@ interface Figures {
 }
 
 function runDemo(args: readonly string[], timeoutMs = 45_000): Promise<CliRun> {
-  return new Promise((resolvePromise, reject) => {
-    const cli = join(build!.dir, 'cli', 'main.js');
-    const child = spawn(process.execPath, [cli, 'demo', 'flash-sale', ...args], {
-      cwd: ROOT,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-      stdout += chunk;
-    });
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
-      stderr += chunk;
-    });
-    const timer = setTimeout(() => {
-      child.kill('SIGINT');
-      reject(new Error(`demo ${args.join(' ')} did not finish in ${timeoutMs} ms\n${stderr}`));
-    }, timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolvePromise({ code, stdout, stderr });
-    });
-  });
+  return runBuiltCli(build!, ['demo', 'flash-sale', ...args], timeoutMs);
 }
 
 function lastJson(run: CliRun): Figures {

@@ -5,17 +5,15 @@
  * (v5), that every key of the run is gone and that every client process has exited. No engine is
  * mocked; the crash and the pause are real signals to real processes.
  */
-import { spawn } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REDIS_URL } from '../helpers/engines.js';
-import { type PrivateBuild, privateBuild, ROOT } from '../helpers/private-build.js';
-
-interface CliRun {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
+import {
+  type CliRun,
+  type PrivateBuild,
+  privateBuild,
+  runBuiltCli,
+} from '../helpers/private-build.js';
 
 interface VersionFigures {
   version: 'v1' | 'v2' | 'v3' | 'v4' | 'v5';
@@ -55,31 +53,7 @@ afterAll(() => {
 });
 
 function runDemo(args: readonly string[], timeoutMs = 50_000): Promise<CliRun> {
-  return new Promise((resolvePromise, reject) => {
-    const cli = `${build!.dir}/cli/main.js`;
-    const child = spawn(process.execPath, [cli, 'demo', 'versions', ...args], {
-      cwd: ROOT,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-      stdout += chunk;
-    });
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
-      stderr += chunk;
-    });
-    const timer = setTimeout(() => {
-      // SIGINT: the demo stops its clients and deletes its keys before exiting.
-      child.kill('SIGINT');
-      reject(new Error(`demo ${args.join(' ')} did not finish in ${timeoutMs} ms\n${stderr}`));
-    }, timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolvePromise({ code, stdout, stderr });
-    });
-  });
+  return runBuiltCli(build!, ['demo', 'versions', ...args], timeoutMs);
 }
 
 function lastJson(run: CliRun): Figures {

@@ -10,7 +10,7 @@
  * `package.json` and `tsconfig.build.json`, so the first file that needs it compiles (about 15 s)
  * and the others reuse it while the sources are unchanged.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import {
   cpSync,
@@ -123,4 +123,45 @@ function copyAssets(from: string, to: string): void {
     const source = join(entry.parentPath, entry.name);
     cpSync(source, join(to, relative(from, source)));
   }
+}
+
+/** What a run of the built CLI printed, and how it ended. */
+export interface CliRun {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/**
+ * Run the CLI of `build` with `args` from the repository's root; reject if it has not finished
+ * after `timeoutMs` (it is then sent SIGINT, so a demo stops its clients and deletes its keys).
+ */
+export function runBuiltCli(
+  build: PrivateBuild,
+  args: readonly string[],
+  timeoutMs: number,
+): Promise<CliRun> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(process.execPath, [join(build.dir, 'cli', 'main.js'), ...args], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk;
+    });
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+      stderr += chunk;
+    });
+    const timer = setTimeout(() => {
+      child.kill('SIGINT');
+      reject(new Error(`${args.join(' ')} did not finish in ${timeoutMs} ms\n${stderr}`));
+    }, timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolvePromise({ code, stdout, stderr });
+    });
+  });
 }
