@@ -442,9 +442,15 @@ describe.skipIf(!hasScript)('fencelock run on a terminal', () => {
     const log = file('ctrl-c.log');
     const go = file('go');
     const quote = (arg: string) => `'${arg.replaceAll("'", "'\\''")}'`;
-    const command = [process.execPath, cliPath(), 'run', key, '--store', store.url, '--']
-      .concat([process.execPath, CHILD, 'trap', log, go, '42'])
-      .map(quote)
+    // `exec`: script runs the command with $SHELL -c (/bin/sh when unset). dash does not replace
+    // itself with the command, stays in the terminal's foreground group, and so dies of Ctrl-C
+    // itself (exit 130) whatever fencelock does.
+    const command = ['exec']
+      .concat(
+        [process.execPath, cliPath(), 'run', key, '--store', store.url, '--']
+          .concat([process.execPath, CHILD, 'trap', log, go, '42'])
+          .map(quote),
+      )
       .join(' ');
     // script runs the command on a new pseudo-terminal, as its foreground job; what it reads on
     // stdin is typed on that terminal.
