@@ -3,8 +3,8 @@
  * (stamped by the harness on receipt, one monotonic clock) and what the fenced register logged.
  *
  * 1. The fenced register: stale writes accepted (an accepted write whose token is lower than a
- *    token accepted before it, recomputed offline from the log, so a mistake in the register's
- *    SQL cannot hide one) must be 0; stale writes rejected say whether the fault bit at all.
+ *    token accepted before it, or equal to one another client wrote with, recomputed offline
+ *    from the log, so a mistake in the register's SQL cannot hide one) must be 0; stale writes rejected say whether the fault bit at all.
  * 2. Overlapping critical sections as the library believed them: each grant is believed from
  *    its `acquired` event until the first of the start of its release, its loss, or the end of
  *    the validity the client last reported; overlaps of grants to different clients are double
@@ -104,12 +104,20 @@ export function checkRun(
   let staleAccepted = 0;
   let staleRejected = 0;
   let maxAccepted = -1n;
+  let maxWriter: string | undefined;
   let accepted = 0;
   for (const write of writes) {
     if (write.accepted) {
       accepted += 1;
+      // A lower token than one accepted before is stale; so is the same token from another
+      // writer: two holders were given one token (it repeated), and the register cannot tell
+      // them apart.
       if (write.token < maxAccepted) staleAccepted += 1;
-      else maxAccepted = write.token;
+      else if (write.token === maxAccepted && write.writer !== maxWriter) staleAccepted += 1;
+      else {
+        maxAccepted = write.token;
+        maxWriter = write.writer;
+      }
     } else {
       staleRejected += 1;
     }

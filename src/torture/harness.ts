@@ -9,6 +9,9 @@
  */
 import { type ChildProcess, execFile, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import pg from 'pg';
@@ -53,6 +56,8 @@ export interface CellRun {
   readonly faults: readonly FaultMark[];
   readonly clientErrors: readonly string[];
   readonly durationMs: number;
+  /** Why the fault could not be caused on this machine (the run was skipped), if it could not. */
+  readonly skipped?: string;
 }
 
 interface Client {
@@ -67,7 +72,8 @@ interface Client {
 export async function runCell(options: CellOptions): Promise<CellRun> {
   const tag = randomBytes(4).toString('hex');
   const namespace = `torture_${options.backend.replace('-', '_')}_${tag}`;
-  const topology = topologyOf(options.backend, namespace);
+  const topology =
+    options.fault.topology?.(options.backend, namespace) ?? topologyOf(options.backend, namespace);
   const key = `cell-${options.fault.id}-${tag}`;
   const register = new FencedRegister(REGISTER_URL, `reg_${tag}`);
   const clients: Client[] = [];
@@ -79,9 +85,19 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
   const t0 = performance.now();
   const now = () => performance.now() - t0;
   const log = options.log ?? (() => undefined);
+  const unavailable = await options.fault.unavailable?.(options.backend);
+  if (unavailable !== undefined) {
+    log(`${options.backend} ${options.fault.id}: skipped (${unavailable})`);
+    await register.close().catch(() => undefined);
+    return skippedRun(options, unavailable);
+  }
+  // Files of the fault's own (e.g. the libfaketime timestamp file), removed with the run.
+  const runDir = mkdtempSync(join(tmpdir(), 'fencelock-torture-run-'));
+  const clientEnv = options.fault.clientEnv?.(runDir);
 
   try {
     await register.create();
+    await topology.setUp?.();
     for (let i = 0; i < options.clients; i++) {
       const id = `c${i + 1}`;
       const indexes = options.endpointsOf?.(i) ?? topology.endpoints.map((_, n) => n);
@@ -112,6 +128,7 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
       };
       const child = fork(CLIENT_PATH, [JSON.stringify(config)], {
         stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+        ...(clientEnv === undefined ? {} : { env: { ...process.env, ...clientEnv } }),
       });
       const client: Client = { id, process: child, proxies, ready: false, exited: false };
       clients.push(client);
@@ -169,6 +186,8 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
       ttlMs: options.ttlMs,
       topology,
       key,
+      clients: clients.map((c) => c.id),
+      runDir,
       now,
       sleep,
       holder: ({ current = false, timeoutMs = 10 * options.ttlMs + 10_000 } = {}) => {
@@ -199,10 +218,15 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
       },
     };
 
-    // Warm up: a few grants before the fault.
-    await until(() => events.filter((e) => e.type === 'acquired').length >= 3, 20_000);
+    // Warm up: grants before the fault (one when each holds for 2 × TTL, three otherwise).
+    const warmGrants = options.fault.longHold === true ? 1 : 3;
+    await until(() => events.filter((e) => e.type === 'acquired').length >= warmGrants, 20_000);
     log(`${options.backend} ${options.fault.id}: warm, injecting`);
-    const mark = await options.fault.inject(context);
+    // A fault that fails half-way has undone what it did (its finally); the run is still judged.
+    const mark = await options.fault.inject(context).catch((error: unknown) => {
+      errors.unshift(`fault ${options.fault.id}: ${(error as Error)?.message ?? String(error)}`);
+      return undefined;
+    });
     if (mark !== undefined) faults.push(mark);
     // Let the run go on long enough to see the recovery.
     const settleUntil = Math.max(options.durationMs, now() + 3 * options.ttlMs);
@@ -210,6 +234,8 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
   } finally {
     await stopClients(clients, options.ttlMs);
     await Promise.allSettled(clients.flatMap((c) => c.proxies.map((p) => p.close())));
+    await topology.tearDown?.().catch(() => undefined);
+    rmSync(runDir, { recursive: true, force: true });
   }
   try {
     const { writes, value } = await register.read();
@@ -229,6 +255,20 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
     await dropNamespace(topology).catch(() => undefined);
     topology.dispose?.();
   }
+}
+
+/** The outcome of a run whose fault cannot be caused here: nothing ran, the reason is kept. */
+function skippedRun(options: CellOptions, reason: string): CellRun {
+  return {
+    backend: options.backend,
+    fault: options.fault.id,
+    fenced: options.fenced,
+    verdict: checkRun([], [], 0n, []),
+    faults: [],
+    clientErrors: [`skipped: ${reason}`],
+    durationMs: 0,
+    skipped: reason,
+  };
 }
 
 /** Ask every client to stop, wait a while, then kill what is left (resumed first if paused). */

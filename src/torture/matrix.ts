@@ -21,7 +21,12 @@ export interface MatrixOptions {
   readonly log: (line: string) => void;
 }
 
-export type CellVerdict = 'pass' | 'fail' | 'not exercised';
+/**
+ * `skipped`: the fault cannot be caused on this machine (a tool is missing); `documented
+ * failure`: a failure under a fault outside the backend's documented assumptions (see
+ * `FaultSpec.outsideAssumptions`). Both say why in `reasons`.
+ */
+export type CellVerdict = 'pass' | 'fail' | 'documented failure' | 'not exercised' | 'skipped';
 
 /** One backend × fault cell over all its runs. */
 export interface CellSummary {
@@ -124,7 +129,12 @@ export function summarize(
     writesAfterKnownLoss: sum((r) => r.verdict.writesAfterKnownLoss),
     clientErrors: [...new Set(runs.flatMap((r) => r.clientErrors))].slice(0, 5),
   };
+  const skipped = runs.filter((run) => run.skipped !== undefined);
+  if (runs.length > 0 && skipped.length === runs.length) {
+    return { ...cell, verdict: 'skipped', reasons: [...new Set(skipped.map((r) => r.skipped!))] };
+  }
   const reasons: string[] = [];
+  if (skipped.length > 0) reasons.push(`${skipped.length} of ${runs.length} runs skipped`);
   if (cell.grants === 0) reasons.push('no grant at all');
   if (cell.staleAccepted > 0) reasons.push(`${cell.staleAccepted} stale writes accepted`);
   if (cell.lostIncrements > 0) reasons.push(`register lost ${cell.lostIncrements} increments`);
@@ -134,9 +144,13 @@ export function summarize(
   if (fault.id === 'F0' && cell.believedOverlaps > 0) {
     reasons.push(`${cell.believedOverlaps} double grants without any fault`);
   }
+  const outside = fault.outsideAssumptions?.includes(backend) === true;
+  if (reasons.length > 0 && outside) reasons.push(`outside its assumptions: ${fault.assumption}`);
   const verdict: CellVerdict =
     reasons.length > 0
-      ? 'fail'
+      ? outside
+        ? 'documented failure'
+        : 'fail'
       : fault.bites.includes(backend) && cell.staleRejected === 0
         ? 'not exercised'
         : 'pass';

@@ -156,7 +156,9 @@ class Connection {
     this.down.clear();
     for (const socket of [this.client, this.upstream]) {
       if (socket === undefined || socket.destroyed) continue;
-      if (reset && !socket.connecting) socket.resetAndDestroy();
+      // resetAndDestroy() on a socket whose writable side has ended leaves a handle that spins
+      // the event loop at exit (seen on Node 20): a plain destroy() is enough there.
+      if (reset && !socket.connecting && !socket.writableEnded) socket.resetAndDestroy();
       else socket.destroy();
     }
     this.proxy.connections.delete(this);

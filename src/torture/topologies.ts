@@ -6,6 +6,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { OWN_SENTINEL_MASTER, OwnRedis, OwnSentinelGroup } from './servers.js';
 
 /** Ports of scripts/services.sh (the same environment overrides). */
 function env(name: string, fallback: number): number {
@@ -34,6 +35,9 @@ export const BACKENDS = [
   'postgres',
   'postgres-advisory',
   'sqlite',
+  // A Redis server of the run's own with AOF persistence (F11 crash-restart), never the shared one.
+  'redis-aof-everysec',
+  'redis-aof-always',
 ] as const;
 export type BackendName = (typeof BACKENDS)[number];
 
@@ -47,6 +51,8 @@ export const SERVICE_OF: Record<BackendName, string | undefined> = {
   postgres: 'postgres',
   'postgres-advisory': 'postgres',
   sqlite: undefined,
+  'redis-aof-everysec': undefined,
+  'redis-aof-always': undefined,
 };
 
 export interface Topology {
@@ -59,6 +65,16 @@ export interface Topology {
   readonly namespace: string;
   /** Remove local files the topology made (the SQLite store). */
   dispose?(): void;
+  /**
+   * Start the servers this topology runs for itself, before any client (`endpoints` is known
+   * only afterwards); `tearDown` stops them and removes their data.
+   */
+  setUp?(): Promise<void>;
+  tearDown?(): Promise<void>;
+  /** The run's own Redis server (the `redis-aof-*` backends). */
+  readonly ownRedis?: OwnRedis;
+  /** The run's own Sentinel group (the F4 variant of `sentinel`). */
+  readonly ownSentinel?: OwnSentinelGroup;
 }
 
 /**
@@ -94,7 +110,8 @@ export function topologyOf(backend: BackendName, namespace: string): Topology {
         backend,
         namespace,
         endpoints: [1, 2, 3].map((n) => PORTS.etcdClientBase + n),
-        storeUrl: (ports) => `etcd://${hosts(ports)}/${namespace}`,
+        // Each request's deadline: 1 s, as Redis's and PostgreSQL's command timeouts (F10).
+        storeUrl: (ports) => `etcd://${hosts(ports)}/${namespace}?dialTimeoutMs=1000`,
       };
     case 'zookeeper':
       return {
@@ -124,5 +141,41 @@ export function topologyOf(backend: BackendName, namespace: string): Topology {
         dispose: () => rmSync(dir, { recursive: true, force: true }),
       };
     }
+    case 'redis-aof-everysec':
+    case 'redis-aof-always': {
+      const server = new OwnRedis(backend === 'redis-aof-always' ? 'always' : 'everysec');
+      return {
+        backend,
+        namespace,
+        get endpoints() {
+          return [server.port];
+        },
+        storeUrl: ([p]) => `redis://127.0.0.1:${p}?prefix=${namespace}&commandTimeoutMs=1000`,
+        setUp: () => server.start(),
+        tearDown: () => server.stop(),
+        ownRedis: server,
+      };
+    }
   }
+}
+
+/**
+ * The `sentinel` backend on a Sentinel group of the run's own (FAULTS.md F4: one primary, one
+ * replica, one Sentinel, on free ports), so that crashing the primary leaves the shared Sentinel
+ * deployment of `scripts/services.sh` alone. Clients reach the Sentinel directly.
+ */
+export function ownSentinelTopology(namespace: string): Topology {
+  const group = new OwnSentinelGroup();
+  return {
+    backend: 'sentinel',
+    namespace,
+    get endpoints() {
+      return [group.sentinel.port];
+    },
+    storeUrl: (ports) =>
+      `redis+sentinel://${ports.map((p) => `127.0.0.1:${p}`).join(',')}/${OWN_SENTINEL_MASTER}?prefix=${namespace}&commandTimeoutMs=1000`,
+    setUp: () => group.start(),
+    tearDown: () => group.stop(),
+    ownSentinel: group,
+  };
 }

@@ -60,6 +60,21 @@ describe('torture checker', () => {
     expect(checkRun([], writes, 1n, []).lostIncrements).toBe(-1);
   });
 
+  it('counts a write under a token another client already wrote with as stale (a repeated token)', () => {
+    // b was given a's token again (e.g. a Redlock node restarted empty); the register accepts
+    // b's writes (token not lower): both are stale, a's own later write is not.
+    const writes = [
+      write(1, 'a', 7n, true),
+      write(2, 'b', 7n, true),
+      write(3, 'b', 7n, true),
+      write(4, 'a', 7n, true),
+    ];
+    expect(checkRun([], writes, 4n, []).staleAccepted).toBe(2);
+    // One holder writing several times under its token is not stale.
+    const own = [write(1, 'a', 7n, true), write(2, 'a', 7n, true), write(3, 'b', 8n, true)];
+    expect(checkRun([], own, 3n, []).staleAccepted).toBe(0);
+  });
+
   it('counts believed overlaps only while both believed; raw overlaps as long as the code ran', () => {
     // a is paused after its grant: its validity (1 s) runs out at 1000; b is granted at 1500;
     // a resumes and starts its release at 3000.
