@@ -18,7 +18,22 @@ declare -A PACKAGES=(
   [/usr/share/java/zookeeper.jar]=zookeeper
   # PostgreSQL's server binaries are not on PATH; scripts/services.sh finds the newest version.
   ['/usr/lib/postgresql/*/bin/initdb']=postgresql
+  # The torture harness's client clock jumps (F6a) preload libfaketime into the Node clients;
+  # `faketime` is its command-line wrapper, handy for trying a jump by hand.
+  ['/usr/lib/*-linux-gnu/faketime/libfaketime.so.1']=libfaketime
+  [faketime]=faketime
 )
+
+# Optional, for the bench only (`bash scripts/install-engines.sh --bench`, which `npm run bench`
+# runs itself when they are missing): Apache Curator's jars and a JDK, to build the Curator
+# contender. The tests never need them.
+if [[ ${1:-} == --bench ]]; then
+  PACKAGES=(
+    [javac]=default-jdk-headless
+    [/usr/share/java/curator-recipes.jar]=libcurator-recipes-java
+    [/usr/share/java/slf4j-nop.jar]=libslf4j-java
+  )
+fi
 
 missing=()
 for cmd in "${!PACKAGES[@]}"; do

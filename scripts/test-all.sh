@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `npm run test:all`: install and start every engine the tests need, run lint and every test
-# (unit, contract, integration, demo), and stop the engines, whatever the outcome.
+# (unit, contract, integration, demo), the benchmark's and the torture matrix's short runs, and
+# stop the engines, whatever the outcome.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,3 +11,9 @@ bash scripts/services.sh up
 npm run lint
 npm run build
 npx vitest run
+npm run bench -- --quick
+# The torture matrix's short schedule: one run per cell (about 9 minutes here); its report goes
+# to a scratch folder, not docs/torture (that one is committed from a full run).
+torture_out="$(mktemp -d)"
+npm run torture -- --quick --out "$torture_out"
+rm -rf "$torture_out"

@@ -1,0 +1,270 @@
+// A bench worker: a child process (node:child_process fork) that drives one contender and answers
+// the parent's jobs over IPC. Jobs (one at a time):
+//   init        { contender, ctx }                         → ready
+//   uncontended { levels, warmupMs, durationMs, keyTag }   → uncontended { levels: [...] }
+//   open        { clients }                                → opened
+//   contended   { startAt, warmupUntil, endAt, drainMs, holdMs, key, clientBase } → contended
+//   hold-many   { count, ttlMs, concurrency, keyTag }      → held, then after `go { holdMs }`: many
+//               (the leases stay held: the parent kills the worker and the clean-up removes them)
+//   close                                                  → closed, then the process exits
+// Times are on the machine-wide monotonic clock of stats.mjs, so the parent can line up the
+// events of several workers (and of the Java worker) without stamping them itself.
+import { contenderById, fencelockRenewals, TTL_MS } from './contenders.mjs';
+import { nowMs, sleep, sleepUntil } from './stats.mjs';
+
+let contender;
+let ctx;
+/** Open instances: one for uncontended and many-leases, one per client for contended. */
+let instances = [];
+/** Messages that arrived while a job waits for one (`go`). */
+const inbox = [];
+let inboxWaiter;
+
+const send = (message) => process.send(message);
+
+/**
+ * Open `count` instances and warm each up with a few pairs on a key of its own: connections
+ * made, scripts loaded, sessions opened and code compiled before anything is measured.
+ */
+async function openInstances(count) {
+  const opened = await Promise.all(Array.from({ length: count }, () => contender.create(ctx)));
+  await Promise.all(
+    opened.map(async (instance, i) => {
+      for (let pair = 0; pair < (ctx.warmPairs ?? 3); pair++) {
+        await instance.release(await instance.acquire(`warm-${process.pid}-${i}`, TTL_MS));
+      }
+    }),
+  );
+  instances.push(...opened);
+  return opened;
+}
+
+/** Acquire + release on keys no other loop uses, at each concurrency level in turn. */
+async function uncontended({ levels, warmupMs, durationMs, keyTag }) {
+  const [instance] = instances.length > 0 ? instances : await openInstances(1);
+  const results = [];
+  for (const concurrency of levels) {
+    const measureFrom = nowMs() + warmupMs;
+    const measureTo = measureFrom + durationMs;
+    const latencies = [];
+    let pairs = 0;
+    let errors = 0;
+    let lastError;
+    await Promise.all(
+      Array.from({ length: concurrency }, async (_, loop) => {
+        // Each loop cycles through 64 keys of its own: distinct from every other loop's.
+        for (let i = 0; nowMs() < measureTo; i++) {
+          const key = `${keyTag}-c${concurrency}-l${loop}-k${i % 64}`;
+          const startedAt = nowMs();
+          try {
+            await instance.release(await instance.acquire(key, TTL_MS));
+          } catch (error) {
+            errors += 1;
+            lastError = String(error?.message ?? error);
+            await sleep(5);
+            continue;
+          }
+          const endedAt = nowMs();
+          if (endedAt >= measureFrom && endedAt <= measureTo) pairs += 1;
+          if (startedAt >= measureFrom && endedAt <= measureTo) latencies.push(endedAt - startedAt);
+        }
+      }),
+    );
+    results.push({
+      concurrency,
+      windowMs: durationMs,
+      pairs,
+      latenciesMs: latencies,
+      errors,
+      lastError,
+    });
+  }
+  return { type: 'uncontended', levels: results };
+}
+
+/**
+ * Every client of this process loops on one shared key: request, grant, hold `holdMs`, release.
+ * New requests stop at `endAt`; requests still waiting `drainMs` later are reported as pending
+ * (their wait is at least that long).
+ */
+async function contended({ startAt, endAt, drainMs, holdMs, key, clientBase }) {
+  const records = [];
+  const pending = new Map();
+  let errors = 0;
+  let lastError;
+  await sleepUntil(startAt);
+  const loops = instances.map(async (instance, index) => {
+    const client = clientBase + index;
+    while (nowMs() < endAt) {
+      const requestedAt = nowMs();
+      pending.set(client, requestedAt);
+      let handle;
+      try {
+        handle = await instance.acquire(key, TTL_MS);
+      } catch (error) {
+        // A peer gave up (its retry limit): the application asks again at once.
+        pending.delete(client);
+        errors += 1;
+        lastError = String(error?.message ?? error);
+        continue;
+      }
+      pending.delete(client);
+      const grantedAt = nowMs();
+      await sleep(holdMs);
+      const releaseAt = nowMs();
+      try {
+        await instance.release(handle);
+      } catch (error) {
+        errors += 1;
+        lastError = String(error?.message ?? error);
+      }
+      records.push([client, requestedAt, grantedAt, releaseAt, nowMs()]);
+    }
+  });
+  await Promise.race([Promise.all(loops), sleepUntil(endAt + drainMs)]);
+  const reportedAt = nowMs();
+  return {
+    type: 'contended',
+    records,
+    pending: [...pending].map(([client, requestedAt]) => [client, requestedAt]),
+    reportedAt,
+    errors,
+    lastError,
+  };
+}
+
+function memory() {
+  global.gc?.();
+  const { rss, heapUsed } = process.memoryUsage();
+  return { rssMb: rss / 2 ** 20, heapMb: heapUsed / 2 ** 20 };
+}
+
+function nextMessage(type) {
+  const index = inbox.findIndex((m) => m.type === type);
+  if (index >= 0) return Promise.resolve(inbox.splice(index, 1)[0]);
+  return new Promise((resolve) => {
+    inboxWaiter = { type, resolve };
+  });
+}
+
+/**
+ * Hold `count` leases with renewal on, then (after the parent's `go`, so that parallel workers
+ * measure the same minute) measure CPU, memory and renewals for `holdMs`, and release them all.
+ */
+async function holdMany({ count, ttlMs, concurrency, keyTag }) {
+  const before = memory();
+  const [instance] = await openInstances(1);
+  const handles = [];
+  let next = 0;
+  const acquireStarted = nowMs();
+  let acquireErrors = 0;
+  let lastError;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < count) {
+        const i = next++;
+        // An engine error (a busy shared engine, a client's circuit breaker) costs a retry of
+        // that key, counted; the whole workload fails only past a thousand of them.
+        for (;;) {
+          try {
+            handles.push(await instance.holdRenewing(`${keyTag}-${i}`, ttlMs));
+            break;
+          } catch (error) {
+            acquireErrors += 1;
+            lastError = String(error?.message ?? error);
+            if (acquireErrors <= 3)
+              send({ type: 'warning', message: `acquire of key ${i}: ${lastError}` });
+            if (acquireErrors > 1000) throw error;
+            await sleep(100);
+          }
+        }
+      }
+    }),
+  );
+  const acquireMs = nowMs() - acquireStarted;
+  const held = memory();
+  send({ type: 'held', acquireMs });
+  const { holdMs } = await nextMessage('go');
+  const start = memory();
+  const renewalsBefore = fencelockRenewals.ok;
+  const cpuBefore = process.cpuUsage();
+  const startedAt = nowMs();
+  await sleep(holdMs);
+  const cpu = process.cpuUsage(cpuBefore);
+  const elapsedMs = nowMs() - startedAt;
+  const renewals = fencelockRenewals.ok - renewalsBefore;
+  const end = memory();
+  const lost = handles.filter((h) => h.lost()).length;
+  // No release: the parent ends this process once it has the figures, and the run's clean-up
+  // removes the keys (releasing 10,000 leases one by one would take minutes on some engines
+  // and measures nothing the other workloads do not).
+  return {
+    type: 'many',
+    count: handles.length,
+    acquireMs,
+    elapsedMs,
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    memory: { before, held, start, end },
+    clientRenewals: renewals,
+    renewalsFailed: fencelockRenewals.failed,
+    lost,
+    acquireErrors,
+    ...(lastError ? { lastError } : {}),
+  };
+}
+
+async function handle(message) {
+  switch (message.type) {
+    case 'init':
+      contender = contenderById(message.contender);
+      ctx = message.ctx;
+      return { type: 'ready' };
+    case 'uncontended':
+      return uncontended(message);
+    case 'open':
+      await openInstances(message.clients);
+      return { type: 'opened' };
+    case 'contended':
+      return contended(message);
+    case 'hold-many':
+      return holdMany(message);
+    case 'close': {
+      const closing = instances;
+      instances = [];
+      await Promise.all(closing.map((i) => i.close().catch(() => undefined)));
+      return { type: 'closed' };
+    }
+    default:
+      throw new Error(`unknown job ${message.type}`);
+  }
+}
+
+process.on('message', (message) => {
+  if (inboxWaiter && message.type === inboxWaiter.type) {
+    const { resolve } = inboxWaiter;
+    inboxWaiter = undefined;
+    resolve(message);
+    return;
+  }
+  if (message.type === 'go') {
+    inbox.push(message);
+    return;
+  }
+  handle(message).then(
+    (reply) => {
+      // After `close`, exit once the reply is out: a client library's stray timer or thread
+      // must not keep the worker alive.
+      if (message.type === 'close') process.send(reply, () => process.exit(0));
+      else send(reply);
+    },
+    (error) => send({ type: 'error', message: String(error?.stack ?? error) }),
+  );
+});
+
+// The parent is gone (it crashed or was killed): nobody will ask this worker to close.
+process.on('disconnect', () => process.exit(1));
+
+// A peer that reports a lost lock or a failed call from a timer must not kill the worker.
+process.on('unhandledRejection', (error) => {
+  send({ type: 'warning', message: `unhandled rejection: ${String(error?.message ?? error)}` });
+});

@@ -1,0 +1,392 @@
+// The workloads of issue 7, run from the parent: each starts its workers, hands them a job, and
+// turns what they report into the figures of the report. Every figure of one run is computed
+// here from raw samples; runs are folded into medians and spreads by the caller.
+import { connect, createServer } from 'node:net';
+import { Worker } from './pool.mjs';
+import { nowMs, percentile, sleep, summarize } from './stats.mjs';
+
+/** Processes of the contended and partial-quorum workloads (issue 7: "across 4 processes"). */
+export const PROCESSES = 4;
+
+// --- 1. uncontended ----------------------------------------------------------------------------
+
+/**
+ * One process, one instance (its connections), `concurrency` loops at once, each on keys of its
+ * own: pairs (acquire + release) per second and the latency of a pair.
+ * @returns one entry per concurrency level.
+ */
+export async function uncontended(contender, ctx, plan, options) {
+  const worker = await Worker.start(contender, ctx, options);
+  try {
+    const { levels, warmupMs, durationMs } = plan.uncontended;
+    const budgetMs = levels.length * (warmupMs + durationMs) + 120_000;
+    const reply = await worker.request(
+      { type: 'uncontended', levels, warmupMs, durationMs, keyTag: 'u' },
+      budgetMs,
+    );
+    return reply.levels.map((level) => {
+      const latency = summarize(level.latenciesMs);
+      return {
+        concurrency: level.concurrency,
+        pairsPerSec: (level.pairs / level.windowMs) * 1000,
+        p50Ms: latency.p50,
+        p99Ms: latency.p99,
+        errors: level.errors,
+        ...(level.lastError ? { lastError: level.lastError } : {}),
+      };
+    });
+  } finally {
+    await worker.close();
+  }
+}
+
+// --- 2. contended -------------------------------------------------------------------------------
+
+/**
+ * For each client count in `levels` (ascending), that many clients spread over PROCESSES
+ * processes (one instance, so one set of connections, per client) loop on one key, holding it
+ * `holdMs`; the processes are kept from one level to the next and open the extra clients. See
+ * `contendedFigures` for what is measured.
+ * @returns the figures of each level, in order.
+ */
+export async function contended(contender, ctx, plan, levels, options, window = plan.contended) {
+  const workers = await Promise.all(
+    Array.from({ length: PROCESSES }, () => Worker.start(contender, ctx, options)),
+  );
+  const figures = [];
+  try {
+    let open = 0;
+    for (const clients of levels) {
+      const perProcess = Math.ceil(clients / PROCESSES);
+      await Promise.all(
+        workers.map((w) => w.request({ type: 'open', clients: perProcess - open }, 120_000)),
+      );
+      open = perProcess;
+      const startAt = nowMs() + 300;
+      const from = startAt + window.warmupMs;
+      const to = from + window.durationMs;
+      const replies = await Promise.all(
+        workers.map((w, i) =>
+          w.request(
+            {
+              type: 'contended',
+              startAt,
+              endAt: to,
+              drainMs: window.drainMs,
+              holdMs: plan.holdMs,
+              key: `hot-${clients}`,
+              clientBase: i * 1000,
+            },
+            to - nowMs() + window.drainMs + 30_000,
+          ),
+        ),
+      );
+      figures.push(contendedFigures(replies, { from, to, clients: perProcess * PROCESSES }));
+    }
+    return figures;
+  } finally {
+    // A peer still stuck in a vote may never close: it gets a few seconds, then SIGKILL.
+    await Promise.all(workers.map((w) => w.close(window.closeMs ?? 5000)));
+  }
+}
+
+/**
+ * Figures of one contended run, from every client's records
+ * `[client, requestedAt, grantedAt, releaseAt (release called), releasedAt]` on one clock:
+ * - grants/s: grants inside the measured window;
+ * - handoff gap: a grant's time minus the time the previous holder called release (the lock
+ *   sits idle for at most this long; it includes the release's own trip to the engine);
+ * - wait: request to grant, for every request made before the window's end; requests still
+ *   waiting when the workers reported count with the time they had waited (a lower bound);
+ * - fairness: share of consecutive grants that went to a different client; the longest wait;
+ *   clients that got no grant in the window;
+ * - overlaps: grants made before the previous holder called release (mutual exclusion broken,
+ *   or a lease that expired): should be 0.
+ */
+export function contendedFigures(replies, { from, to, clients }) {
+  const records = replies.flatMap((r) => r.records).sort((a, b) => a[2] - b[2]);
+  const inWindow = records.filter((r) => r[2] >= from && r[2] <= to);
+  const gaps = [];
+  let overlaps = 0;
+  let switches = 0;
+  for (let i = 1; i < records.length; i++) {
+    const [client, , grantedAt] = records[i];
+    if (grantedAt < from || grantedAt > to) continue;
+    const previous = records[i - 1];
+    const gap = grantedAt - previous[3];
+    if (gap < 0) overlaps += 1;
+    else gaps.push(gap);
+    if (previous[2] >= from && client !== previous[0]) switches += 1;
+  }
+  const waits = records.filter((r) => r[1] <= to && r[2] >= from).map((r) => r[2] - r[1]);
+  for (const reply of replies) {
+    for (const [, requestedAt] of reply.pending) waits.push(reply.reportedAt - requestedAt);
+  }
+  const wait = summarize(waits);
+  const gap = summarize(gaps);
+  const hold = summarize(inWindow.map((r) => r[3] - r[2]));
+  const granted = new Set(inWindow.map((r) => r[0]));
+  const windowMs = to - from;
+  return {
+    clients,
+    grants: inWindow.length,
+    grantsPerSec: (inWindow.length / windowMs) * 1000,
+    holdP50Ms: hold.p50,
+    gapP50Ms: gap.p50,
+    gapP99Ms: gap.p99,
+    waitP50Ms: wait.p50,
+    waitP99Ms: wait.p99,
+    waitMaxMs: wait.max,
+    fairness: inWindow.length > 1 ? switches / (inWindow.length - 1) : Number.NaN,
+    clientsWithoutGrant: clients - granted.size,
+    stillWaiting: replies.reduce((n, r) => n + r.pending.length, 0),
+    overlaps,
+    errors: replies.reduce((n, r) => n + r.errors, 0),
+    ...(replies.find((r) => r.lastError)
+      ? { lastError: replies.find((r) => r.lastError).lastError }
+      : {}),
+  };
+}
+
+// --- 3. many leases -----------------------------------------------------------------------------
+
+/**
+ * Counts, at the engine, the commands that touch some key prefixes: Redis MONITOR on each node
+ * given, read from a plain socket (a line per command: time, `[db client]`, quoted arguments).
+ * Commands run inside Lua (`[0 lua]`) are not counted, only what clients sent.
+ */
+export class RedisCommandCounter {
+  #sockets = [];
+  #pattern;
+  #counts = new Map();
+  #counting = false;
+
+  static async start(nodes, prefixes) {
+    const counter = new RedisCommandCounter();
+    for (const prefix of prefixes) counter.#counts.set(prefix, 0);
+    const escaped = prefixes.map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+    // Anywhere in an argument: some libraries put their own prefix first (`mutex:<key>`).
+    counter.#pattern = prefixes.length ? new RegExp(`(${escaped.join('|')}):`) : undefined;
+    for (const node of nodes) {
+      const socket = connect(node.port, node.host);
+      socket.on('error', () => undefined);
+      await new Promise((resolve, reject) => {
+        socket.once('connect', resolve);
+        socket.once('error', reject);
+      });
+      socket.setEncoding('utf8');
+      let buffered = '';
+      socket.on('data', (chunk) => {
+        buffered += chunk;
+        const lines = buffered.split('\r\n');
+        buffered = lines.pop();
+        for (const line of lines) counter.#observe(line);
+      });
+      socket.write('MONITOR\r\n');
+      counter.#sockets.push(socket);
+    }
+    return counter;
+  }
+
+  #observe(line) {
+    if (!this.#counting || !this.#pattern || line.includes(' lua] ')) return;
+    const prefix = this.#pattern.exec(line)?.[1];
+    if (prefix !== undefined) this.#counts.set(prefix, this.#counts.get(prefix) + 1);
+  }
+
+  /** Count from now on (from zero). */
+  begin() {
+    for (const prefix of this.#counts.keys()) this.#counts.set(prefix, 0);
+    this.#counting = true;
+  }
+
+  /** Stop counting; the commands seen per prefix. */
+  end() {
+    this.#counting = false;
+    return new Map(this.#counts);
+  }
+
+  async stop() {
+    for (const socket of this.#sockets) socket.destroy();
+  }
+}
+
+/** Updates of a schema's lease table as PostgreSQL's statistics count them (renewals). */
+async function postgresUpdates(endpoint, schemas) {
+  const { default: pg } = await import('pg');
+  const client = new pg.Client({ ...endpoint, database: 'fencelock' });
+  await client.connect();
+  try {
+    const { rows } = await client.query(
+      `SELECT schemaname, n_tup_upd::bigint AS updates FROM pg_stat_user_tables
+        WHERE relname = 'fencelock_leases' AND schemaname = ANY($1)`,
+      [schemas],
+    );
+    return new Map(rows.map((r) => [r.schemaname, Number(r.updates)]));
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * Hold `count` leases with renewal on in one process per entry, all entries at once (the
+ * measured minute is mostly idle time; running them side by side keeps the whole bench within
+ * its time budget), and measure during the same `holdMs` window for all: engine commands that
+ * touch each entry's keys, CPU time and memory of each process.
+ * @param entries `{ contender, ctx }` per process.
+ * @returns per entry its figures, in the same order.
+ */
+export async function manyLeases(entries, plan, endpoints, options, log) {
+  const { count, ttlMs, holdMs, concurrency } = plan.many;
+  const workers = await Promise.all(
+    entries.map(({ contender, ctx }) => Worker.start(contender, ctx, options)),
+  );
+  workers.forEach((w, i) => {
+    w.onWarning = (message) => log(`many leases: ${entries[i].contender.id}: ${message}`);
+  });
+  const redisPrefixes = entries
+    .filter((e) => e.contender.store === 'redis' || e.contender.store === 'redlock')
+    .map((e) => e.ctx.prefix);
+  const counter = await RedisCommandCounter.start(
+    [endpoints.redis, endpoints.redlock[0]],
+    redisPrefixes,
+  );
+  try {
+    // At most `concurrency` acquisitions in flight per engine, shared by that engine's
+    // processes (engines in parallel): tens of thousands of acquisitions at once overload a
+    // shared etcd or ZooKeeper (timeouts, a client's circuit breaker, expired sessions) and then
+    // measure the overload, not the library. Several processes (sessions) at once still go
+    // faster where one client is the limit (the native ZooKeeper client).
+    const perStore = new Map();
+    for (const e of entries) {
+      perStore.set(e.contender.store, (perStore.get(e.contender.store) ?? 0) + 1);
+    }
+    const share = new Map(
+      [...perStore].map(([store, n]) => [store, Math.max(4, Math.floor(concurrency / n))]),
+    );
+    const held = await Promise.all(
+      entries.map(({ contender }, i) =>
+        workers[i]
+          .request(
+            {
+              type: 'hold-many',
+              count,
+              ttlMs,
+              concurrency: share.get(contender.store),
+              keyTag: 'm',
+            },
+            900_000,
+          )
+          .then(
+            (value) => {
+              log(
+                `many leases: ${contender.id} holds ${count} after ${Math.round(value.acquireMs / 1000)} s`,
+              );
+              return { status: 'fulfilled', value };
+            },
+            (reason) => ({ status: 'rejected', reason }),
+          ),
+      ),
+    );
+    log(
+      `many leases: ${held.filter((h) => h.status === 'fulfilled').length}/${held.length} holding ${count}`,
+    );
+    const pgSchemas = entries
+      .filter((e) => e.contender.store === 'postgres')
+      .map((e) => e.ctx.pgSchema);
+    const pgBefore = pgSchemas.length
+      ? await postgresUpdates(endpoints.postgres, pgSchemas)
+      : new Map();
+    counter.begin();
+    const goAt = nowMs();
+    // Settled at once, so a worker that failed never leaves a rejection unhandled meanwhile.
+    const finishing = workers.map((w, i) => {
+      if (held[i].status === 'rejected') return Promise.resolve(held[i]);
+      w.send({ type: 'go', holdMs });
+      return w.next(holdMs + 900_000).then(
+        (value) => ({ status: 'fulfilled', value }),
+        (reason) => ({ status: 'rejected', reason }),
+      );
+    });
+    await sleep(goAt + holdMs - nowMs());
+    const commands = counter.end();
+    // PostgreSQL publishes a backend's counts when it goes idle, at most once a second.
+    await sleep(1500);
+    const pgAfter = pgSchemas.length
+      ? await postgresUpdates(endpoints.postgres, pgSchemas)
+      : new Map();
+    const results = await Promise.all(finishing);
+    return entries.map(({ contender, ctx }, i) => {
+      const result = results[i];
+      if (result.status === 'rejected')
+        return { error: String(result.reason?.message ?? result.reason) };
+      const r = result.value;
+      const seconds = r.elapsedMs / 1000;
+      let engineCommands;
+      let counted;
+      if (commands.has(ctx.prefix)) {
+        engineCommands = commands.get(ctx.prefix);
+        counted =
+          contender.store === 'redlock'
+            ? 'engine (Redis MONITOR, node 1 of 5)'
+            : 'engine (Redis MONITOR)';
+      } else if (contender.store === 'postgres') {
+        engineCommands = (pgAfter.get(ctx.pgSchema) ?? 0) - (pgBefore.get(ctx.pgSchema) ?? 0);
+        counted = 'engine (pg_stat_user_tables updates)';
+      } else if (contender.role === 'fencelock') {
+        engineCommands = r.clientRenewals;
+        counted = 'client (fencelock:renew events)';
+      }
+      const m = r.memory;
+      return {
+        leases: r.count,
+        acquireSec: r.acquireMs / 1000,
+        renewPerSec: engineCommands === undefined ? Number.NaN : engineCommands / seconds,
+        renewCounted: counted ?? 'not counted (no per-client count at this engine)',
+        renewPerLeasePerMin:
+          engineCommands === undefined ? Number.NaN : (engineCommands / r.count / seconds) * 60,
+        cpuPctOfCore: (r.cpuMs / r.elapsedMs) * 100,
+        rssGrowthMb: m.end.rssMb - m.before.rssMb,
+        heapGrowthMb: m.end.heapMb - m.before.heapMb,
+        rssDuringHoldMb: m.end.rssMb - m.start.rssMb,
+        lost: r.lost,
+        acquireErrors: r.acquireErrors,
+        ...(r.lastError ? { lastError: r.lastError } : {}),
+      };
+    });
+  } finally {
+    await counter.stop();
+    for (const w of workers) w.kill();
+  }
+}
+
+// --- 4. partial quorum --------------------------------------------------------------------------
+
+/**
+ * Two ports with nothing listening: the Redlock nodes that are "down" in the partial-quorum
+ * case (connection refused, as for a crashed node). Found by binding port 0 and closing.
+ */
+export async function closedPorts(count) {
+  const ports = [];
+  for (let i = 0; i < count; i++) {
+    const server = createServer();
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    ports.push(server.address().port);
+    await new Promise((resolve) => server.close(resolve));
+  }
+  return ports;
+}
+
+/** p50 of `samples` round trips of `ping()` (ms). */
+export async function roundTripMs(ping, samples = 200) {
+  const times = [];
+  for (let i = 0; i < samples; i++) {
+    const t = nowMs();
+    await ping();
+    times.push(nowMs() - t);
+  }
+  return percentile(
+    times.sort((a, b) => a - b),
+    50,
+  );
+}
