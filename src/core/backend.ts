@@ -172,10 +172,10 @@ export interface Backend {
   /** Modes the backend can grant; every backend has `write`. */
   readonly modes: readonly LockMode[];
   /**
-   * The backend sends renewals asked for in one turn of the event loop as one request (the
-   * PostgreSQL lease table: one statement). The watchdog then lets a renewal run up to ttl/12
-   * early together with others due then. Elsewhere renewals keep their own times: bunching them
-   * would only make bursts (on Redlock, N × nodes commands racing one per-node timeout).
+   * The backend sends renewals asked for in one turn of the event loop as one request (see
+   * `RenewalBatcher`: one statement on PostgreSQL, one script call per node on Redis and
+   * Redlock). The watchdog then lets a renewal run up to ttl/12 early together with others due
+   * then. Elsewhere renewals keep their own times: bunching them would only make bursts.
    */
   readonly batchesRenewals?: boolean;
   /**

@@ -24,19 +24,13 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
+import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
 import { xactLockPairOf } from './sql.js';
 
 /** Most renewals sent in one statement. */
 const RENEW_BATCH_LIMIT = 1_000;
-
-interface PendingRenewal {
-  readonly lease: LeaseRef;
-  readonly ttlMs: number;
-  resolve(result: RenewResult): void;
-  reject(error: unknown): void;
-}
 
 /** A row expired for this long is deleted by the sweep, ms. */
 const SWEEP_AFTER_EXPIRY_MS = 60_000;
@@ -54,7 +48,7 @@ export class PostgresBackend implements Backend {
   #lastSweep = Number.NEGATIVE_INFINITY;
   #sweeping: Promise<void> | undefined;
   /** Renewals asked for in this turn of the event loop, sent together at its end. */
-  #renewals: PendingRenewal[] = [];
+  readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
 
   constructor(settings: PostgresSettings) {
     this.#db = new PostgresConnectionSet(settings);
@@ -105,44 +99,32 @@ export class PostgresBackend implements Backend {
    * go to the server as one statement: one round trip for many leases.
    */
   renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
-    return new Promise((resolve, reject) => {
-      this.#renewals.push({ lease, ttlMs, resolve, reject });
-      if (this.#renewals.length === 1) setImmediate(() => void this.#sendRenewals());
-    });
+    return this.#renewals.renew(lease, ttlMs);
   }
 
-  async #sendRenewals(): Promise<void> {
-    const batch = this.#renewals.splice(0, RENEW_BATCH_LIMIT);
-    if (this.#renewals.length > 0) setImmediate(() => void this.#sendRenewals());
-    if (batch.length === 0) return;
-    try {
-      const sql = this.#db.sql;
-      const { rows } = await this.#db.run('renew', () =>
-        batch.length === 1
-          ? this.#db.pool.query<{ ok: boolean; live: boolean }>(sql.renew, [
-              batch[0]!.lease.key,
-              batch[0]!.lease.owner,
-              tokenParameter(batch[0]!.lease.fencingToken),
-              batch[0]!.ttlMs,
-            ])
-          : this.#db.pool.query<{ ok: boolean; live: boolean }>(sql.renewMany, [
-              batch.map((r) => r.lease.key),
-              batch.map((r) => r.lease.owner),
-              batch.map((r) => tokenParameter(r.lease.fencingToken)),
-              batch.map((r) => r.ttlMs),
-            ]),
-      );
-      batch.forEach((renewal, i) => {
-        const row = rows[i];
-        renewal.resolve(
-          row?.ok === true
-            ? { ok: true, ttlMs: renewal.ttlMs }
-            : { ok: false, reason: row?.live === true ? 'not-owner' : 'not-held' },
-        );
-      });
-    } catch (error) {
-      for (const renewal of batch) renewal.reject(error);
-    }
+  async #sendRenewals(batch: readonly RenewalRequest[]): Promise<RenewResult[]> {
+    const sql = this.#db.sql;
+    const { rows } = await this.#db.run('renew', () =>
+      batch.length === 1
+        ? this.#db.pool.query<{ ok: boolean; live: boolean }>(sql.renew, [
+            batch[0]!.lease.key,
+            batch[0]!.lease.owner,
+            tokenParameter(batch[0]!.lease.fencingToken),
+            batch[0]!.ttlMs,
+          ])
+        : this.#db.pool.query<{ ok: boolean; live: boolean }>(sql.renewMany, [
+            batch.map((r) => r.lease.key),
+            batch.map((r) => r.lease.owner),
+            batch.map((r) => tokenParameter(r.lease.fencingToken)),
+            batch.map((r) => r.ttlMs),
+          ]),
+    );
+    return batch.map((renewal, i) => {
+      const row = rows[i];
+      return row?.ok === true
+        ? { ok: true, ttlMs: renewal.ttlMs }
+        : { ok: false, reason: row?.live === true ? 'not-owner' : 'not-held' };
+    });
   }
 
   /** Compare-and-delete by owner and token, then NOTIFY the waiters. */

@@ -21,6 +21,7 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
+import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { composeToken, counterOf, FailoverEpoch } from './failover-epoch.js';
@@ -30,6 +31,7 @@ import {
   acquireScript,
   inspectScript,
   releaseScript,
+  renewManyScript,
   renewScript,
 } from './scripts.js';
 import type { RedisUrlConfig } from './url.js';
@@ -61,6 +63,9 @@ export interface RedisBackendOptions {
 /** Longest wait for a server's answer to QUIT on close(), ms. */
 const CLOSE_TIMEOUT_MS = 1_000;
 
+/** Most renewals sent in one script call (one round trip). */
+const RENEW_BATCH_LIMIT = 1_000;
+
 /** How long an idle release-channel subscription is kept for the next waiter, ms. */
 const SUBSCRIPTION_LINGER_MS = 5_000;
 
@@ -84,6 +89,12 @@ export class RedisBackend implements Backend {
   readonly name = 'redis';
   readonly maxTtlMs = MAX_TIMER_MS;
   readonly modes = ['write'] as const;
+  /**
+   * Renewals of one turn go as one script call (see `renew`); not on a Cluster, where one call
+   * cannot span the slots of many keys.
+   */
+  readonly batchesRenewals: boolean;
+  readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   readonly #client: Redis | Cluster;
   readonly #ownsClient: boolean;
   readonly #prefix: string;
@@ -115,6 +126,7 @@ export class RedisBackend implements Backend {
   ) {
     this.#epochs = epochs;
     this.#client = client;
+    this.batchesRenewals = !isClusterClient(client);
     this.#ownsClient = ownsClient;
     this.#prefix = settings.prefix;
     this.#notifications = settings.notifications;
@@ -204,14 +216,36 @@ export class RedisBackend implements Backend {
     );
   }
 
-  /** `PEXPIRE` only while owner and token match (never re-creates a vanished key). */
-  async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+  /**
+   * `PEXPIRE` only while owner and token match (never re-creates a vanished key). Renewals asked
+   * for in one turn of the event loop go as one script call (`renew-many.lua`), except on a
+   * Cluster.
+   */
+  renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    return this.batchesRenewals ? this.#renewals.renew(lease, ttlMs) : this.#renewOne(lease, ttlMs);
+  }
+
+  async #sendRenewals(batch: readonly RenewalRequest[]): Promise<RenewResult[]> {
+    if (batch.length === 1) return [await this.#renewOne(batch[0]!.lease, batch[0]!.ttlMs)];
+    const keys = batch.map((r) => this.keysOf(r.lease.key).lock);
+    const args = batch.flatMap((r) => [`${r.lease.owner}:${this.#counterOf(r.lease)}`, r.ttlMs]);
+    const codes = await this.#call('renew', () => renewManyScript.run(this.#client, keys, args));
+    if (codes.length !== batch.length) {
+      throw new BackendError(
+        this.name,
+        'renew',
+        new Error(`${codes.length} answers to ${batch.length} renewals`),
+      );
+    }
+    return batch.map((r, i) => renewResultOf(codes[i]!, r.ttlMs));
+  }
+
+  async #renewOne(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     const k = this.keysOf(lease.key);
     const reply = await this.#call('renew', () =>
       renewScript.run(this.#client, [k.lock], [lease.owner, this.#counterOf(lease), ttlMs]),
     );
-    if (reply === 1) return { ok: true, ttlMs };
-    return { ok: false, reason: reply === 0 ? 'not-held' : 'not-owner' };
+    return renewResultOf(reply, ttlMs);
   }
 
   /** Compare-and-delete by owner and token, then publish on the key's release channel. */
@@ -433,4 +467,10 @@ export function createRedisBackendFromConfig(config: RedisUrlConfig): RedisBacke
     config,
     sentinel ? new FailoverEpoch(client, sentinel, config.commandTimeoutMs) : undefined,
   );
+}
+
+/** A renew script's code (1 renewed, 0 not held, -1 not owner) as the core's result. */
+export function renewResultOf(code: 1 | 0 | -1, ttlMs: number): RenewResult {
+  if (code === 1) return { ok: true, ttlMs };
+  return { ok: false, reason: code === 0 ? 'not-held' : 'not-owner' };
 }

@@ -53,6 +53,15 @@ export const renewScript = defineScript<
   readonly [owner: string, token: string, ttlMs: number],
   1 | 0 | -1
 >('renew');
+/**
+ * Renew many leases at once: `keys` are lock keys, `args` for each its `<owner>:<token>` and
+ * TTL in ms; one code per key as `renewScript`'s. Every key must be on one node (not a Cluster).
+ */
+export const renewManyScript = defineScript<
+  readonly string[],
+  readonly (string | number)[],
+  (1 | 0 | -1)[]
+>('renew-many');
 /** Release: 1 released, 0 not held, -1 not owner. */
 export const releaseScript = defineScript<
   ChannelKeys,

@@ -27,6 +27,7 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
+import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
 import { BackendError, QuorumError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import {
@@ -34,7 +35,7 @@ import {
   acquireScript,
   inspectScript,
   releaseScript,
-  renewScript,
+  renewManyScript,
   settleScript,
 } from '../redis/scripts.js';
 import { type NodeResult, outcomesOf, quorumOf, vote } from './quorum.js';
@@ -52,11 +53,20 @@ export interface RedlockNode {
 /** Longest wait for a node's answer to QUIT on close(), ms. */
 const CLOSE_TIMEOUT_MS = 1_000;
 
+/** Most renewals sent to a node in one script call. */
+const RENEW_BATCH_LIMIT = 1_000;
+
 /** The Redlock backend. Build it with `createRedlockBackend`. */
 export class RedlockBackend implements Backend {
   readonly name = 'redlock';
   readonly maxTtlMs = MAX_TIMER_MS;
   readonly modes = ['write'] as const;
+  /**
+   * Renewals of one turn go to each node as one script call (see `renew`): a burst of one
+   * command per lease and node would queue behind itself past the per-node timeout.
+   */
+  readonly batchesRenewals = true;
+  readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   /** Votes needed: a majority of the nodes. */
   readonly quorum: number;
   readonly #nodes: readonly RedlockNode[];
@@ -143,29 +153,47 @@ export class RedlockBackend implements Backend {
   }
 
   /**
-   * Extend on every node; renewed when a majority did.
+   * Extend on every node; renewed when a majority did. Renewals asked for in one turn of the
+   * event loop go to each node as one script call (`renew-many.lua`), voted on lease by lease.
    * @throws QuorumError when fewer than a majority answered.
    */
-  async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
-    const k = this.keysOf(lease.key);
+  renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    return this.#renewals.renew(lease, ttlMs);
+  }
+
+  async #sendRenewals(batch: readonly RenewalRequest[]): Promise<(RenewResult | Error)[]> {
+    const keys = batch.map((r) => this.keysOf(r.lease.key).lock);
+    const args = batch.flatMap((r) => [`${r.lease.owner}:${r.lease.fencingToken}`, r.ttlMs]);
+    const renewedOn = (results: readonly NodeResult<(1 | 0 | -1)[]>[], i: number) =>
+      results.filter((r) => r.status === 'ok' && r.value[i] === 1).length;
     const renewing = this.#vote(
-      this.#timeoutFor(ttlMs),
-      (client) =>
-        renewScript.run(client, [k.lock], [lease.owner, String(lease.fencingToken), ttlMs]),
-      (results) =>
-        this.#decided(
-          results.filter((r) => r.status === 'ok' && r.value === 1).length,
-          results.length,
-        ),
+      this.#timeoutFor(Math.min(...batch.map((r) => r.ttlMs))),
+      (client) => renewManyScript.run(client, keys, args),
+      (results) => batch.every((_, i) => this.#decided(renewedOn(results, i), results.length)),
     );
     const early = await renewing.early;
-    if (early.filter((r) => r.status === 'ok' && r.value === 1).length >= this.quorum) {
-      this.#restarts.renewed(lease.owner, ttlMs);
-      return { ok: true, ttlMs };
-    }
+    const outcomes: (RenewResult | Error | undefined)[] = batch.map((r, i) => {
+      if (renewedOn(early, i) < this.quorum) return undefined;
+      this.#restarts.renewed(r.lease.owner, r.ttlMs);
+      return { ok: true, ttlMs: r.ttlMs };
+    });
+    if (outcomes.every((o) => o !== undefined)) return outcomes as RenewResult[];
     const all = await renewing.all;
-    const verdict = this.#verdict(lease.key, 'renew', all);
-    return { ok: false, reason: verdict === 'released' ? 'not-held' : verdict };
+    return batch.map((r, i) => {
+      const decided = outcomes[i];
+      if (decided !== undefined) return decided;
+      // This lease's vote: each node's code for it.
+      const votes = all.map(
+        (n): NodeResult<1 | 0 | -1> =>
+          n.status === 'ok' ? { node: n.node, status: 'ok', value: n.value[i] ?? 0 } : n,
+      );
+      try {
+        const verdict = this.#verdict(r.lease.key, 'renew', votes);
+        return { ok: false, reason: verdict === 'released' ? 'not-held' : verdict };
+      } catch (error) {
+        return error as Error;
+      }
+    });
   }
 
   /**
@@ -174,14 +202,19 @@ export class RedlockBackend implements Backend {
    */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const k = this.keysOf(lease.key);
-    const all = await this.#vote(
-      this.#nodeTimeoutMs,
+    const released = (r: NodeResult<1 | 0 | -1>) => r.status === 'ok' && r.value === 1;
+    const early = await this.#vote(
+      // Nothing is granted on this answer: a burst of releases (a process letting go of
+      // thousands of leases) may queue past the per-node timeout without harm.
+      Math.max(this.#nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),
       (client) =>
         releaseScript.run(client, [k.lock, k.channel], [lease.owner, String(lease.fencingToken)]),
-      () => false,
-    ).all;
+      // Done once a majority deleted it (the rest finish in the background); any other verdict
+      // waits for every node, so that a QuorumError is only for want of answers.
+      (results) => results.filter(released).length >= this.quorum,
+    ).early;
     this.#restarts.ended(lease.owner);
-    return this.#verdict(lease.key, 'release', all);
+    return this.#verdict(lease.key, 'release', early);
   }
 
   /**
@@ -215,7 +248,7 @@ export class RedlockBackend implements Backend {
     const all = await this.#vote(
       // Nothing is granted on this answer, so no validity shrinks while waiting: give nodes time
       // to connect (the first call of a fresh locker) rather than fail for want of a quorum.
-      Math.max(this.#nodeTimeoutMs, INSPECT_TIMEOUT_MS),
+      Math.max(this.#nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),
       (client) => inspectScript.run(client, [k.lock, k.fence], []),
       () => false,
     ).all;
@@ -334,8 +367,8 @@ export class RedlockBackend implements Backend {
   }
 }
 
-/** Per-node timeout of `inspect`, which grants nothing, ms. */
-export const INSPECT_TIMEOUT_MS = 2_000;
+/** Per-node timeout of `inspect` and `release`, which grant nothing, ms. */
+export const SLOW_VOTE_TIMEOUT_MS = 2_000;
 
 /** The value at least `quorum` of `values` share, if any. */
 function majorityToken(values: readonly bigint[], quorum: number): bigint | undefined {

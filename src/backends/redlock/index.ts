@@ -14,7 +14,7 @@ import {
   isNodeRedisClient,
   type NodeRedisClientLike,
 } from '../redis/node-redis.js';
-import { INSPECT_TIMEOUT_MS, RedlockBackend, type RedlockNode } from './backend.js';
+import { SLOW_VOTE_TIMEOUT_MS, RedlockBackend, type RedlockNode } from './backend.js';
 import {
   assertNodeCount,
   DEFAULT_NODE_TIMEOUT_MS,
@@ -92,7 +92,7 @@ function toNode(node: unknown, index: number, nodeTimeoutMs: number): RedlockNod
       maxRetriesPerRequest: 0,
       // Votes are bounded by their own per-node timeout; this only ends a command nobody waits
       // for, after the longest a vote waits (inspect's).
-      commandTimeout: Math.max(nodeTimeoutMs, INSPECT_TIMEOUT_MS),
+      commandTimeout: Math.max(nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),
       connectTimeout: Math.max(nodeTimeoutMs, 1_000),
       // Reconnect to a node that came back within half a second (ioredis waits up to 2 s).
       retryStrategy: (times: number) => Math.min(times * 50, 500),
