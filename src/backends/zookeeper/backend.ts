@@ -12,6 +12,12 @@
  * - The fencing token is the czxid of the owner's node (zxids only grow).
  * - Release deletes the owner's node by path and version; a node of another session is never
  *   touched.
+ * - A failed attempt deletes its own node (Curator's `internalLockLoop` finally block,
+ *   `deleteOurPath`), and so does a withdrawal (`abandon`). Such deletes are guaranteed as in
+ *   Curator (`delete().guaranteed()`): one that cannot reach the ensemble is kept and retried in
+ *   the background and on reconnection while the session lives, and a node whose create reply
+ *   was lost is found by its protected name. Otherwise the node would stay first in line until
+ *   its session ends, blocking every later waiter of the key.
  *
  * Sessions: one ZooKeeper session per requested TTL (the negotiated session timeout is the TTL
  * of its locks), or the session the user opened. On a lost connection (SUSPENDED) the granted
@@ -70,6 +76,18 @@ interface Contender {
   unlink: (() => void) | undefined;
 }
 
+/** A node to delete once the ensemble can be reached again (Curator's guaranteed delete). */
+interface Doomed {
+  readonly session: ZkSession;
+  readonly dir: string;
+  readonly owner: string;
+  /** The node's path; undefined when its create reply was lost (found by its protected name). */
+  readonly path: string | undefined;
+}
+
+/** First retry of a guaranteed delete that failed while the connection seemed up, ms. */
+const DELETE_RETRY_MS = 500;
+
 interface Entry {
   readonly name: string;
   readonly owner: string;
@@ -97,6 +115,11 @@ export class ZookeeperBackend implements Backend {
   readonly #userSessions = new Set<ZkSession>();
   /** Nodes this backend created, by owner. */
   readonly #contenders = new Map<string, Contender>();
+  /** Deletes of our own nodes that could not reach the ensemble yet, retried until done. */
+  readonly #doomed = new Set<Doomed>();
+  /** Background retries of `#doomed`, per session. */
+  readonly #retries = new Map<ZkSession, NodeJS.Timeout>();
+  readonly #retryDelays = new Map<ZkSession, number>();
   #closed = false;
 
   constructor(native: NativeZooKeeperClass, settings: ZookeeperBackendSettings) {
@@ -162,6 +185,23 @@ export class ZookeeperBackend implements Backend {
         : await this.session(request.ttlMs);
       contender = await this.#enqueue(session, dir, request);
     }
+    try {
+      return await this.#check(contender, dir, request);
+    } catch (error) {
+      // Curator's internalLockLoop (finally: deleteOurPath): a failed attempt leaves no node in
+      // line, also when the caller gave up while it was in flight (no withdrawal follows then).
+      // In the background, guaranteed: the error reaches the caller without waiting for the
+      // ensemble, and a delete that cannot reach it now is retried.
+      if (this.#contenders.get(request.owner) === contender) this.#forget(request.owner);
+      void this.#deleteOwn(contender.session, dir, request.owner, contender.path).catch(
+        () => undefined,
+      );
+      throw error;
+    }
+  }
+
+  /** Read the children (and the token, the first time): granted, or what to wait on. */
+  async #check(contender: Contender, dir: string, request: AttemptRequest): Promise<AttemptResult> {
     const { session } = contender;
     // The first time, the node's czxid (the token) is read in the same round trip: ZooKeeper
     // answers a session's requests in order, so the two are pipelined.
@@ -277,9 +317,8 @@ export class ZookeeperBackend implements Backend {
     const dir = this.dirOf(request.key);
     const known = this.#contenders.get(request.owner);
     const session = known?.session.alive ? known.session : await this.session(DEFAULTS.ttlMs);
-    const path = known?.path ?? (await this.#findNode(session, dir, request.owner));
     this.#forget(request.owner);
-    if (path !== undefined) await this.#call('abandon', () => session.delete(path, -1));
+    await this.#deleteOwn(session, dir, request.owner, known?.path);
   }
 
   /** Lowest node (owner, czxid, its session's timeout) and the newest node's czxid. */
@@ -310,6 +349,10 @@ export class ZookeeperBackend implements Backend {
     this.#closed = true;
     for (const contender of this.#contenders.values()) clearTimeout(contender.expiry);
     this.#contenders.clear();
+    for (const timer of this.#retries.values()) clearTimeout(timer);
+    this.#retries.clear();
+    this.#retryDelays.clear();
+    this.#doomed.clear();
     const sessions = await Promise.allSettled(this.#sessions.values());
     this.#sessions.clear();
     for (const s of sessions) if (s.status === 'fulfilled') await s.value.close();
@@ -333,6 +376,13 @@ export class ZookeeperBackend implements Backend {
         for (const contender of this.#contenders.values()) {
           if (contender.session === session) contender.lost.abort(session.signal.reason);
         }
+        // The server deletes the session's nodes itself.
+        for (const doomed of this.#doomed) {
+          if (doomed.session === session) this.#doomed.delete(doomed);
+        }
+        clearTimeout(this.#retries.get(session));
+        this.#retries.delete(session);
+        this.#retryDelays.delete(session);
       },
       { once: true },
     );
@@ -354,7 +404,13 @@ export class ZookeeperBackend implements Backend {
           await this.#call('acquire', () => this.#createParents(session, dir));
         } else if (code === ZCODE.connectionLoss || code === ZCODE.operationTimeout) {
           // The create may have been applied with its reply lost: find it by owner (protected mode).
-          path = await this.#findNode(session, dir, request.owner);
+          try {
+            path = await this.#findNode(session, dir, request.owner);
+          } catch {
+            // Not even that answered: delete it by name once the ensemble can be reached.
+            this.#doom({ session, dir, owner: request.owner, path: undefined });
+            throw new BackendError(this.name, 'acquire', error);
+          }
           if (path === undefined) throw new BackendError(this.name, 'acquire', error);
         } else throw new BackendError(this.name, 'acquire', error);
       }
@@ -396,13 +452,8 @@ export class ZookeeperBackend implements Backend {
     const { session } = contender;
     const token = contender.token as bigint;
     if (this.#settings.suspended === 'lose' && contender.unlink === undefined) {
-      const suspended = session.suspended;
-      const onSuspended = () => contender.lost.abort(suspended.reason);
-      if (suspended.aborted) onSuspended();
-      else {
-        suspended.addEventListener('abort', onSuspended, { once: true });
-        contender.unlink = () => suspended.removeEventListener('abort', onSuspended);
-      }
+      // Through the session's fan-out, not a listener per grant on its shared `suspended` signal.
+      contender.unlink = session.onceSuspended((reason) => contender.lost.abort(reason));
     }
     if (!request.autoRenew && contender.expiry === undefined) this.#startExpiry(contender);
     return {
@@ -426,13 +477,87 @@ export class ZookeeperBackend implements Backend {
     contender.expiry.unref();
   }
 
-  /** After a reconnection: delete the nodes of grants lost while the connection was down. */
+  /**
+   * After a reconnection (and as the background retry): delete the nodes of grants lost while
+   * the connection was down, and our own nodes whose delete could not reach the ensemble.
+   */
   async #sweep(session: ZkSession): Promise<void> {
     for (const contender of [...this.#contenders.values()]) {
       if (contender.session !== session || !contender.lost.signal.aborted) continue;
       this.#forget(contender.owner);
       await session.delete(contender.path, -1).catch(() => undefined);
     }
+    for (const doomed of [...this.#doomed]) {
+      if (doomed.session !== session || !this.#doomed.has(doomed)) continue;
+      this.#doomed.delete(doomed);
+      // Kept again (by #deleteOwn) when the ensemble still cannot be reached.
+      await this.#deleteOwn(session, doomed.dir, doomed.owner, doomed.path).catch(() => undefined);
+    }
+  }
+
+  /**
+   * Delete our own node of `owner` under `dir` (by `path`, or found by its protected name), never
+   * the node of a contender this backend has live for that owner now. A delete that fails is
+   * kept and retried in the background and on reconnection while `session` lives (Curator's
+   * guaranteed delete), and the error is rethrown.
+   */
+  async #deleteOwn(
+    session: ZkSession,
+    dir: string,
+    owner: string,
+    path: string | undefined,
+  ): Promise<void> {
+    if (!session.alive) return;
+    const live = () => this.#contenders.get(owner)?.path;
+    try {
+      if (path === undefined) {
+        const names = await this.#call('abandon', () => session.children(dir));
+        for (const name of names) {
+          const found = `${dir}/${name}`;
+          if (name.startsWith(`_c_${owner}-`) && found !== live()) {
+            await this.#call('abandon', () => session.delete(found, -1));
+          }
+        }
+      } else if (path !== live()) {
+        await this.#call('abandon', () => session.delete(path, -1));
+      }
+    } catch (error) {
+      if (!this.#closed) this.#doom({ session, dir, owner, path });
+      throw error;
+    }
+  }
+
+  /**
+   * Keep a delete for later: done on reconnection, or by a background retry while connected
+   * (first after DELETE_RETRY_MS, then doubling up to 10 s, while the session lives).
+   */
+  #doom(doomed: Doomed): void {
+    const { session } = doomed;
+    if (!session.alive) return;
+    this.#doomed.add(doomed);
+    if (this.#retries.has(session)) return;
+    const delayMs = this.#retryDelays.get(session) ?? DELETE_RETRY_MS;
+    this.#retryDelays.set(session, Math.min(delayMs * 2, 10_000));
+    const timer = setTimeout(() => {
+      this.#retries.delete(session);
+      const pending = [...this.#doomed].filter((d) => d.session === session);
+      if (pending.length === 0) {
+        this.#retryDelays.delete(session);
+        return;
+      }
+      // While suspended, the reconnection sweeps; keep waiting for it.
+      if (session.suspended.aborted) {
+        for (const d of pending) this.#doom(d);
+        return;
+      }
+      void this.#sweep(session).then(() => {
+        if (![...this.#doomed].some((d) => d.session === session)) {
+          this.#retryDelays.delete(session);
+        }
+      });
+    }, delayMs);
+    timer.unref();
+    this.#retries.set(session, timer);
   }
 
   /** The node of `owner` under `dir`, found by its protected name. */

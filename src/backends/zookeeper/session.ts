@@ -129,11 +129,19 @@ export class ZkSession implements BackendSession {
   #orphaned = false;
   readonly #lost = new AbortController();
   #suspension = new AbortController();
+  /**
+   * Called once at the next suspension (or loss): one per grant, so they are kept here and fanned
+   * out, not added as listeners to the shared `suspended` signal (thousands of grants share it).
+   */
+  readonly #onSuspend = new Set<(reason: unknown) => void>();
   #validUntil: number;
   #expiry: NodeJS.Timeout | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
   #keepingAlive = true;
-  /** Waits on a node's deletion, by path: one watch set per path. */
+  /**
+   * Waits on a node's deletion, by path: one watch set per path. `lose()` wakes them all, so a
+   * wait adds no listener of its own to the session's shared `signal`.
+   */
   readonly #watches = new Map<string, Set<() => void>>();
   /** Called with every reconnection within the session. */
   onReconnect: (() => void) | undefined;
@@ -306,6 +314,24 @@ export class ZkSession implements BackendSession {
   }
 
   /**
+   * Call `listener` once, with the reason, when the connection is next lost (SUSPENDED) or the
+   * session ends; at once when it is suspended now. One shared fan-out instead of a listener per
+   * grant on `suspended` (which would pile up one per lock held in the session).
+   * @returns a function that removes the listener (idempotent).
+   */
+  onceSuspended(listener: (reason: unknown) => void): () => void {
+    const suspension = this.#suspension.signal;
+    if (suspension.aborted) {
+      listener(suspension.reason);
+      return () => undefined;
+    }
+    this.#onSuspend.add(listener);
+    return () => {
+      this.#onSuspend.delete(listener);
+    };
+  }
+
+  /**
    * Create a node; resolves with the path the server gave it (sequence suffix included).
    * @throws ZooKeeperError
    */
@@ -397,13 +423,12 @@ export class ZkSession implements BackendSession {
       done = () => {
         clearTimeout(timer);
         signal.removeEventListener('abort', done);
-        this.signal.removeEventListener('abort', done);
         this.#watches.get(path)?.delete(done);
         resolve();
       };
       timer = setTimeout(done, maxMs);
+      // `signal` is this acquire's own; the session's loss wakes it through `#watches` (lose()).
       signal.addEventListener('abort', done, { once: true });
-      this.signal.addEventListener('abort', done, { once: true });
     });
     const existing = this.#watches.get(path);
     if (existing !== undefined) {
@@ -441,9 +466,14 @@ export class ZkSession implements BackendSession {
     clearTimeout(this.#expiry);
     clearTimeout(this.#heartbeat);
     this.#suspension.abort(cause);
+    this.#notifySuspended();
     this.#lost.abort(cause);
     this.#reviving = false;
     this.#zk.close();
+    // Every wait ends with the session (no listener per wait on `signal`).
+    const waits = [...this.#watches.values()];
+    this.#watches.clear();
+    for (const waiting of waits) for (const wake of [...waiting]) wake();
   }
 
   /**
@@ -470,6 +500,15 @@ export class ZkSession implements BackendSession {
     this.#suspension.abort(
       new Error(`connection to ZooKeeper lost (session ${this.id} suspended)`),
     );
+    this.#notifySuspended();
+  }
+
+  /** Call (and drop) the `onceSuspended` listeners with the suspension's reason. */
+  #notifySuspended(): void {
+    const reason = this.#suspension.signal.reason;
+    const listeners = [...this.#onSuspend];
+    this.#onSuspend.clear();
+    for (const listener of listeners) listener(reason);
   }
 
   #resume(): void {
