@@ -210,10 +210,17 @@ export class Lock {
       ownerRun === undefined || (backend.openSession !== undefined && ownerRun.isLatest());
     const withdrawLate = (): Promise<void> =>
       mayWithdraw() ? backend.abandon(request) : Promise.resolve();
-    /** For an answer still in flight: decide when it lands (the run stays known until then). */
+    /**
+     * For an answer still in flight: withdraw when it lands (the run stays known until then),
+     * whatever it says — an error may be a grant whose reply was lost after the withdrawal made
+     * at the deadline had found nothing.
+     */
     const withdrawWhenAnswered = (pending: Promise<unknown>): Promise<void> => {
       ownerRun?.keep();
-      return pending.then(withdrawLate, () => undefined).finally(() => ownerRun?.end());
+      return pending
+        .then(withdrawLate, withdrawLate)
+        .catch(() => undefined)
+        .finally(() => ownerRun?.end());
     };
     /** A `wait` start was published; its end is published when the call settles. */
     let waiting = false;

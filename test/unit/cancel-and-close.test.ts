@@ -61,6 +61,21 @@ describe('a failed first attempt', () => {
   });
 });
 
+describe('an attempt still in flight when the caller gives up', () => {
+  it('is withdrawn when it lands, also when its reply is an error (the grant applied, the reply lost)', async () => {
+    const backend = new MemoryBackend();
+    backend.attemptDelayMs = 80;
+    backend.attemptMode = 'apply-then-fail';
+    const locker = lockerOn(backend);
+    const error = await locker.acquire('k', { waitMs: 20 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockTimeoutError);
+    // The withdrawal at the deadline found nothing; the attempt applied later and failed.
+    await locker.close();
+    expect(backend.entries.has('k')).toBe(false);
+    expect(backend.calls.abandon).toBe(2);
+  });
+});
+
 describe('close()', () => {
   it('cancels an acquire whose attempt is in flight and leaves nothing held', async () => {
     const backend = new MemoryBackend();
