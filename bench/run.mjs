@@ -392,7 +392,11 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   main(process.argv.slice(2)).then(
     (code) => process.exit(code),
     (error) => {
-      console.error(error?.stack ?? error);
+      // A bad command line is one line; anything else keeps its stack.
+      const usage = String(error?.code ?? '').startsWith('ERR_PARSE_ARGS');
+      console.error(
+        usage ? `bench: ${error.message} (--help lists the options)` : (error?.stack ?? error),
+      );
       process.exit(2);
     },
   );

@@ -4,6 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
+import { registerBenchCommand } from './commands/bench.js';
 import { registerDemoCommand } from './commands/demo.js';
 import { registerInspectCommand } from './commands/inspect.js';
 import { registerRunCommand } from './commands/run.js';
@@ -31,5 +32,6 @@ export function createProgram(): Command {
   registerDemoCommand(program);
   registerServeCommand(program);
   registerTortureCommand(program);
+  registerBenchCommand(program);
   return program;
 }

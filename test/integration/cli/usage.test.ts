@@ -242,6 +242,17 @@ describe('--help', () => {
     expect(result.stdout.split('\n')[0]).toBe(usage);
   });
 
+  it('passes bench options through to bench/run.mjs of the clone (its own --help)', async () => {
+    const result = await runCli(['bench', '--help']);
+    expect([result.code, result.stderr]).toEqual([0, '']);
+    expect(result.stdout.split('\n')[0]).toBe(
+      'Usage: node bench/run.mjs [options]   (npm run bench -- [options])',
+    );
+    const bad = await runCli(['bench', '--no-such-option']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain('--no-such-option');
+  });
+
   it('lists run and inspect among the commands', async () => {
     const { stdout } = await runCli(['--help']);
     expect(stdout).toMatch(/^ {2}run \[options\] <key> <command> \[args\.\.\.\] +hold a lock/m);
