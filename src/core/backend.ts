@@ -33,6 +33,12 @@ export interface AttemptRequest {
    */
   readonly autoRenew: boolean;
   /**
+   * Whether the contender waits when not granted (`acquire`), or makes one attempt only
+   * (`tryAcquire`). An engine with a waiting line may queue a waiting contender (Redis keeps a
+   * FIFO of waiters per key) and must not queue a single attempt. Absent: treat as waiting.
+   */
+  readonly willWait?: boolean;
+  /**
    * A session the user opened with this backend's `openSession`: the grant must live in it (and
    * `autoRenew` is then true). Absent: the backend picks its own session, if it has any.
    */
@@ -197,6 +203,13 @@ export interface Backend {
    * has. A reply lost after the engine applied an attempt leaves nothing behind this way.
    */
   abandon(request: AttemptRequest): Promise<void>;
+  /**
+   * Take a contender that gave up out of the engine's waiting line only, leaving any grant it
+   * holds alone: for a caller-chosen owner whose grant may already serve a newer acquire of the
+   * same owner, where `abandon` is not called. Optional: engines without a line of their own
+   * (or whose line entries live in this locker's session, where `abandon` is used) leave it out.
+   */
+  leaveQueue?(request: AttemptRequest): Promise<void>;
   /** Current state of `key`. */
   inspect(key: string): Promise<LockInfo>;
   /**

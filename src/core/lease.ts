@@ -57,11 +57,11 @@ export class Lease implements LeaseRef, AsyncDisposable {
   readonly owner: string;
   /** Fencing token: a `bigint` strictly increasing over all grants of `key`. */
   readonly fencingToken: bigint;
-  /** Aborted with a `LockLostError` as `reason` when the lease is lost. */
-  readonly signal: AbortSignal;
-
   readonly #ctx: LeaseContext;
-  readonly #abort = new AbortController();
+  /** Made on first use of `signal` (most leases are released without anyone reading it). */
+  #abort: AbortController | undefined;
+  /** The loss, kept for a `signal` first read after the lease was lost. */
+  #lostError: LockLostError | undefined;
   readonly #grantedAt: number;
   readonly #maxHoldUntil: number;
   readonly #autoRenew: boolean;
@@ -84,7 +84,6 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.key = grant.key;
     this.owner = grant.owner;
     this.fencingToken = grant.fencingToken;
-    this.signal = this.#abort.signal;
     this.#grantedAt = grant.attemptStartedAt;
     this.#maxHoldUntil =
       grant.maxHoldMs === undefined
@@ -106,6 +105,15 @@ export class Lease implements LeaseRef, AsyncDisposable {
         this.#unlinkSession = () => lost.removeEventListener('abort', onLost);
       }
     }
+  }
+
+  /** Aborted with a `LockLostError` as `reason` when the lease is lost. */
+  get signal(): AbortSignal {
+    if (this.#abort === undefined) {
+      this.#abort = new AbortController();
+      if (this.#lostError !== undefined) this.#abort.abort(this.#lostError);
+    }
+    return this.#abort.signal;
   }
 
   /**
@@ -197,7 +205,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.#ctx.watchdog.cancel(this.#task);
     // Let a renewal in flight land first so it cannot extend a key after its release; a lost
     // lease has nothing to protect, so its release does not wait on a stuck engine call.
-    if (wasHeld) await this.#renewing;
+    if (wasHeld && this.#renewing !== undefined) await this.#renewing;
     const { backend } = this.#ctx;
     const holdMs = monotonicNow() - this.#grantedAt;
     try {
@@ -222,7 +230,8 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.#end('lost');
     this.#ctx.watchdog.cancel(this.#task);
     publish('lost', () => ({ ...this.#eventBase(), reason, error }));
-    this.#abort.abort(error);
+    this.#lostError = error;
+    this.#abort?.abort(error);
     // Withdraw the key on the engine too (compare-and-delete by owner and token, so never
     // another owner's): a session engine would otherwise keep a key this client gave up on
     // alive (after the maxHoldMs cap, or when validity ran out while the session lived on).

@@ -4,7 +4,7 @@
  * full-jitter backoff, the holder's remaining TTL and the caller's deadline; withdraw on
  * timeout, abort or error. The loop shape is Curator's `LockInternals.internalLockLoop`.
  */
-import { randomBytes } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 import {
   BackendError,
   FencelockError,
@@ -30,8 +30,15 @@ import { upgradeRefused } from './rwlock.js';
 export interface LockContext extends Omit<LeaseContext, 'backend'> {
   /** The backend, once loaded (loading it makes no network call). */
   readonly backend: () => Promise<Backend>;
+  /** The backend if it is loaded already (no promise, no await), else undefined. */
+  readonly loadedBackend: () => Backend | undefined;
   /** Aborted when the locker closes: pending acquires stop waiting and grant nothing. */
   readonly closing: AbortSignal;
+  /**
+   * Call `stop` once when the locker closes; returns the function that unregisters it. Cheaper
+   * than an abort listener per call on `closing` (no EventTarget, no AbortSignal.any).
+   */
+  readonly onClosing: (stop: () => void) => () => void;
   /** Keep a background clean-up (a withdrawal) for `close()` to wait on; never rejects. */
   readonly track: (cleanup: Promise<unknown>) => void;
   /** Called with every new lease (not with reentered ones). */
@@ -57,9 +64,25 @@ export interface OwnerGrant {
   readonly ttlMs: number;
 }
 
-/** A new owner id: 128 random bits as hex. */
+/** Bytes of CSPRNG output fetched at once for owner ids (256 ids per fill). */
+const OWNER_POOL_BYTES = 4096;
+const OWNER_ID_BYTES = 16;
+const ownerPool = Buffer.alloc(OWNER_POOL_BYTES);
+let ownerPoolOffset = OWNER_POOL_BYTES;
+
+/**
+ * A new owner id: 128 random bits as hex. The bits come from the CSPRNG (`randomFillSync`) in
+ * batches of 4 KiB; each byte is handed out once, and the batch is refilled when used up, so ids
+ * stay as unguessable as one `randomBytes(16)` each, at a fraction of its cost per id.
+ */
 export function newOwnerId(): string {
-  return randomBytes(16).toString('hex');
+  if (ownerPoolOffset + OWNER_ID_BYTES > OWNER_POOL_BYTES) {
+    randomFillSync(ownerPool);
+    ownerPoolOffset = 0;
+  }
+  const start = ownerPoolOffset;
+  ownerPoolOffset += OWNER_ID_BYTES;
+  return ownerPool.toString('hex', start, start + OWNER_ID_BYTES);
 }
 
 /**
@@ -126,7 +149,7 @@ export class Lock {
   /** The wait loop; with `fixedOwner`, an owner-addressed acquire answered with an OwnerGrant. */
   async #acquire(once: boolean, fixedOwner?: string): Promise<Lease | OwnerGrant | null> {
     const startedAt = monotonicNow();
-    const backend = await this.#ctx.backend();
+    const backend = this.#ctx.loadedBackend() ?? (await this.#ctx.backend());
     const options = this.options;
     const { session } = options;
     if (session !== undefined && !session.isOpen) {
@@ -175,6 +198,7 @@ export class Lock {
       ttlMs: options.maxHoldMs === undefined ? ttlMs : Math.min(ttlMs, options.maxHoldMs),
       mode: options.mode,
       autoRenew: options.autoRenew,
+      willWait: !once,
       ...(session ? { session: session.engine } : {}),
       ...(heldWriter ? { heldWriter } : {}),
     };
@@ -188,9 +212,19 @@ export class Lock {
     const deadline = once ? startedAt : startedAt + options.waitMs;
     // One signal of this call's own for "stop waiting": the caller's, or the locker closing.
     // (Listeners go on it, not on the shared closing signal, which would collect one per call.)
-    const signal = AbortSignal.any(
-      [options.signal, this.#ctx.closing, session?.signal].filter((s) => s !== undefined),
-    );
+    // Made only when needed: at once when the caller gave a signal or a session, else at the
+    // first wait; an uncontended acquire creates no AbortSignal and adds no abort listener.
+    let ownSignal: AbortSignal | undefined;
+    const waitSignal = (): AbortSignal => {
+      ownSignal ??= AbortSignal.any(
+        [options.signal, this.#ctx.closing, session?.signal].filter((s) => s !== undefined),
+      );
+      return ownSignal;
+    };
+    if (options.signal !== undefined || session !== undefined) waitSignal();
+    const closing = this.#ctx.closing;
+    const aborted = (): boolean =>
+      closing.aborted || options.signal?.aborted === true || session?.signal.aborted === true;
     let attempts = 0;
     let sent = false;
     /**
@@ -208,8 +242,15 @@ export class Lock {
       fixedOwner === undefined ? undefined : startOwnerRun(backend, this.key, fixedOwner);
     const mayWithdraw = () =>
       ownerRun === undefined || (backend.openSession !== undefined && ownerRun.isLatest());
+    // Where it may not withdraw, it still leaves the engine's line (never touching a grant), so
+    // that a given-up waiter does not hold up the others until its entry expires; unless a newer
+    // acquire of the same key and owner has started, whose place in line that entry now is.
     const withdrawLate = (): Promise<void> =>
-      mayWithdraw() ? backend.abandon(request) : Promise.resolve();
+      mayWithdraw()
+        ? backend.abandon(request)
+        : ownerRun?.isLatest() === true && backend.leaveQueue
+          ? backend.leaveQueue(request)
+          : Promise.resolve();
     /**
      * For an answer still in flight: withdraw when it lands (the run stays known until then),
      * whatever it says — an error may be a grant whose reply was lost after the withdrawal made
@@ -244,7 +285,7 @@ export class Lock {
       }));
     try {
       for (;;) {
-        this.#throwIfAborted(signal, startedAt);
+        this.#throwIfAborted(aborted(), startedAt);
         const attemptStartedAt = monotonicNow();
         sent = true;
         let result: AttemptResult | undefined;
@@ -252,7 +293,7 @@ export class Lock {
           result = await this.#untilDeadline(
             backend.attempt(request),
             deadline,
-            signal,
+            ownSignal,
             withdrawWhenAnswered,
           );
         } catch (error) {
@@ -262,12 +303,12 @@ export class Lock {
           const left = deadline - monotonicNow();
           if (!(error instanceof QuorumError) || left <= 0) throw error;
           lastQuorumError = error;
-          await sleep(Math.min(left, backoffDelayMs(attempts - 1, options.retry)), signal);
+          await sleep(Math.min(left, backoffDelayMs(attempts - 1, options.retry)), waitSignal());
           continue;
         }
         attempts += 1;
         if (result === undefined) {
-          this.#throwIfAborted(signal, startedAt);
+          this.#throwIfAborted(aborted(), startedAt);
           // Out of time while the votes kept failing: the nodes' outcomes say more than a timeout.
           if (lastQuorumError) throw lastQuorumError;
           throw new LockTimeoutError(this.key, monotonicNow() - startedAt);
@@ -276,10 +317,10 @@ export class Lock {
         if (result.granted) {
           const validUntil =
             attemptStartedAt + result.ttlMs - driftMs(result.ttlMs, this.#ctx.driftFactor);
-          if (signal.aborted || monotonicNow() >= validUntil) {
+          if (aborted() || monotonicNow() >= validUntil) {
             // Granted after the caller gave up or the locker closed, or too late to be of use
             // (slow engine): withdraw, then give up or try again.
-            this.#throwIfAborted(signal, startedAt);
+            this.#throwIfAborted(aborted(), startedAt);
             await withdrawLate();
             if (once || monotonicNow() >= deadline) {
               throw new LockTimeoutError(this.key, monotonicNow() - startedAt, {
@@ -339,9 +380,9 @@ export class Lock {
           // Event-driven: the notification usually comes first; the poll covers lost messages.
           const recheckMs = result.recheckAfterMs ?? backoff + options.retry.maxDelayMs * 4;
           const pollMs = Math.min(holderBound, left, recheckMs);
-          await result.waitForChange(signal, pollMs);
+          await result.waitForChange(waitSignal(), pollMs);
         } else {
-          await sleep(Math.min(holderBound, left, backoff), signal);
+          await sleep(Math.min(holderBound, left, backoff), waitSignal());
         }
       }
     } catch (error) {
@@ -358,8 +399,8 @@ export class Lock {
     }
   }
 
-  #throwIfAborted(signal: AbortSignal, startedAt: number): void {
-    if (!signal.aborted) return;
+  #throwIfAborted(aborted: boolean, startedAt: number): void {
+    if (!aborted) return;
     const waitedMs = monotonicNow() - startedAt;
     if (this.#ctx.closing.aborted) {
       throw new LockTimeoutError(this.key, waitedMs, {
@@ -383,33 +424,49 @@ export class Lock {
    * Await an engine call, but give up at the caller's deadline; the late answer is then handed
    * to `withdraw`.
    */
-  async #untilDeadline<T>(
+  #untilDeadline<T>(
     pending: Promise<T>,
     deadline: number,
-    signal: AbortSignal,
+    signal: AbortSignal | undefined,
     withdraw: (pending: Promise<T>) => Promise<void>,
   ): Promise<T | undefined> {
     const left = deadline - monotonicNow();
-    let timer: NodeJS.Timeout | undefined;
-    let stop: (() => void) | undefined;
     // Ends at the deadline (a tryAcquire, whose deadline is its start, still waits for its one
-    // answer; an infinite wait never times out) or when the signal aborts.
-    const wait = new Promise<undefined>((resolve) => {
-      stop = () => resolve(undefined);
-      if (left > 0 && Number.isFinite(left)) timer = setTimeout(stop, left);
-      signal.addEventListener('abort', stop, { once: true });
-    });
-    try {
-      const result = await Promise.race([pending, wait]);
-      if (result === undefined) {
+    // answer; an infinite wait never times out), when the caller's signal aborts, or when the
+    // locker closes (through `onClosing`, which costs no listener on a shared signal). No timer
+    // is made for an infinite wait, and no AbortSignal when the caller gave none.
+    return new Promise<T | undefined>((resolve, reject) => {
+      let settled = false;
+      let timer: NodeJS.Timeout | undefined;
+      const cleanup = () => {
+        settled = true;
+        if (timer !== undefined) clearTimeout(timer);
+        signal?.removeEventListener('abort', stop);
+        unregister();
+      };
+      const stop = () => {
+        if (settled) return;
+        cleanup();
         // Whatever the engine does with the abandoned attempt, withdraw it once it answers.
         this.#ctx.track(withdraw(pending));
-      }
-      return result;
-    } finally {
-      clearTimeout(timer);
-      if (stop) signal.removeEventListener('abort', stop);
-    }
+        resolve(undefined);
+      };
+      const unregister = this.#ctx.onClosing(stop);
+      if (left > 0 && Number.isFinite(left)) timer = setTimeout(stop, left);
+      signal?.addEventListener('abort', stop, { once: true });
+      pending.then(
+        (value) => {
+          if (settled) return;
+          cleanup();
+          resolve(value);
+        },
+        (error: unknown) => {
+          if (settled) return;
+          cleanup();
+          reject(error);
+        },
+      );
+    });
   }
 }
 

@@ -88,6 +88,10 @@ const OWNER_ACQUIRE_OPTION_NAMES: ReadonlySet<string> = new Set([
 export class Locker implements AsyncDisposable {
   readonly #load: () => Promise<Backend>;
   #backend: Promise<Backend> | undefined;
+  /** The backend once loaded, for callers that need no await (the acquire fast path). */
+  #loaded: Backend | undefined;
+  /** Pending engine calls of acquires, stopped when the locker closes (see `onClosing`). */
+  readonly #closingStops = new Set<() => void>();
   readonly #defaults: ResolvedLockOptions;
   readonly #ctx: LockContext;
   readonly #watchdog = new Watchdog();
@@ -110,9 +114,19 @@ export class Locker implements AsyncDisposable {
     driftFactor: number,
   ) {
     this.#load = typeof backend === 'function' ? backend : async () => backend;
+    if (typeof backend !== 'function') {
+      this.#loaded = backend;
+      this.#backend = Promise.resolve(backend);
+    }
     this.#defaults = defaults;
     this.#ctx = {
       backend: () => this.#getBackend(),
+      loadedBackend: () => this.#loaded,
+      onClosing: (stop) => {
+        if (this.#closing.signal.aborted) return noop;
+        this.#closingStops.add(stop);
+        return () => this.#closingStops.delete(stop);
+      },
       watchdog: this.#watchdog,
       driftFactor,
       scopePrefix: `${randomBytes(6).toString('hex')}\0`,
@@ -404,6 +418,8 @@ export class Locker implements AsyncDisposable {
     if (this.#closed) return;
     this.#closed = true;
     this.#closing.abort();
+    for (const stop of [...this.#closingStops]) stop();
+    this.#closingStops.clear();
     this.#watchdog.stop();
     const leases = [...this.#leases];
     await Promise.allSettled(
@@ -465,7 +481,9 @@ export class Locker implements AsyncDisposable {
   async #getBackend(): Promise<Backend> {
     this.#backend ??= this.#load();
     try {
-      return await this.#backend;
+      const backend = await this.#backend;
+      this.#loaded = backend;
+      return backend;
     } catch (error) {
       if (error instanceof InvalidArgumentError || error instanceof BackendError) throw error;
       const code = (error as { code?: string }).code;
@@ -485,6 +503,8 @@ export class Locker implements AsyncDisposable {
     }
   }
 }
+
+function noop(): void {}
 
 /**
  * Check the key, owner and (required or optional) fencing token of an owner-addressed call.

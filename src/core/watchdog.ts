@@ -53,7 +53,15 @@ export class Watchdog {
   /** Forget `task`; it will not run unless scheduled again. */
   cancel(task: WatchdogTask): void {
     this.#generation.delete(task);
-    if (this.#generation.size === 0) this.#disarm();
+    if (this.#generation.size === 0) {
+      // The timer stays armed (it is unref'd, and finds nothing to run): one lease after another
+      // then costs no timer of its own. `stop()` clears it.
+      this.#heap = [];
+    } else if (this.#heap.length > 64 && this.#heap.length > 4 * this.#generation.size) {
+      // Cancelled items leave the heap only when they reach its top (a lease's renewal is due
+      // ttl/3 later): without this, a steady flow of short leases grows it by thousands a second.
+      this.#compact();
+    }
   }
 
   /** Cancel everything and clear the timer. */
@@ -101,6 +109,14 @@ export class Watchdog {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
     this.#timerDueAt = Number.POSITIVE_INFINITY;
+  }
+
+  /** Drop cancelled and replaced items and rebuild the heap from the live ones (O(n)). */
+  #compact(): void {
+    const live = this.#heap.filter((item) => this.#generation.get(item.task) === item.generation);
+    // Items sorted by due time form a valid min-heap.
+    live.sort((a, b) => a.dueAt - b.dueAt);
+    this.#heap = live;
   }
 
   #push(item: HeapItem): void {

@@ -72,6 +72,27 @@ describe('watchdog renewal', () => {
     expect(backend.calls.renew ?? 0).toBe(0);
   });
 
+  it('a signal first read after the loss is already aborted with the LockLostError', async () => {
+    // The lease makes its AbortController on first use of `signal`: a loss before that must
+    // still show on it, with the same error as the lost event.
+    const lost: unknown[] = [];
+    const onLost = (event: unknown) => lost.push((event as { error: unknown }).error);
+    diagnostics_channel.subscribe(CHANNELS.lost, onLost);
+    try {
+      const lease = await locker.acquire('k', { autoRenew: false, ttlMs: 1000 });
+      await vi.advanceTimersByTimeAsync(1000);
+      expect(lease.isHeld).toBe(false);
+      const { signal } = lease;
+      expect(signal.aborted).toBe(true);
+      expect(signal.reason).toBeInstanceOf(LockLostError);
+      expect((signal.reason as LockLostError).reason).toBe('expired');
+      expect(lost).toEqual([signal.reason]);
+      expect(lease.signal).toBe(signal);
+    } finally {
+      diagnostics_channel.unsubscribe(CHANNELS.lost, onLost);
+    }
+  });
+
   it('loses the lease at once when the engine says another owner holds it', async () => {
     const lease = await locker.acquire('k');
     backend.entries.get('k')!.owner = 'someone-else';

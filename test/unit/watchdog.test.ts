@@ -38,6 +38,23 @@ describe('Watchdog', () => {
     expect(watchdog.size).toBe(0);
   });
 
+  it('keeps due order when a flow of cancelled tasks compacts its heap', () => {
+    const watchdog = new Watchdog();
+    const ran: number[] = [];
+    const base = performance.now();
+    const kept = Array.from({ length: 10 }, (_, i) => ({ run: () => ran.push(i) }));
+    for (const [i, task] of kept.entries()) watchdog.schedule(task, base + 1000 - i * 10);
+    // Short leases: each scheduled far out and cancelled at once (the heap compacts many times).
+    for (let i = 0; i < 5000; i++) {
+      const task = { run: () => ran.push(-1) };
+      watchdog.schedule(task, base + 500 + (i % 300));
+      watchdog.cancel(task);
+    }
+    expect(watchdog.size).toBe(10);
+    vi.advanceTimersByTime(2000);
+    expect(ran).toEqual([9, 8, 7, 6, 5, 4, 3, 2, 1, 0]);
+  });
+
   it('lets a running task reschedule itself and stops cleanly', () => {
     const watchdog = new Watchdog();
     let runs = 0;

@@ -3,9 +3,15 @@
  * take one round trip; the fencing token is `INCR` of a per-key counter in the granting script.
  * Keys of one lock share a hash slot (`<prefix>:{<key>}:…`) so the scripts also run on Cluster.
  *
- * Waiting: one shared subscriber connection per backend listens on each contended key's release
- * channel and wakes one local waiter per release message. Pub/sub is lossy, so the core also
- * polls, bounded by the holder's remaining TTL.
+ * Waiting is fair (first come, first served): a contender that will wait joins a FIFO line of
+ * the key's waiters kept in the acquire script, a free key goes to the head of the line, and a
+ * release publishes the head's owner id on the key's release channel. One shared subscriber
+ * connection per backend listens on each contended key's channel and wakes exactly that waiter
+ * (no herd, and the releaser cannot re-grab the key ahead of the line). Line entries expire
+ * `QUEUE_ENTRY_TTL_MS` after their owner's latest attempt (a waiter that vanished blocks the
+ * others that long at most); a waiter that gives up is taken out at once. Pub/sub is lossy, so
+ * the core also polls, every `RECHECK_MS` at most. With `notifications: false` nobody queues
+ * (polling with backoff, as before).
  *
  * Failover caveat (redis-doc, "Distributed locks with Redis"): replication is asynchronous, so
  * a promoted replica may not have the key and grant it again. The fencing token counter can be
@@ -27,10 +33,10 @@ import { MAX_TIMER_MS } from '../../options.js';
 import { composeToken, counterOf, FailoverEpoch } from './failover-epoch.js';
 import type { NodeRedisClientLike } from './node-redis.js';
 import {
-  abandonScript,
-  acquireScript,
   inspectScript,
-  releaseScript,
+  queuedAbandonScript,
+  queuedAcquireScript,
+  queuedReleaseScript,
   renewManyScript,
   renewScript,
 } from './scripts.js';
@@ -69,19 +75,34 @@ const RENEW_BATCH_LIMIT = 1_000;
 /** How long an idle release-channel subscription is kept for the next waiter, ms. */
 const SUBSCRIPTION_LINGER_MS = 5_000;
 
+/**
+ * How long a waiter's entry in a key's line lives after its owner's latest attempt, ms: a waiter
+ * that vanished without withdrawing (a crashed process) blocks the line this long at most.
+ */
+export const QUEUE_ENTRY_TTL_MS = 2_000;
+
+/**
+ * Longest wait on a release notification before attempting again, ms: refreshes the waiter's
+ * line entry well within `QUEUE_ENTRY_TTL_MS`, and bounds the delay a lost message can cause.
+ */
+const RECHECK_MS = 500;
+
 interface Waiter {
+  readonly owner: string;
   wake(): void;
 }
 
 interface Channel {
   readonly waiters: Set<Waiter>;
+  /** Owners of this process that are in the key's line (they attempt, then wait, in turn). */
+  readonly queued: Set<string>;
+  /** Queued owners named by a release message while they had no waiter registered. */
+  readonly missed: Set<string>;
   /** Timer that drops an idle subscription. */
   linger: NodeJS.Timeout | undefined;
   /** Settles when the server confirmed the subscription (or it failed). */
   readonly subscribed: Promise<void>;
   confirmed: boolean;
-  /** A release message came while no local waiter was registered. */
-  missedRelease: boolean;
 }
 
 /** The Redis backend. Build it with `createRedisBackend`. */
@@ -145,10 +166,25 @@ export class RedisBackend implements Backend {
     }
   }
 
-  /** The Redis keys of a lock: its lease, its fencing counter and its release channel. */
-  keysOf(key: string): { lock: string; fence: string; channel: string } {
+  /**
+   * The Redis keys of a lock, all in one hash slot: its lease, its fencing counter, its release
+   * channel, and its line of waiters (a list of owners and a hash of their entries' expiry).
+   */
+  keysOf(key: string): {
+    lock: string;
+    fence: string;
+    channel: string;
+    queue: string;
+    waiters: string;
+  } {
     const base = `${this.#prefix}:{${key}}`;
-    return { lock: `${base}:lock`, fence: `${base}:fence`, channel: `${base}:released` };
+    return {
+      lock: `${base}:lock`,
+      fence: `${base}:fence`,
+      channel: `${base}:released`,
+      queue: `${base}:queue`,
+      waiters: `${base}:waiters`,
+    };
   }
 
   /**
@@ -157,14 +193,22 @@ export class RedisBackend implements Backend {
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     const k = this.keysOf(request.key);
-    const [epoch, reply] = await this.#call('acquire', async () => {
-      const before = await this.#epochs?.current();
-      return [
-        before,
-        await acquireScript.run(this.#client, [k.lock, k.fence], [request.owner, request.ttlMs]),
-      ] as const;
-    });
+    const queue = this.#notifications && request.willWait !== false;
+    const args = [request.owner, request.ttlMs, queue ? QUEUE_ENTRY_TTL_MS : 0] as const;
+    const keys = [k.lock, k.fence, k.queue, k.waiters] as const;
+    let epoch: Awaited<ReturnType<FailoverEpoch['current']>> | undefined;
+    let reply: [1, string] | [0, number];
+    if (this.#epochs === undefined) {
+      reply = await this.#call('acquire', () => queuedAcquireScript.run(this.#client, keys, args));
+    } else {
+      const epochs = this.#epochs;
+      [epoch, reply] = await this.#call('acquire', async () => {
+        const before = await epochs.current();
+        return [before, await queuedAcquireScript.run(this.#client, keys, args)] as const;
+      });
+    }
     if (reply[0] === 1) {
+      if (queue) this.#dequeued(k.channel, request.owner);
       const counter = BigInt(reply[1]);
       if (epoch !== undefined && this.#epochs?.generation !== epoch.generation) {
         // The connection changed while the script ran: the grant may sit on another primary
@@ -182,10 +226,14 @@ export class RedisBackend implements Backend {
     }
     const holderTtlMs = Math.max(reply[1], 0);
     if (!this.#notifications) return { granted: false, holderTtlMs };
+    const { owner } = request;
     return {
       granted: false,
       holderTtlMs,
-      waitForChange: (signal, maxMs) => this.#waitForRelease(k.channel, signal, maxMs),
+      recheckAfterMs: RECHECK_MS,
+      // A single attempt never joins the line, so it leaves nothing to withdraw.
+      queued: queue,
+      waitForChange: (signal, maxMs) => this.#waitForRelease(k.channel, owner, signal, maxMs),
     };
   }
 
@@ -205,7 +253,11 @@ export class RedisBackend implements Backend {
     if (acked >= this.#minReplicas) return;
     const k = this.keysOf(request.key);
     await this.#call('acquire (release after WAIT)', () =>
-      releaseScript.run(this.#client, [k.lock, k.channel], [request.owner, String(token)]),
+      queuedReleaseScript.run(
+        this.#client,
+        [k.lock, k.channel, k.queue, k.waiters],
+        [request.owner, String(token)],
+      ),
     ).catch(() => undefined);
     throw new BackendError(
       this.name,
@@ -248,21 +300,53 @@ export class RedisBackend implements Backend {
     return renewResultOf(reply, ttlMs);
   }
 
-  /** Compare-and-delete by owner and token, then publish on the key's release channel. */
+  /**
+   * Compare-and-delete by owner and token, then wake the head of the key's line (its owner id
+   * goes out on the key's release channel).
+   */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const k = this.keysOf(lease.key);
     const reply = await this.#call('release', () =>
-      releaseScript.run(this.#client, [k.lock, k.channel], [lease.owner, this.#counterOf(lease)]),
+      queuedReleaseScript.run(
+        this.#client,
+        [k.lock, k.channel, k.queue, k.waiters],
+        [lease.owner, this.#counterOf(lease)],
+      ),
     );
     return reply === 1 ? 'released' : reply === 0 ? 'not-held' : 'not-owner';
   }
 
-  /** Delete the key if this owner holds it, whatever the token. */
+  /**
+   * Delete the key if this owner holds it, whatever the token, and take the owner out of the
+   * key's line (waking the next in line when that frees the key or removes the head).
+   */
   async abandon(request: AttemptRequest): Promise<void> {
+    await this.#withdraw(request, 'abandon', '0');
+  }
+
+  /** Take the owner out of the key's line only; a grant it holds stays. */
+  async leaveQueue(request: AttemptRequest): Promise<void> {
+    await this.#withdraw(request, 'leave the line', '1');
+  }
+
+  async #withdraw(request: AttemptRequest, operation: string, keepGrant: '0' | '1'): Promise<void> {
     const k = this.keysOf(request.key);
-    await this.#call('abandon', () =>
-      abandonScript.run(this.#client, [k.lock, k.channel], [request.owner]),
+    this.#dequeued(k.channel, request.owner);
+    await this.#call(operation, () =>
+      queuedAbandonScript.run(
+        this.#client,
+        [k.lock, k.channel, k.queue, k.waiters],
+        [request.owner, keepGrant],
+      ),
     );
+  }
+
+  /** This process's `owner` left the line of `channel`'s key (granted or withdrawn). */
+  #dequeued(channel: string, owner: string): void {
+    const entry = this.#channels.get(channel);
+    if (entry === undefined) return;
+    entry.queued.delete(owner);
+    entry.missed.delete(owner);
   }
 
   /** Holder, remaining PTTL and the fence counter, read atomically. */
@@ -302,8 +386,26 @@ export class RedisBackend implements Backend {
     await Promise.all(clients.map((c) => (c ? quit(c, CLOSE_TIMEOUT_MS) : undefined)));
   }
 
-  async #call<T>(operation: string, run: () => Promise<T>): Promise<T> {
-    if (this.#closed) throw new BackendError(this.name, operation, new Error('backend is closed'));
+  #call<T>(operation: string, run: () => Promise<T>): Promise<T> {
+    if (this.#closed) {
+      return Promise.reject(new BackendError(this.name, operation, new Error('backend is closed')));
+    }
+    if ((this.#ownsClient && this.#client.status === 'wait') || this.#fatal) {
+      return this.#callSlow(operation, run);
+    }
+    // Hot path: no async frame; the command is written to the socket in this same tick.
+    let pending: Promise<T>;
+    try {
+      pending = run();
+    } catch (error) {
+      return Promise.reject(this.#wrap(operation, error));
+    }
+    return pending.catch((error: unknown) => {
+      throw this.#wrap(operation, error);
+    });
+  }
+
+  async #callSlow<T>(operation: string, run: () => Promise<T>): Promise<T> {
     try {
       if (this.#ownsClient && this.#client.status === 'wait') {
         // First use: connect now, so a failed SELECT is known before any script runs.
@@ -313,32 +415,42 @@ export class RedisBackend implements Backend {
       if (this.#fatal) throw this.#fatal;
       return await run();
     } catch (error) {
-      const { host, port } = isClusterClient(this.#client)
-        ? { host: 'cluster', port: '' }
-        : this.#client.options;
-      const last = this.#lastConnectionError ? `: ${this.#lastConnectionError.message}` : '';
-      throw new BackendError(this.name, `${operation} (${host}:${port}${last})`, error);
+      throw this.#wrap(operation, error);
     }
   }
 
+  #wrap(operation: string, error: unknown): BackendError {
+    const { host, port } = isClusterClient(this.#client)
+      ? { host: 'cluster', port: '' }
+      : this.#client.options;
+    const last = this.#lastConnectionError ? `: ${this.#lastConnectionError.message}` : '';
+    return new BackendError(this.name, `${operation} (${host}:${port}${last})`, error);
+  }
+
   /**
-   * Wait for one release message on `channel`; each message wakes one local waiter (the
-   * longest waiting). Two gaps of pub/sub are closed here: a release published before the
-   * subscription was live (the first wait on a channel ends as soon as the server confirms the
-   * subscription, so the core attempts again), and a release that came while no local waiter
-   * was registered (it is kept for the next waiter, who goes at once).
+   * Wait until a release message names `owner` (the head of the key's line), or `maxMs`. Two gaps
+   * of pub/sub are closed here: a release published before the subscription was live (the first
+   * wait on a channel ends as soon as the server confirms the subscription, so the core attempts
+   * again), and a release that named this owner while it had no waiter registered (between an
+   * attempt and the next wait: it is kept, and the next wait ends at once).
    */
-  #waitForRelease(channel: string, signal: AbortSignal, maxMs: number): Promise<void> {
+  #waitForRelease(
+    channel: string,
+    owner: string,
+    signal: AbortSignal,
+    maxMs: number,
+  ): Promise<void> {
     if (this.#closed || signal.aborted) return Promise.resolve();
     const entry = this.#subscribe(channel);
     clearTimeout(entry.linger);
-    if (entry.missedRelease) {
-      entry.missedRelease = false;
-      this.#scheduleUnsubscribe(channel, entry);
+    entry.queued.add(owner);
+    if (entry.missed.delete(owner)) {
+      if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
       return Promise.resolve();
     }
     return new Promise<void>((resolve) => {
       const waiter: Waiter = {
+        owner,
         wake: () => {
           clearTimeout(timer);
           signal.removeEventListener('abort', waiter.wake);
@@ -360,9 +472,10 @@ export class RedisBackend implements Backend {
     const subscriber = this.#getSubscriber();
     const entry: Channel = {
       waiters: new Set(),
+      queued: new Set(),
+      missed: new Set(),
       linger: undefined,
       confirmed: false,
-      missedRelease: false,
       // A failed SUBSCRIBE only costs latency: the core's poll still runs.
       subscribed: subscriber.subscribe(channel).then(
         () => {
@@ -392,13 +505,17 @@ export class RedisBackend implements Backend {
       ? this.#client.duplicate()
       : this.#client.duplicate({ commandTimeout: undefined });
     subscriber.on('error', () => undefined);
-    subscriber.on('message', (channel: string) => {
+    subscriber.on('message', (channel: string, owner: string) => {
       const entry = this.#channels.get(channel);
       if (entry === undefined) return;
-      // Wake the longest-waiting local waiter only (a Set iterates in insertion order).
-      const first = entry.waiters.values().next();
-      if (first.done) entry.missedRelease = true;
-      else first.value.wake();
+      // The message names the head of the line: wake that waiter only, if it is one of ours.
+      for (const waiter of entry.waiters) {
+        if (waiter.owner === owner) {
+          waiter.wake();
+          return;
+        }
+      }
+      if (entry.queued.has(owner)) entry.missed.add(owner);
     });
     this.#subscriber = subscriber;
     return subscriber;

@@ -27,13 +27,14 @@ export function defineScript<
     name,
     sha1,
     source,
-    async run(client, keys, args) {
-      try {
-        return (await client.evalsha(sha1, keys.length, ...keys, ...args)) as R;
-      } catch (error) {
-        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-        return (await client.eval(source, keys.length, ...keys, ...args)) as R;
-      }
+    run(client, keys, args) {
+      // No async frame of its own: one promise and one reaction per call on the hot path.
+      return (client.evalsha(sha1, keys.length, ...keys, ...args) as Promise<R>).catch(
+        (error: unknown) => {
+          if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+          return client.eval(source, keys.length, ...keys, ...args) as Promise<R>;
+        },
+      );
     },
   };
 }
@@ -68,6 +69,33 @@ export const releaseScript = defineScript<
   readonly [owner: string, token: string],
   1 | 0 | -1
 >('release');
+type QueueKeys = readonly [lockKey: string, fenceKey: string, queueKey: string, waitersKey: string];
+
+/**
+ * Grant in arrival order (single node): `[1, token]`, or `[0, ms]` where `ms` bounds how long
+ * the key can stay unavailable to this contender without a change (the holder's PTTL, or the
+ * queue head's remaining entry time). `waiterTtlMs` 0: a single attempt, never queued.
+ */
+export const queuedAcquireScript = defineScript<
+  QueueKeys,
+  readonly [owner: string, ttlMs: number, waiterTtlMs: number],
+  [1, string] | [0, number]
+>('queued-acquire');
+/** Release (single node, queued): 1 released, 0 not held, -1 not owner; wakes the queue head. */
+export const queuedReleaseScript = defineScript<
+  readonly [lockKey: string, channel: string, queueKey: string, waitersKey: string],
+  readonly [owner: string, token: string],
+  1 | 0 | -1
+>('queued-release');
+/**
+ * Abandon (single node, queued): leave the line and, unless `keepGrant` is '1', delete this
+ * owner's key; 1 deleted this owner's key, 0 nothing deleted.
+ */
+export const queuedAbandonScript = defineScript<
+  readonly [lockKey: string, channel: string, queueKey: string, waitersKey: string],
+  readonly [owner: string, keepGrant: '0' | '1'],
+  1 | 0
+>('queued-abandon');
 /** Abandon: 1 deleted this owner's key, 0 nothing to delete. */
 export const abandonScript = defineScript<ChannelKeys, readonly [owner: string], 1 | 0>('abandon');
 /** Inspect: `[value | null, PTTL, last token | null]`. */

@@ -14,7 +14,7 @@ import {
   isNodeRedisClient,
   type NodeRedisClientLike,
 } from '../redis/node-redis.js';
-import { SLOW_VOTE_TIMEOUT_MS, RedlockBackend, type RedlockNode } from './backend.js';
+import { RedlockBackend, type RedlockNode, SLOW_VOTE_TIMEOUT_MS } from './backend.js';
 import {
   assertNodeCount,
   DEFAULT_NODE_TIMEOUT_MS,

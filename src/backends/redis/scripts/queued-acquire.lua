@@ -1,0 +1,76 @@
+-- Grant a lock key in arrival order (single node) and issue its fencing token, atomically.
+-- Waiters line up in a FIFO: a list of owner ids, head first, and a hash of each entry's expiry
+-- (ms on the Redis clock, TIME). A free key goes to the head of the line, or to anyone when the
+-- line is empty; a waiting contender that is not the head joins the tail (or keeps its place).
+-- An entry lives waiterTtlMs past its owner's latest attempt, so a waiter that vanished blocks
+-- the line for at most that long; one that gives up is removed at once (queued-abandon.lua).
+-- Returns {1, token} when granted; {0, ms} when not, where ms bounds how long the key can stay
+-- unavailable to this contender with nothing changing: the holder's PTTL, or the remaining entry
+-- time of the head of the line when the key is free but another waiter is first.
+local lockKey = KEYS[1]     -- holds "<owner>:<token>" with a PX expiry
+local fenceKey = KEYS[2]    -- per-key fencing counter; never expires
+local queueKey = KEYS[3]    -- list of waiting owners, head first
+local waitersKey = KEYS[4]  -- hash: waiting owner -> entry expiry (ms, Redis TIME)
+local owner = ARGV[1]       -- contender id (hex, no ':')
+local ttlMs = ARGV[2]       -- lease length in whole milliseconds
+local waiterTtlMs = tonumber(ARGV[3]) -- entry lifetime; 0: a single attempt, never queued
+
+-- Redis's own clock in ms, read only when needed (an uncontended grant never reads it).
+local nowMs
+local function now()
+  if not nowMs then
+    local time = redis.call('TIME')
+    nowMs = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  end
+  return nowMs
+end
+
+-- The head of the line after dropping expired entries there: owner and ms it has left, or nil.
+local function head()
+  while true do
+    local first = redis.call('LINDEX', queueKey, 0)
+    if not first then return nil, 0 end
+    local expiresAt = tonumber(redis.call('HGET', waitersKey, first) or '0')
+    if expiresAt > now() then return first, expiresAt - now() end
+    redis.call('LPOP', queueKey)
+    redis.call('HDEL', waitersKey, first)
+  end
+end
+
+-- Join the tail, or keep one's place and refresh the entry; both keys outlive the newest entry.
+local function enqueue()
+  if waiterTtlMs <= 0 then return end
+  if redis.call('HSET', waitersKey, owner, now() + waiterTtlMs) == 1 then
+    redis.call('RPUSH', queueKey, owner)
+  end
+  if redis.call('PTTL', queueKey) < waiterTtlMs then redis.call('PEXPIRE', queueKey, waiterTtlMs) end
+  if redis.call('PTTL', waitersKey) < waiterTtlMs then redis.call('PEXPIRE', waitersKey, waiterTtlMs) end
+end
+
+local current = redis.call('GET', lockKey)
+if current then
+  local sep = string.find(current, ':', 1, true)
+  if string.sub(current, 1, sep - 1) == owner then
+    -- The same owner asks again (its earlier reply was lost): refresh and answer again.
+    redis.call('PEXPIRE', lockKey, ttlMs)
+    return {1, string.sub(current, sep + 1)}
+  end
+  enqueue()
+  return {0, redis.call('PTTL', lockKey)}
+end
+
+-- Free: the head of the line goes first; a contender behind it waits its turn.
+local first, left = head()
+if first and first ~= owner then
+  enqueue()
+  return {0, left}
+end
+if first then
+  redis.call('LPOP', queueKey)
+  redis.call('HDEL', waitersKey, owner)
+end
+
+-- Bump the counter and set the key in the same script, so no grant goes without a token.
+local token = redis.call('INCR', fenceKey)
+redis.call('SET', lockKey, owner .. ':' .. token, 'PX', ttlMs)
+return {1, tostring(token)}

@@ -1,0 +1,267 @@
+/**
+ * Fair waiting on single-node Redis: waiters are granted in arrival order (a FIFO line kept in
+ * the acquire script), a releaser that asks again at once goes to the back of the line, a single
+ * attempt never joins the line, and a waiter that gives up (or vanishes) blocks the others only
+ * briefly. Also the queued scripts run directly.
+ */
+import { randomBytes } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { QUEUE_ENTRY_TTL_MS } from '../../../src/backends/redis/backend.js';
+import { createRedisBackend, type RedisBackend } from '../../../src/backends/redis/index.js';
+import {
+  queuedAbandonScript,
+  queuedAcquireScript,
+  queuedReleaseScript,
+} from '../../../src/backends/redis/scripts.js';
+import { createLocker, type Lease, type Locker, LockTimeoutError } from '../../../src/index.js';
+import { REDIS_URL } from '../../helpers/engines.js';
+
+const prefix = `fencelock-fair-${randomBytes(4).toString('hex')}`;
+const unique = (label: string) => `${label}-${randomBytes(4).toString('hex')}`;
+let admin: Redis;
+const lockers: Locker[] = [];
+const backends: RedisBackend[] = [];
+
+/** A locker on its own connections (as a separate process would have). */
+function newLocker(): { locker: Locker; backend: RedisBackend } {
+  const backend = createRedisBackend({ url: REDIS_URL, prefix });
+  const locker = createLocker(backend);
+  lockers.push(locker);
+  backends.push(backend);
+  return { locker, backend };
+}
+
+beforeAll(() => {
+  admin = new Redis(REDIS_URL, { maxRetriesPerRequest: 2 });
+});
+
+afterAll(async () => {
+  await Promise.all(lockers.map((l) => l.close()));
+  const keys = await admin.keys(`${prefix}:*`);
+  if (keys.length > 0) await admin.del(...keys);
+  await admin.quit();
+});
+
+describe('fair waiting (Redis, single node)', () => {
+  it('grants waiters in arrival order, each with a larger token', async () => {
+    const key = unique('order');
+    const holder = newLocker().locker;
+    const held = await holder.acquire(key);
+    // Two waiters share a locker: the release message must wake the right one of them.
+    const shared = newLocker().locker;
+    const waiterLockers = [newLocker().locker, shared, newLocker().locker, shared, holder];
+    const order: number[] = [];
+    const tokens: bigint[] = [];
+    const done: Promise<void>[] = [];
+    for (const [i, locker] of waiterLockers.entries()) {
+      done.push(
+        locker.acquire(key, { waitMs: 10_000 }).then(async (lease: Lease) => {
+          order.push(i);
+          tokens.push(lease.fencingToken);
+          await delay(5);
+          await lease.release();
+        }),
+      );
+      // Each waiter's first attempt reaches Redis before the next one starts.
+      await delay(40);
+    }
+    expect(await held.release()).toBe('released');
+    await Promise.all(done);
+    expect(order).toEqual([0, 1, 2, 3, 4]);
+    for (let i = 1; i < tokens.length; i++) expect(tokens[i]! > tokens[i - 1]!).toBe(true);
+    expect(tokens[0]! > held.fencingToken).toBe(true);
+  });
+
+  it('a releaser that asks again at once goes behind the waiter already in line', async () => {
+    const key = unique('regrab');
+    const a = newLocker().locker;
+    const b = newLocker().locker;
+    const first = await a.acquire(key);
+    const grants: string[] = [];
+    const waiting = b.acquire(key, { waitMs: 10_000 }).then(async (lease) => {
+      grants.push('b');
+      await delay(20);
+      await lease.release();
+    });
+    await delay(50);
+    await first.release();
+    // Sent right after the release, on the releaser's own connection: without the line it would
+    // find the key free before b's attempt arrives.
+    const again = await a.acquire(key, { waitMs: 10_000 });
+    grants.push('a');
+    await again.release();
+    await waiting;
+    expect(grants).toEqual(['b', 'a']);
+  });
+
+  it('tryAcquire never joins the line and does not jump it', async () => {
+    const key = unique('try');
+    const { locker: a, backend } = newLocker();
+    const b = newLocker().locker;
+    const c = newLocker().locker;
+    const held = await a.acquire(key);
+    expect(await b.tryAcquire(key)).toBeNull();
+    expect(await admin.llen(backend.keysOf(key).queue)).toBe(0);
+    // A waiter is in line; the key is then free only for it, not for a single attempt.
+    const waiting = c.acquire(key, { waitMs: 10_000 });
+    await delay(50);
+    expect(await admin.llen(backend.keysOf(key).queue)).toBe(1);
+    await held.release();
+    const lease = await waiting;
+    expect(await admin.llen(backend.keysOf(key).queue)).toBe(0);
+    await lease.release();
+    const single = await b.tryAcquire(key);
+    expect(single).not.toBeNull();
+    await single?.release();
+  });
+
+  it('a waiter that times out leaves the line at once: the next one is granted promptly', async () => {
+    const key = unique('timeout');
+    const { locker: a, backend } = newLocker();
+    const quitter = newLocker().locker;
+    const next = newLocker().locker;
+    const held = await a.acquire(key);
+    const gaveUp = quitter.acquire(key, { waitMs: 150 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    await delay(30);
+    const waiting = next.acquire(key, { waitMs: 10_000 });
+    expect(await gaveUp).toBeInstanceOf(LockTimeoutError);
+    await delay(50);
+    expect(await admin.llen(backend.keysOf(key).queue)).toBe(1);
+    const releasedAt = performance.now();
+    await held.release();
+    const lease = await waiting;
+    // Without the withdrawal the quitter's entry would hold the line for QUEUE_ENTRY_TTL_MS.
+    expect(performance.now() - releasedAt).toBeLessThan(QUEUE_ENTRY_TTL_MS / 4);
+    await lease.release();
+  });
+
+  it('a waiter that vanished blocks the line for about QUEUE_ENTRY_TTL_MS at most', async () => {
+    const key = unique('vanished');
+    const { locker: a, backend } = newLocker();
+    const next = newLocker().locker;
+    const k = backend.keysOf(key);
+    const held = await a.acquire(key);
+    // A waiter of a process that died: it queued once and never comes back.
+    const ghost = randomBytes(16).toString('hex');
+    const reply = await queuedAcquireScript.run(
+      admin,
+      [k.lock, k.fence, k.queue, k.waiters],
+      [ghost, 30_000, QUEUE_ENTRY_TTL_MS],
+    );
+    expect(reply[0]).toBe(0);
+    const waiting = next.acquire(key, { waitMs: 10_000 });
+    await delay(50);
+    const releasedAt = performance.now();
+    await held.release();
+    const lease = await waiting;
+    const waited = performance.now() - releasedAt;
+    expect(waited).toBeLessThan(QUEUE_ENTRY_TTL_MS + 1_500);
+    expect(await admin.lrange(k.queue, 0, -1)).toEqual([]);
+    await lease.release();
+  });
+});
+
+describe('queued scripts, run directly', () => {
+  function keys() {
+    const base = `${prefix}:{direct-${randomBytes(4).toString('hex')}}`;
+    return {
+      lock: `${base}:lock`,
+      fence: `${base}:fence`,
+      channel: `${base}:released`,
+      queue: `${base}:queue`,
+      waiters: `${base}:waiters`,
+    };
+  }
+  const owner = () => randomBytes(16).toString('hex');
+
+  it('queues waiters, grants the head only, and publishes the head on release', async () => {
+    const k = keys();
+    const acquireKeys = [k.lock, k.fence, k.queue, k.waiters] as const;
+    const releaseKeys = [k.lock, k.channel, k.queue, k.waiters] as const;
+    const [a, b, c] = [owner(), owner(), owner()];
+    expect(await queuedAcquireScript.run(admin, acquireKeys, [a, 10_000, 2_000])).toEqual([1, '1']);
+    const busy = await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000]);
+    expect(busy[0]).toBe(0);
+    expect(busy[1]).toBeGreaterThan(9_000);
+    await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000]);
+    // Attempting again keeps one's place.
+    await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000]);
+    expect(await admin.lrange(k.queue, 0, -1)).toEqual([b, c]);
+    expect(await admin.pttl(k.queue)).toBeLessThanOrEqual(2_000);
+
+    const subscriber = admin.duplicate();
+    const messages: string[] = [];
+    subscriber.on('message', (_channel: string, message: string) => messages.push(message));
+    await subscriber.subscribe(k.channel);
+    try {
+      expect(await queuedReleaseScript.run(admin, releaseKeys, [a, '1'])).toBe(1);
+      // Free, but c is not first in line; a single attempt (waiterTtlMs 0) does not get it either.
+      const notYet = await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000]);
+      expect(notYet[0]).toBe(0);
+      expect(notYet[1]).toBeGreaterThan(0);
+      expect(notYet[1]).toBeLessThanOrEqual(2_000);
+      expect((await queuedAcquireScript.run(admin, acquireKeys, [owner(), 10_000, 0]))[0]).toBe(0);
+      expect(await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000])).toEqual([
+        1,
+        '2',
+      ]);
+      expect(await admin.lrange(k.queue, 0, -1)).toEqual([c]);
+      // b gives up while holding: the key is freed and c, now the head, is woken.
+      expect(await queuedAbandonScript.run(admin, releaseKeys, [b, '0'])).toBe(1);
+      for (let i = 0; i < 40 && messages.length < 2; i++) await delay(10);
+      expect(messages).toEqual([b, c]);
+      expect(await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000])).toEqual([
+        1,
+        '3',
+      ]);
+      expect(await admin.exists(k.queue, k.waiters)).toBe(0);
+    } finally {
+      await subscriber.quit();
+    }
+  });
+
+  it('drops an expired head and grants the next in line (Redis clock only)', async () => {
+    const k = keys();
+    const acquireKeys = [k.lock, k.fence, k.queue, k.waiters] as const;
+    const [holder, ghost, live] = [owner(), owner(), owner()];
+    await queuedAcquireScript.run(admin, acquireKeys, [holder, 10_000, 2_000]);
+    await queuedAcquireScript.run(admin, acquireKeys, [ghost, 10_000, 50]);
+    await queuedAcquireScript.run(admin, acquireKeys, [live, 10_000, 5_000]);
+    await admin.del(k.lock);
+    await delay(80);
+    expect(await queuedAcquireScript.run(admin, acquireKeys, [live, 10_000, 5_000])).toEqual([
+      1,
+      '2',
+    ]);
+    expect(await admin.hexists(k.waiters, ghost)).toBe(0);
+  });
+});
+
+describe('owner-addressed waiting (the sidecar)', () => {
+  it('a caller-chosen owner that times out leaves the line, and its grant rules are unchanged', async () => {
+    const key = unique('owner');
+    const { locker: a, backend } = newLocker();
+    const sidecar = newLocker().locker;
+    const held = await a.acquire(key);
+    const owner = randomBytes(16).toString('hex');
+    const error = await sidecar.acquireForOwner(key, owner, { ttlMs: 10_000, waitMs: 150 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(LockTimeoutError);
+    // Without leaving the line, its entry would stay QUEUE_ENTRY_TTL_MS and block the others.
+    let queued = await admin.llen(backend.keysOf(key).queue);
+    for (let i = 0; i < 20 && queued > 0; i++) {
+      await delay(25);
+      queued = await admin.llen(backend.keysOf(key).queue);
+    }
+    expect(queued).toBe(0);
+    expect((await a.inspect(key)).holder?.owner).toBe(held.owner);
+    await held.release();
+  });
+});
