@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createRedisBackend } from '../../../src/backends/redis/index.js';
 import { renewManyScript, renewScript } from '../../../src/backends/redis/scripts.js';
 import { createRedlockBackend } from '../../../src/backends/redlock/index.js';
-import type { LeaseRef } from '../../../src/core/backend.js';
+import type { AttemptRequest, Backend, LeaseRef } from '../../../src/core/backend.js';
 import { createLocker, type Lease } from '../../../src/index.js';
 import { REDIS_URL, REDLOCK_NODE_URLS } from '../../helpers/engines.js';
 
@@ -50,23 +50,23 @@ function countScripts(client: Redis) {
   };
 }
 
+/** Grant keys k0 … k<count-1> to owners of their own, straight through the backend. */
+async function grantKeys(backend: Backend, count: number): Promise<LeaseRef[]> {
+  const leases: LeaseRef[] = [];
+  for (let n = 0; n < count; n++) {
+    const request = { key: `k${n}`, owner: owner(n), ttlMs: 2_000, mode: 'write', autoRenew: true };
+    const result = await backend.attempt(request as AttemptRequest);
+    if (!result.granted) throw new Error('not granted');
+    leases.push({ key: request.key, owner: request.owner, fencingToken: result.token });
+  }
+  return leases;
+}
+
 describe('renewal batching', () => {
   it('Redis: renewals of one turn are one script call, each lease with its own answer', async () => {
     const client = new Redis(REDIS_URL);
     const backend = createRedisBackend({ client, prefix: `${prefix}-single` });
-    const leases: LeaseRef[] = [];
-    for (let n = 0; n < 5; n++) {
-      const request = {
-        key: `k${n}`,
-        owner: owner(n),
-        ttlMs: 2_000,
-        mode: 'write' as const,
-        autoRenew: true,
-      };
-      const result = await backend.attempt(request);
-      if (!result.granted) throw new Error('not granted');
-      leases.push({ key: request.key, owner: request.owner, fencingToken: result.token });
-    }
+    const leases = await grantKeys(backend, 5);
     // Lease 3 vanishes; lease 4's key is taken by another owner.
     await client.del(backend.keysOf('k3').lock);
     await client.set(backend.keysOf('k4').lock, `${owner(9)}:1`);
@@ -93,19 +93,7 @@ describe('renewal batching', () => {
   it('Redlock: renewals of one turn are one script call per node, voted lease by lease', async () => {
     const clients = REDLOCK_NODE_URLS.map((url) => new Redis(url));
     const backend = createRedlockBackend({ nodes: clients, prefix: `${prefix}-redlock` });
-    const leases: LeaseRef[] = [];
-    for (let n = 0; n < 4; n++) {
-      const request = {
-        key: `k${n}`,
-        owner: owner(n),
-        ttlMs: 2_000,
-        mode: 'write' as const,
-        autoRenew: true,
-      };
-      const result = await backend.attempt(request);
-      if (!result.granted) throw new Error('not granted');
-      leases.push({ key: request.key, owner: request.owner, fencingToken: result.token });
-    }
+    const leases = await grantKeys(backend, 4);
     // Lease 2 is gone from 3 of 5 nodes (no majority left); lease 3 only from 2 (still renewed).
     for (const client of clients.slice(0, 3)) await client.del(backend.keysOf('k2').lock);
     for (const client of clients.slice(0, 2)) await client.del(backend.keysOf('k3').lock);
