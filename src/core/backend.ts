@@ -129,6 +129,12 @@ export interface LeaseRef {
   readonly key: string;
   readonly owner: string;
   readonly fencingToken: bigint;
+  /**
+   * False once the lease was released or lost or its validity ran out (the core's leases have
+   * it; plain references do not): a backend that defers renewals (`RenewalBatcher`) drops the
+   * renewal of a lease that is no longer held by the time it would be sent.
+   */
+  readonly isHeld?: boolean;
 }
 
 /** Result of a renewal. */

@@ -300,15 +300,14 @@ export class Lease implements LeaseRef, AsyncDisposable {
     }
     try {
       const result = await pending;
-      // An answer that lands after the lease was declared lost reports nothing: `lost` was the
-      // lease's last event and its watchdog has stopped.
-      if (this.#state === 'lost') return;
+      // An answer that lands after the lease was declared lost (or released) reports nothing:
+      // `lost` (or the release) was the lease's last event and its watchdog has stopped.
+      if (this.#state !== 'held') return;
       publish('renew', () => ({
         ...this.#eventBase(),
         ok: result.ok,
         ...(result.ok ? { ttlMs: result.ttlMs } : {}),
       }));
-      if (this.#state !== 'held') return;
       if (!result.ok) {
         this.lose(result.reason, undefined, operation);
         return;
@@ -324,8 +323,9 @@ export class Lease implements LeaseRef, AsyncDisposable {
       this.#expiresAt = this.#validUntil(startedAt, result.ttlMs, result.validUntil);
       this.#scheduleNext();
     } catch (error) {
-      // Lost meanwhile: `extend()` then throws the LockLostError from the signal instead.
-      if (this.#state === 'lost') return;
+      // Lost (or released) meanwhile: `extend()` then throws the LockLostError from the signal
+      // instead (or resolves, the lease being released).
+      if (this.#state !== 'held') return;
       publish('renew', () => ({ ...this.#eventBase(), ok: false, error }));
       this.#lastRenewError = error;
       if (operation === 'extend') throw error;

@@ -34,7 +34,7 @@ export class RenewalBatcher {
   readonly #maxBatch: number;
   #pending: Pending[] = [];
 
-  /** @param maxBatch most renewals per batch; more go in further batches of the same turn. */
+  /** @param maxBatch most renewals per batch; more go in further batches, one after another. */
   constructor(send: SendRenewals, maxBatch: number) {
     this.#send = send;
     this.#maxBatch = maxBatch;
@@ -51,9 +51,18 @@ export class RenewalBatcher {
   #flush(): void {
     const pending = this.#pending;
     this.#pending = [];
-    for (let start = 0; start < pending.length; start += this.#maxBatch) {
-      void this.#sendBatch(pending.slice(start, start + this.#maxBatch));
+    const live: Pending[] = [];
+    for (const renewal of pending) {
+      // Ended since it was asked for (released, lost, validity over): nothing to send.
+      if (renewal.lease.isHeld === false) renewal.reject(new Error(NOT_SENT));
+      else live.push(renewal);
     }
+    const batches = batchesOf(live, this.#maxBatch);
+    // One batch after another: the renewals of one lease asked for twice in a turn (an
+    // `extend()` beside the watchdog's) go in separate batches, applied in the order asked.
+    void (async () => {
+      for (const batch of batches) await this.#sendBatch(batch);
+    })();
   }
 
   async #sendBatch(batch: readonly Pending[]): Promise<void> {
@@ -69,4 +78,25 @@ export class RenewalBatcher {
       for (const renewal of batch) renewal.reject(error);
     }
   }
+}
+
+/** Why a renewal was dropped unsent. */
+const NOT_SENT = 'renewal not sent: the lease was no longer held when its batch went out';
+
+/**
+ * Split `renewals` into batches of at most `maxBatch`, each naming a lease at most once (a lease
+ * asked for again goes to a later batch than its earlier request).
+ */
+function batchesOf(renewals: readonly Pending[], maxBatch: number): Pending[][] {
+  const batches: Pending[][] = [];
+  const lastBatchOf = new Map<string, number>();
+  for (const renewal of renewals) {
+    const id = `${renewal.lease.key}\0${renewal.lease.owner}`;
+    let index = Math.max(0, (lastBatchOf.get(id) ?? -1) + 1);
+    while (index < batches.length && batches[index]!.length >= maxBatch) index += 1;
+    if (index === batches.length) batches.push([]);
+    batches[index]!.push(renewal);
+    lastBatchOf.set(id, index);
+  }
+  return batches;
 }

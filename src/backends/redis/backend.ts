@@ -10,8 +10,9 @@
  * (no herd, and the releaser cannot re-grab the key ahead of the line). Line entries expire
  * `QUEUE_ENTRY_TTL_MS` after their owner's latest attempt (a waiter that vanished blocks the
  * others that long at most); a waiter that gives up is taken out at once. Pub/sub is lossy, so
- * the core also polls, every `RECHECK_MS` at most. With `notifications: false` nobody queues
- * (polling with backoff, as before).
+ * the core also polls, every `RECHECK_MS` at most. With `notifications: false` waiters still
+ * stand in line and only poll (every `RECHECK_MS` at most), so that polling and notified
+ * waiters of one key are served in one order.
  *
  * Failover caveat (redis-doc, "Distributed locks with Redis"): replication is asynchronous, so
  * a promoted replica may not have the key and grant it again. The fencing token counter can be
@@ -28,6 +29,7 @@ import type {
   RenewResult,
 } from '../../core/backend.js';
 import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
+import { sleep } from '../../core/retry.js';
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { composeToken, counterOf, FailoverEpoch } from './failover-epoch.js';
@@ -50,7 +52,10 @@ export interface RedisBackendOptions {
   readonly url?: string;
   /** Key prefix. @default 'fencelock' */
   readonly prefix?: string;
-  /** Wait on release notifications (pub/sub); `false` polls with backoff only. @default true */
+  /**
+   * Wait on release notifications (pub/sub); `false`: waiters stand in the line all the same
+   * and poll every 0.5 s at most. @default true
+   */
   readonly notifications?: boolean;
   /** Timeout of one command on connections this backend opens, ms. @default 5000 */
   readonly commandTimeoutMs?: number;
@@ -193,7 +198,10 @@ export class RedisBackend implements Backend {
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     const k = this.keysOf(request.key);
-    const queue = this.#notifications && request.willWait !== false;
+    const queue = request.willWait !== false;
+    // A wake-up that names this owner while the attempt is in flight must not be lost: it is
+    // kept (`missed`) for the wait that follows, as between any attempt and its wait.
+    if (queue) this.#channels.get(k.channel)?.queued.add(request.owner);
     const args = [request.owner, request.ttlMs, queue ? QUEUE_ENTRY_TTL_MS : 0] as const;
     const keys = [k.lock, k.fence, k.queue, k.waiters] as const;
     let epoch: Awaited<ReturnType<FailoverEpoch['current']>> | undefined;
@@ -225,15 +233,18 @@ export class RedisBackend implements Backend {
       return { granted: true, token, ttlMs: request.ttlMs };
     }
     const holderTtlMs = Math.max(reply[1], 0);
-    if (!this.#notifications) return { granted: false, holderTtlMs };
     const { owner } = request;
     return {
       granted: false,
       holderTtlMs,
+      // Waiters attempt at least this often, which keeps their line entries alive.
       recheckAfterMs: RECHECK_MS,
       // A single attempt never joins the line, so it leaves nothing to withdraw.
       queued: queue,
-      waitForChange: (signal, maxMs) => this.#waitForRelease(k.channel, owner, signal, maxMs),
+      // Without notifications a waiter still stands in line; it only polls.
+      waitForChange: this.#notifications
+        ? (signal, maxMs) => this.#waitForRelease(k.channel, owner, signal, maxMs)
+        : (signal, maxMs) => sleep(maxMs, signal),
     };
   }
 

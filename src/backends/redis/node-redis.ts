@@ -59,11 +59,17 @@ export function adaptNodeRedis(client: unknown): Redis {
 class NodeRedisAdapter extends EventEmitter {
   readonly #client: NodeRedisClient;
   readonly options: { host: string; port: number };
+  /**
+   * As ioredis' Cluster flag: a node-redis cluster (`createCluster`, known by its `masters`), on
+   * which one script call cannot span the slots of many keys.
+   */
+  readonly isCluster: boolean;
   #subscriber: NodeRedisClient | undefined;
 
   constructor(client: NodeRedisClient) {
     super();
     this.#client = client;
+    this.isCluster = Array.isArray((client as { masters?: unknown }).masters);
     this.options = addressOf(client);
     client.on('error', (error) => this.emit('error', error));
     client.on('ready', () => this.emit('ready'));

@@ -162,12 +162,37 @@ export class RedlockBackend implements Backend {
   }
 
   async #sendRenewals(batch: readonly RenewalRequest[]): Promise<(RenewResult | Error)[]> {
+    // Each lease is voted on with its own per-node timeout (a tenth of its TTL at most): one
+    // script call per node for each timeout among the batch.
+    const byTimeout = new Map<number, number[]>();
+    batch.forEach((r, i) => {
+      const timeoutMs = this.#timeoutFor(r.ttlMs);
+      byTimeout.set(timeoutMs, [...(byTimeout.get(timeoutMs) ?? []), i]);
+    });
+    const outcomes: (RenewResult | Error)[] = new Array(batch.length);
+    await Promise.all(
+      [...byTimeout].map(async ([timeoutMs, indexes]) => {
+        const group = indexes.map((i) => batch[i]!);
+        const results = await this.#renewGroup(group, timeoutMs);
+        indexes.forEach((i, n) => {
+          outcomes[i] = results[n]!;
+        });
+      }),
+    );
+    return outcomes;
+  }
+
+  /** One vote over every node on renewing `batch`, each node answering for every lease. */
+  async #renewGroup(
+    batch: readonly RenewalRequest[],
+    timeoutMs: number,
+  ): Promise<(RenewResult | Error)[]> {
     const keys = batch.map((r) => this.keysOf(r.lease.key).lock);
     const args = batch.flatMap((r) => [`${r.lease.owner}:${r.lease.fencingToken}`, r.ttlMs]);
     const renewedOn = (results: readonly NodeResult<(1 | 0 | -1)[]>[], i: number) =>
       results.filter((r) => r.status === 'ok' && r.value[i] === 1).length;
     const renewing = this.#vote(
-      this.#timeoutFor(Math.min(...batch.map((r) => r.ttlMs))),
+      timeoutMs,
       (client) => renewManyScript.run(client, keys, args),
       (results) => batch.every((_, i) => this.#decided(renewedOn(results, i), results.length)),
     );

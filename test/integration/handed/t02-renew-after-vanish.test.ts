@@ -130,9 +130,11 @@ describe('T02 step 3: watchdog vs a frozen event loop (redis)', () => {
         if (renewalInFlight) {
           // The watchdog's first renewal is due at grant + 100 ms. Block past it with a timer of
           // ours due just after it: both run in the same timers phase, the watchdog's first (it
-          // sends the renewal), then ours, which freezes before the reply can be read.
+          // asks for the renewal, which Redis's renewal batching sends at the end of the turn,
+          // in the check phase), then ours, which freezes once that has gone out (setImmediate,
+          // queued after the batch's), before the reply can be read.
           const frozen = new Promise<void>((resolve) =>
-            setTimeout(() => resolve(busyUntil(performance.now() + 900)), 101),
+            setTimeout(() => setImmediate(() => resolve(busyUntil(performance.now() + 900))), 101),
           );
           busyUntil(grantedAt + 120);
           await frozen;
@@ -168,10 +170,11 @@ describe('T02 step 3: watchdog vs a frozen event loop (redis)', () => {
         const renewCommands = commands.filter(
           (c) => c.args[2] === '1' && c.args[3] === lockKey && c.args[4] === lease.owner,
         );
-        // The monitor works: it saw A's grant (2 keys, the second the fence counter, A's owner
-        // id) and B's grant. (Release and abandon also take 2 keys: the lock and its channel.)
+        // The monitor works: it saw A's grant (4 keys: lock, fence counter, line, waiters; then
+        // A's owner id) and B's grant. (Release and abandon take 4 keys too, the second the
+        // release channel.)
         const grantsA = commands.filter(
-          (c) => c.args[2] === '2' && c.args[4]?.endsWith(':fence') && c.args[5] === lease.owner,
+          (c) => c.args[2] === '4' && c.args[4]?.endsWith(':fence') && c.args[7] === lease.owner,
         );
         expect(grantsA).toHaveLength(1);
         expect(commands.length).toBeGreaterThan(renewCommands.length + 1);
