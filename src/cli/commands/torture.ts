@@ -32,7 +32,10 @@ export function registerTortureCommand(program: Command): void {
       'fault-injection matrix: clients contend under faults (kill -9, SIGSTOP, partitions, restarts…) and a fenced register judges every run',
     )
     .option('--backend <names...>', 'backends to run (default: all)')
-    .option('--fault <ids...>', 'faults to run, e.g. F1 F2 (default: all that apply)')
+    .option(
+      '--fault <ids...>',
+      'faults to run, e.g. F1 F2 (default: all that apply; docs/guarantees.md describes each)',
+    )
     .option('--runs <n>', 'runs per cell', '1')
     .option('--ttl <ms>', 'lease TTL of the clients (etcd: at least 2000)', '2000')
     .option('--clients <n>', 'contending client processes per run', '5')
@@ -74,7 +77,7 @@ export function registerTortureCommand(program: Command): void {
         log: (line: string) => process.stderr.write(`${line}\n`),
       };
       const { runMatrix } = await import('../../torture/matrix.js');
-      const { markdownTable, svgChart, headline, selfTestLines } = await import(
+      const { markdownTable, svgChart, headline, selfTestLines, faultLegend } = await import(
         '../../torture/report.js'
       );
       const command = `fencelock torture ${process.argv.slice(3).join(' ')}`.trim();
@@ -85,7 +88,7 @@ export function registerTortureCommand(program: Command): void {
       writeFileSync(`${stem}.json`, `${json}\n`);
       writeFileSync(
         `${stem}.md`,
-        `${headline(result)}\n\n${markdownTable(result)}\n\n${selfTestLines(result)}\n`,
+        `${headline(result)}\n\n${faultLegend(result)}\n\n${markdownTable(result)}\n\n${selfTestLines(result)}\n`,
       );
       writeFileSync(`${stem}.svg`, svgChart(result));
       process.stdout.write(
