@@ -617,6 +617,7 @@ function svgOf(report, summary, byId) {
     .join('');
   const height = y + 24;
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="Helvetica, Arial, sans-serif">
+<title>${esc(`fencelock bench ${report.date}: throughput and latency per contender`)}</title>
 <style>.title{font-size:15px;font-weight:bold}.col{font-size:10.5px;fill:#333}.store{font-size:12.5px;font-weight:bold}.label{font-size:11.5px;fill:#222}.fence{font-weight:bold}.value{font-size:10.5px;fill:#333}.note{font-size:10px;fill:#555}</style>
 <rect width="100%" height="100%" fill="#fff"/>
 <text x="6" y="20" class="title">${esc(`fencelock bench ${report.date}: medians of ${report.plan.runs} run${report.plan.runs > 1 ? 's' : ''}, each bar scaled within its store`)}</text>

@@ -49,6 +49,7 @@ export function svgChart(result: MatrixResult): string {
   const escapeXml = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;');
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="11">`,
+    `<title>fencelock torture: next grant after each fault and runs with a double grant, per backend and fault</title>`,
     `<rect width="100%" height="100%" fill="white"/>`,
     `<text x="${labelWidth}" y="16" font-weight="bold">next grant after the fault (× TTL): p50 dark, p99 light</text>`,
     `<text x="${labelWidth + panelWidth + 40}" y="16" font-weight="bold">runs with a double grant (lock alone)</text>`,
