@@ -1,9 +1,7 @@
 // Remove what a bench run wrote on the shared engines: every key, node, schema and file under the
 // run's own prefix (`flbench-<run id>`, PostgreSQL schemas `flb_<run id>…`). Nothing else is touched.
 import { rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
-
-const require = createRequire(import.meta.url);
+import { connectZookeeper } from './contenders.mjs';
 
 async function redisKeys(nodes, prefix) {
   const { Redis } = await import('ioredis');
@@ -38,21 +36,7 @@ async function etcdKeys(hosts, prefix) {
 }
 
 async function zookeeperNodes(hosts, prefix) {
-  const ZooKeeper = require('zookeeper');
-  const zk = new ZooKeeper({
-    connect: hosts.join(','),
-    timeout: 10_000,
-    debug_level: ZooKeeper.constants.ZOO_LOG_LEVEL_ERROR,
-  });
-  zk.setLogger(() => undefined);
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('ZooKeeper connect timed out')), 15_000);
-    zk.once('connect', () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    zk.init({});
-  });
+  const { zk } = await connectZookeeper(hosts, 10_000);
   let removed = 0;
   const removeTree = async (path) => {
     const children = await zk.get_children(path, false).catch(() => []);

@@ -184,11 +184,12 @@ async function createRawEtcd(ctx) {
   };
 }
 
-async function connectZookeeper(hosts) {
+/** A connected native ZooKeeper client on `hosts` (session timeout `timeoutMs`). */
+export async function connectZookeeper(hosts, timeoutMs = TTL_MS) {
   const ZooKeeper = require('zookeeper');
   const zk = new ZooKeeper({
     connect: hosts.join(','),
-    timeout: TTL_MS,
+    timeout: timeoutMs,
     debug_level: ZooKeeper.constants.ZOO_LOG_LEVEL_ERROR,
   });
   zk.setLogger(() => undefined);

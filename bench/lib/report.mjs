@@ -334,7 +334,7 @@ function markdownOf(report, summary, byId) {
     );
     lines.push('');
   }
-  lines.push('## Targets (the project's, against the peers and the raw ceiling)');
+  lines.push('## Targets: against the peers and the raw ceiling');
   lines.push('');
   lines.push(table(['target', 'measured', 'verdict'], report.targets.map(targetRow)));
   lines.push('');

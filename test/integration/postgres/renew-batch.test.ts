@@ -13,7 +13,7 @@ import { createPostgresBackend } from '../../../src/backends/postgres/index.js';
 import { createLocker } from '../../../src/index.js';
 import { PG_URL } from '../../helpers/engines.js';
 
-const schema = `breaker_${randomBytes(4).toString('hex')}`;
+const schema = `renew_batch_${randomBytes(4).toString('hex')}`;
 afterAll(async () => {
   const client = new pg.Client({ connectionString: PG_URL });
   await client.connect();
@@ -27,7 +27,7 @@ describe('PostgreSQL renewal batching, one lease twice in a batch', () => {
     const mismatches: number[] = [];
     try {
       for (let i = 0; i < 20; i++) {
-        const key = `breaker-dup-${randomBytes(4).toString('hex')}`;
+        const key = `dup-${randomBytes(4).toString('hex')}`;
         const lease = await locker.acquire(key, { ttlMs: 5_000, autoRenew: false });
         await Promise.all([lease.extend(400), lease.extend(60_000)]);
         // The lease now believes 60 s (the later answer); the engine must agree.

@@ -20,7 +20,7 @@ it('node-redis Cluster client: leases on keys of different slots survive their r
   await cluster.connect();
   const backend = createRedisBackend({
     client: cluster as never,
-    prefix: `fencelock-breaker-${randomBytes(3).toString('hex')}`,
+    prefix: `fencelock-it-queue-${randomBytes(3).toString('hex')}`,
   });
   const locker = createLocker(backend);
   const lost: unknown[] = [];

@@ -11,7 +11,7 @@ import { createRedisBackend } from '../../../src/backends/redis/index.js';
 import { createLocker, type Locker } from '../../../src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 
-const prefix = `fencelock-breaker-${randomBytes(4).toString('hex')}`;
+const prefix = `fencelock-it-queue-${randomBytes(4).toString('hex')}`;
 const admin = new Redis(REDIS_URL);
 afterAll(async () => {
   const keys = await admin.keys(`${prefix}:*`);

@@ -13,7 +13,7 @@ import { queuedAcquireScript } from '../../../src/backends/redis/scripts.js';
 import { createLocker } from '../../../src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 
-const prefix = `fencelock-breaker-${randomBytes(4).toString('hex')}`;
+const prefix = `fencelock-it-queue-${randomBytes(4).toString('hex')}`;
 const admin = new Redis(REDIS_URL);
 afterAll(async () => {
   const keys = await admin.keys(`${prefix}:*`);

@@ -11,7 +11,7 @@ import type { LeaseRef } from '../../../src/core/backend.js';
 import { REDLOCK_NODE_URLS, REDLOCK_PORT_BASE } from '../../helpers/engines.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
 
-const prefix = `fencelock-breaker-${randomBytes(4).toString('hex')}`;
+const prefix = `fencelock-it-queue-${randomBytes(4).toString('hex')}`;
 const owner = (n: number) => randomBytes(15).toString('hex') + String(n).padStart(2, '0');
 const proxies: TcpProxy[] = [];
 
