@@ -59,6 +59,8 @@ export interface FaultMark {
   readonly target?: string;
   /** True when the target was paused (SIGSTOP) until `endedAt`. */
   readonly paused?: boolean;
+  /** True when the target was killed at `at`: a dead process believes nothing from then on. */
+  readonly killed?: boolean;
 }
 
 /** One grant's intervals. */
@@ -100,6 +102,17 @@ export function checkRun(
 ): RunVerdict {
   const ordered = [...events].sort((a, b) => a.at - b.at);
   const grants = grantsOf(ordered);
+  // A killed holder's grant ends at its death: without this, its belief would run to its
+  // validity end, and an engine that frees the key at once (a PostgreSQL advisory lock goes
+  // with the connection) would show a double grant that no live process ever saw.
+  for (const fault of faults) {
+    if (fault.killed !== true || fault.target === undefined) continue;
+    for (const grant of grants) {
+      if (grant.client !== fault.target || grant.acquiredAt > fault.at) continue;
+      grant.believedEnd = Math.min(grant.believedEnd, fault.at);
+      grant.rawEnd = Math.min(grant.rawEnd, fault.at);
+    }
+  }
 
   let staleAccepted = 0;
   let staleRejected = 0;

@@ -125,7 +125,7 @@ export const FAULTS: readonly FaultSpec[] = [
       if (target === undefined) return undefined;
       const at = ctx.now();
       ctx.signal(target, 'SIGKILL');
-      return { at, endedAt: at, target };
+      return { at, endedAt: at, target, killed: true };
     },
   },
   {

@@ -75,6 +75,17 @@ describe('torture checker', () => {
     expect(checkRun([], own, 3n, []).staleAccepted).toBe(0);
   });
 
+  it("ends a killed holder's belief at its death (no double grant from a dead process)", () => {
+    // a is killed at 100 (its validity would run to 1000); the engine frees the key at once (a
+    // PostgreSQL advisory lock goes with the connection) and b is granted at 110.
+    const events = [acquired(0, 'a', 1n), acquired(110, 'b', 2n), releasing(200, 'b')];
+    const kill = { at: 100, endedAt: 100, target: 'a', killed: true };
+    expect(checkRun(events, [], 0n, [kill]).believedOverlaps).toBe(0);
+    // Without the kill mark, the same history is a double grant: a still believed at 110.
+    const { killed: _, ...unmarked } = kill;
+    expect(checkRun(events, [], 0n, [unmarked]).believedOverlaps).toBe(1);
+  });
+
   it('counts believed overlaps only while both believed; raw overlaps as long as the code ran', () => {
     // a is paused after its grant: its validity (1 s) runs out at 1000; b is granted at 1500;
     // a resumes and starts its release at 3000.
