@@ -118,16 +118,24 @@ export class RedlockBackend implements Backend {
       const token = maxOf(grants.map((r) => BigInt(r.value[1])));
       const agreeing = grants.filter((r) => BigInt(r.value[1]) === token).length;
       if (agreeing < this.quorum) await this.#settle(request, token);
-      else {
-        // Nodes that granted after the vote was decided carry their own counter: settle them
-        // in the background so that release and renew find the combined token there too.
-        void acquiring.all.then((all) => {
-          const late = all.some(
-            (r) => r.status === 'ok' && r.value[0] === 1 && BigInt(r.value[1]) !== token,
-          );
-          return late ? this.#settle(request, token).catch(() => undefined) : undefined;
-        });
-      }
+      // Nodes that granted after the vote was decided, or did not answer in time (the script
+      // may still run there, before anything sent after it), carry their own counter: settle
+      // them in the background so that release and renew find the combined token there too.
+      // Only writes the token where this owner holds the key; never withdraws the grant.
+      void acquiring.all.then((all) => {
+        const unsettled = all.some(
+          (r) =>
+            r.status === 'timeout' ||
+            (r.status === 'ok' && r.value[0] === 1 && BigInt(r.value[1]) !== token),
+        );
+        if (!unsettled || this.#closed) return;
+        const k = this.keysOf(request.key);
+        return this.#vote(
+          this.#timeoutFor(request.ttlMs),
+          (client) => settleScript.run(client, [k.lock, k.fence], [request.owner, String(token)]),
+          () => false,
+        ).all;
+      });
       const on = (results: readonly NodeResult<[1, string] | [0, number]>[]) =>
         results.filter(isGrant).map((r) => r.node);
       this.#restarts.granted(request.owner, request.key, request.ttlMs, on(early));
