@@ -352,8 +352,11 @@ describe('zookeeper faults', () => {
   it('default policy: a follower the holder is not connected to is killed; the lease survives', async () => {
     const TIMEOUT = 4000;
     const k = 'faults:server-kill:other';
-    const holder = zk.locker(zk.url(), { ttlMs: TIMEOUT });
-    const other = zk.locker(zk.url(), { ttlMs: TIMEOUT });
+    // A generous connect timeout: a session opened while a member is down can take more than
+    // the default 5 s on a loaded machine, which is not what this test is about.
+    const url = zk.url(undefined, 'connectTimeoutMs=20000');
+    const holder = zk.locker(url, { ttlMs: TIMEOUT });
+    const other = zk.locker(url, { ttlMs: TIMEOUT });
     const dir = (await backendOf(holder)).dirOf(k);
     const lease = await holder.acquire(k);
     const lost = abortTime(lease.signal);
