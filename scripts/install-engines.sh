@@ -18,6 +18,9 @@ declare -A PACKAGES=(
   [/usr/share/java/zookeeper.jar]=zookeeper
   # PostgreSQL's server binaries are not on PATH; scripts/services.sh finds the newest version.
   ['/usr/lib/postgresql/*/bin/initdb']=postgresql
+  # PgBouncer (transaction-mode pooler tests): scripts/services.sh runs it by hand with its own
+  # config. The package's system service is stopped and disabled right after the install, below.
+  [pgbouncer]=pgbouncer
   # The torture harness's client clock jumps (F6a) preload libfaketime into the Node clients;
   # `faketime` is its command-line wrapper, handy for trying a jump by hand.
   ['/usr/lib/*-linux-gnu/faketime/libfaketime.so.1']=libfaketime
@@ -51,6 +54,20 @@ if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [[ " ${missing[*]} " == *" pgbouncer "* ]]; then
+    # Debian's pgbouncer enables and starts a system service on install (systemd, or its init
+    # script through invoke-rc.d where no policy-rc.d forbids it), listening on localhost:6432
+    # and /var/run/postgresql. The tests run their own on another port: stop and disable that
+    # one so nothing is left running or started at boot.
+    if [[ -d /run/systemd/system ]]; then
+      systemctl disable --now pgbouncer.service pgbouncer.socket >/dev/null 2>&1 || true
+    else
+      /etc/init.d/pgbouncer stop >/dev/null 2>&1 || true
+      update-rc.d pgbouncer disable >/dev/null 2>&1 || true
+      deb-systemd-helper disable pgbouncer.service >/dev/null 2>&1 || true
+    fi
+    echo "install-engines: stopped and disabled the pgbouncer system service" >&2
+  fi
 else
   echo "install-engines: missing ${missing[*]}; install them with:" >&2
   echo "  sudo apt-get install -y ${missing[*]}" >&2

@@ -12,7 +12,7 @@
 set -euo pipefail
 
 STATE=${FENCELOCK_SERVICES_DIR:-${TMPDIR:-/tmp}/fencelock-services}
-ENGINES=(redis redlock sentinel cluster etcd zookeeper postgres register)
+ENGINES=(redis redlock sentinel cluster etcd zookeeper postgres pgbouncer register)
 
 # Ports (override with the environment; keep in step with test/helpers/engines.ts).
 REDIS_PORT=${FENCELOCK_REDIS_PORT:-6390}
@@ -37,6 +37,8 @@ PG_PORT=${FENCELOCK_PG_PORT:-25432}
 # A second PostgreSQL server that fault runs never touch: the fenced register of the torture
 # harness (FAULTS.md 2.3) lives there, database "register", user "fencelock".
 REGISTER_PORT=${FENCELOCK_REGISTER_PORT:-25433}
+# PgBouncer in transaction mode in front of the PostgreSQL server above (database fencelock).
+PGBOUNCER_PORT=${FENCELOCK_PGBOUNCER_PORT:-25434}
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -694,6 +696,62 @@ postgres_status() { pg_status postgres "$PG_PORT" fencelock; }
 register_up() { pg_up register "$REGISTER_PORT" register; }
 register_down() { pg_down register; }
 register_status() { pg_status register "$REGISTER_PORT" register; }
+# --- PgBouncer: a transaction-mode pooler in front of the PostgreSQL server ----------------------
+# Debian's pgbouncer package, run by hand (not its system service): config, log and PID in
+# $STATE/pgbouncer, listening on 127.0.0.1:$PGBOUNCER_PORT only (no Unix socket). Database
+# fencelock is forwarded to the postgres engine on $PG_PORT as user fencelock; `auth_type = any`
+# takes any user name without a password (loopback tests only). pool_mode = transaction: a server
+# connection belongs to a client for one transaction, so no session state (SET, LISTEN, advisory
+# locks, startup parameters such as statement_timeout) carries over. PgBouncer refuses to run as
+# root, so as root it runs as the postgres user, like the server. It starts without the server
+# being up (it connects on the first client's transaction).
+pgbouncer_dir() { echo "$STATE/pgbouncer"; }
+pgbouncer_ready() {
+  "$(pg_bindir)/psql" -qAt -h 127.0.0.1 -p "$PGBOUNCER_PORT" -U fencelock -d pgbouncer \
+    -c 'SHOW VERSION' >/dev/null
+}
+pgbouncer_up() {
+  if pid_alive "$STATE/pgbouncer.pid"; then log "pgbouncer already up on $PGBOUNCER_PORT"; return; fi
+  command -v pgbouncer >/dev/null 2>&1 ||
+    { log "pgbouncer not found: run scripts/install-engines.sh"; return 1; }
+  require_free_port "$PGBOUNCER_PORT" pgbouncer
+  local dir; dir=$(pgbouncer_dir)
+  rm -rf "$dir" && mkdir -p "$dir"
+  {
+    echo "[databases]"
+    echo "fencelock = host=127.0.0.1 port=$PG_PORT dbname=fencelock user=fencelock"
+    echo "[pgbouncer]"
+    echo "listen_addr = 127.0.0.1"
+    echo "listen_port = $PGBOUNCER_PORT"
+    echo "unix_socket_dir ="
+    echo "auth_type = any"
+    echo "admin_users = fencelock"
+    echo "pool_mode = transaction"
+    echo "max_client_conn = 1000"
+    echo "default_pool_size = 20"
+    echo "server_login_retry = 1"
+    echo "pidfile = $dir/pgbouncer.pid"
+    echo "logfile = $dir/pgbouncer.log"
+  } >"$dir/pgbouncer.ini"
+  [[ $(id -u) -eq 0 ]] && chown -R postgres: "$dir"
+  as_pg pgbouncer -d -q "$dir/pgbouncer.ini" ||
+    { log "pgbouncer did not start; see $dir/pgbouncer.log"; return 1; }
+  wait_until 20 "pgbouncer on $PGBOUNCER_PORT" pgbouncer_ready ||
+    { tail -5 "$dir/pgbouncer.log" >&2; return 1; }
+  cp "$dir/pgbouncer.pid" "$STATE/pgbouncer.pid"
+  log "pgbouncer up on 127.0.0.1:$PGBOUNCER_PORT (transaction mode, database fencelock ->" \
+    "127.0.0.1:$PG_PORT)"
+}
+pgbouncer_down() { stop_pidfile pgbouncer; }
+pgbouncer_status() {
+  if pid_alive "$STATE/pgbouncer.pid" && pgbouncer_ready; then
+    echo "pgbouncer: up on 127.0.0.1:$PGBOUNCER_PORT (pid $(cat "$STATE/pgbouncer.pid")," \
+      "transaction mode -> 127.0.0.1:$PG_PORT)"
+  else
+    echo "pgbouncer: down"
+  fi
+}
+
 pg_server() { # pg_server restart-immediate|kill-backends
   local bin dir; bin=$(pg_bindir); dir=$(pg_dir postgres)
   case ${1:-} in

@@ -28,10 +28,11 @@ describeBackend('postgres (advisory locks)', () => ({
   consecutiveTokens: false,
   lastTokenOutlivesHolder: false,
   lossReason: 'session-lost',
-  // The engine loses the key: the server ends the connection that holds it.
+  // The engine loses the key: the server ends the connection that holds it. Termination is
+  // asynchronous (the server process lets its locks go as it exits): wait up to 10 s for it.
   deleteKey: async (key) => {
     await admin.query(
-      `SELECT pg_terminate_backend(pid) FROM "${schema}".fencelock_advisory_holders WHERE key = $1`,
+      `SELECT pg_terminate_backend(pid, 10000) FROM "${schema}".fencelock_advisory_holders WHERE key = $1`,
       [key],
     );
   },

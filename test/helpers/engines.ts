@@ -51,3 +51,11 @@ export const CLUSTER_URL = `redis+cluster://${[1, 2, 3]
 export const PG_PORT = Number(process.env.FENCELOCK_PG_PORT || 25432);
 /** `postgres://fencelock@127.0.0.1:25432/fencelock`. */
 export const PG_URL = `postgres://fencelock@127.0.0.1:${PG_PORT}/fencelock`;
+
+/**
+ * PgBouncer of `scripts/services.sh up pgbouncer`: transaction mode, database `fencelock`
+ * forwarded to the PostgreSQL server above.
+ */
+export const PGBOUNCER_PORT = Number(process.env.FENCELOCK_PGBOUNCER_PORT || 25434);
+/** `postgres://fencelock@127.0.0.1:25434/fencelock`. */
+export const PGBOUNCER_URL = `postgres://fencelock@127.0.0.1:${PGBOUNCER_PORT}/fencelock`;

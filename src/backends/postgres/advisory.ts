@@ -17,7 +17,11 @@
  *   TTL, as the other engines' expiry would; while the process is paused or cut off, only the
  *   server's detection of the dead connection (TCP keepalive, `tcp_user_timeout`) frees the key,
  *   which is why writes should be fenced.
- * - Needs a real session: do not run this mode behind a transaction-mode pooler.
+ * - Rows of `fencelock_advisory_holders` whose session is gone (terminated, crashed) are deleted
+ *   by a sweep piggybacked on attempts: with a backend's first attempt, then at most once a
+ *   minute (see `advisorySweep` in sql.ts), so they do not pile up.
+ * - Needs a real session: do not run this mode behind a transaction-mode pooler
+ *   (`pooler: 'transaction'` is refused with this mode).
  */
 import type pg from 'pg';
 import type {
@@ -34,6 +38,9 @@ import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { isConnectionFailure, PostgresConnectionSet, type PostgresSettings } from './connection.js';
 import { lockIdOf, pgLocksIdOf } from './sql.js';
+
+/** At most one sweep of unbacked holder rows per backend per this interval, ms. */
+const SWEEP_INTERVAL_MS = 60_000;
 
 /** The dedicated connection all advisory locks of a backend live on. */
 interface AdvisorySession {
@@ -68,6 +75,8 @@ export class PostgresAdvisoryBackend implements Backend {
   readonly #held = new Map<string, Holding>();
   #session: AdvisorySession | undefined;
   #opening: Promise<AdvisorySession> | undefined;
+  #lastSweep = Number.NEGATIVE_INFINITY;
+  #sweeping: Promise<void> | undefined;
 
   constructor(settings: PostgresSettings) {
     this.#db = new PostgresConnectionSet(settings);
@@ -120,6 +129,7 @@ export class PostgresAdvisoryBackend implements Backend {
           ]),
         );
       });
+      this.#maybeSweep();
       const row = rows[0];
       if (row?.ok !== true || row.token === null || session === undefined) {
         this.#forget(request.key, holding);
@@ -216,7 +226,7 @@ export class PostgresAdvisoryBackend implements Backend {
   async inspect(key: string): Promise<LockInfo> {
     const [classId, objectId] = pgLocksIdOf(key);
     const { rows } = await this.#db.run('inspect', () =>
-      this.#db.pool.query<{ owner: string; token: string; remaining_ms: string }>(
+      this.#db.query<{ owner: string; token: string; remaining_ms: string }>(
         this.#db.sql.advisoryInspect,
         [key, classId, objectId],
       ),
@@ -233,6 +243,7 @@ export class PostgresAdvisoryBackend implements Backend {
 
   /** End the dedicated connection (the server drops its locks), the listener and the pool. */
   async close(): Promise<void> {
+    await this.#sweeping;
     for (const holding of this.#held.values()) clearTimeout(holding.expiry);
     this.#held.clear();
     const session = this.#session ?? (await this.#opening?.catch(() => undefined));
@@ -264,6 +275,25 @@ export class PostgresAdvisoryBackend implements Backend {
       this.#sessionLost(session, (error as BackendError).cause);
       return undefined;
     }
+  }
+
+  /**
+   * Delete holder rows whose session no longer holds their lock (killed or crashed sessions),
+   * at most once a minute, on the pool, without delaying the caller.
+   */
+  #maybeSweep(): void {
+    const now = performance.now();
+    if (this.#sweeping !== undefined || now - this.#lastSweep < SWEEP_INTERVAL_MS) return;
+    this.#lastSweep = now;
+    this.#sweeping = this.#db
+      .query(this.#db.sql.advisorySweep)
+      .then(
+        () => undefined,
+        () => undefined,
+      )
+      .finally(() => {
+        this.#sweeping = undefined;
+      });
   }
 
   #notGranted(key: string, mark: number): NotGranted {

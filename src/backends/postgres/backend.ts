@@ -2,7 +2,8 @@
  * PostgreSQL backend, lease mode: one row per held lock in `<schema>.fencelock_leases` (key,
  * owner, fencing token, expiry on the server's clock). Grant, renew, release and withdraw are
  * one statement each (see sql.ts), so no state lives in a database session: it works through a
- * pool and behind a transaction-mode pooler.
+ * pool, and behind a transaction-mode pooler with `pooler: 'transaction'` (which also keeps the
+ * startup parameters a pooler refuses off the connection; see connection.ts).
  *
  * - Fencing tokens come from one sequence per schema, drawn in the granting statement while a
  *   transaction-level lock on the key is held: a key's tokens strictly increase (not
@@ -12,8 +13,10 @@
  *   expired lease is taken over by the next acquirer in the same statement; released rows are
  *   deleted, and rows left expired by crashed holders are swept now and then by a statement
  *   piggybacked on normal traffic, so old rows do not pile up.
- * - Waiting: `LISTEN/NOTIFY` on the schema's channel (one listening connection per backend),
- *   with the core's jittered poll bounded by the holder's remaining time as a fallback.
+ * - Waiting: `LISTEN/NOTIFY` on the schema's channel (one listening connection per backend, to
+ *   `listenUrl` when given: behind a transaction-mode pooler LISTEN must reach the server
+ *   directly), with the core's jittered poll bounded by the holder's remaining time as a
+ *   fallback.
  */
 import type {
   AttemptRequest,
@@ -73,10 +76,13 @@ export class PostgresBackend implements Backend {
     const mark = listener?.mark() ?? -1;
     const [hi, lo] = xactLockPairOf(request.key);
     const { rows } = await this.#db.run('attempt', () =>
-      this.#db.pool.query<{ token: string | null; remaining_ms: string | null }>(
-        this.#db.sql.attempt,
-        [request.key, request.owner, request.ttlMs, hi, lo],
-      ),
+      this.#db.query<{ token: string | null; remaining_ms: string | null }>(this.#db.sql.attempt, [
+        request.key,
+        request.owner,
+        request.ttlMs,
+        hi,
+        lo,
+      ]),
     );
     this.#maybeSweep();
     const row = rows[0];
@@ -106,13 +112,13 @@ export class PostgresBackend implements Backend {
     const sql = this.#db.sql;
     const { rows } = await this.#db.run('renew', () =>
       batch.length === 1
-        ? this.#db.pool.query<{ ok: boolean; live: boolean }>(sql.renew, [
+        ? this.#db.query<{ ok: boolean; live: boolean }>(sql.renew, [
             batch[0]!.lease.key,
             batch[0]!.lease.owner,
             tokenParameter(batch[0]!.lease.fencingToken),
             batch[0]!.ttlMs,
           ])
-        : this.#db.pool.query<{ ok: boolean; live: boolean }>(sql.renewMany, [
+        : this.#db.query<{ ok: boolean; live: boolean }>(sql.renewMany, [
             batch.map((r) => r.lease.key),
             batch.map((r) => r.lease.owner),
             batch.map((r) => tokenParameter(r.lease.fencingToken)),
@@ -130,7 +136,7 @@ export class PostgresBackend implements Backend {
   /** Compare-and-delete by owner and token, then NOTIFY the waiters. */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const { rows } = await this.#db.run('release', () =>
-      this.#db.pool.query<{ outcome: ReleaseOutcome }>(this.#db.sql.release, [
+      this.#db.query<{ outcome: ReleaseOutcome }>(this.#db.sql.release, [
         lease.key,
         lease.owner,
         tokenParameter(lease.fencingToken),
@@ -143,7 +149,7 @@ export class PostgresBackend implements Backend {
   /** Delete the row if this owner has it, whatever the token, and NOTIFY. */
   async abandon(request: AttemptRequest): Promise<void> {
     await this.#db.run('abandon', () =>
-      this.#db.pool.query(this.#db.sql.abandon, [request.key, request.owner, this.#db.sql.channel]),
+      this.#db.query(this.#db.sql.abandon, [request.key, request.owner, this.#db.sql.channel]),
     );
   }
 
@@ -153,10 +159,9 @@ export class PostgresBackend implements Backend {
    */
   async inspect(key: string): Promise<LockInfo> {
     const { rows } = await this.#db.run('inspect', () =>
-      this.#db.pool.query<{ owner: string; token: string; remaining_ms: string }>(
-        this.#db.sql.inspect,
-        [key],
-      ),
+      this.#db.query<{ owner: string; token: string; remaining_ms: string }>(this.#db.sql.inspect, [
+        key,
+      ]),
     );
     const row = rows[0];
     if (row === undefined) return { key, holder: null, lastFencingToken: 0n };
@@ -179,7 +184,7 @@ export class PostgresBackend implements Backend {
     const now = performance.now();
     if (this.#sweeping !== undefined || now - this.#lastSweep < SWEEP_INTERVAL_MS) return;
     this.#lastSweep = now;
-    this.#sweeping = this.#db.pool
+    this.#sweeping = this.#db
       .query(this.#db.sql.sweep, [SWEEP_AFTER_EXPIRY_MS])
       .then(
         () => undefined,

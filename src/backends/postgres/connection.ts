@@ -1,12 +1,21 @@
 /**
  * What both PostgreSQL lock modes share: the pool, the one-time schema set-up, the release
  * listener and the mapping of driver errors to `BackendError`.
+ *
+ * Behind a transaction-mode pooler (`pooler: 'transaction'`) no session state is relied on. The
+ * server-side timeout then cannot travel as a startup parameter (PgBouncer refuses
+ * `statement_timeout` there, and would not keep it for the next transaction anyway), so each
+ * statement runs in its own transaction that sets it first: `BEGIN; SET LOCAL
+ * statement_timeout = …`, the statement, `COMMIT`. On the pool the backend opens, its clients
+ * pipeline those three, so it is still one round trip (and one transaction, so a pooler lends
+ * the server connection for just that). node-postgres' `query_timeout` bounds every call on the
+ * client side too, in both modes. The LISTEN connection goes to `listenUrl`, the server itself.
  */
 import pg from 'pg';
 import { BackendError } from '../../errors.js';
 import { ReleaseListener } from './listener.js';
 import { type PostgresSql, sqlFor } from './sql.js';
-import type { PostgresUrlConfig } from './url.js';
+import type { CheckedPostgresOptions } from './url.js';
 
 /** How the backend reaches the server: its own pool from a URL, or the user's pool. */
 export type PostgresConnection =
@@ -14,7 +23,7 @@ export type PostgresConnection =
   | { readonly pool: pg.Pool; readonly connectionString?: undefined };
 
 /** Checked settings of one backend. */
-export type PostgresSettings = Omit<PostgresUrlConfig, 'connectionString'> & PostgresConnection;
+export type PostgresSettings = CheckedPostgresOptions & PostgresConnection;
 
 /** Slack between the server's `statement_timeout` and the client's own query timeout, ms. */
 const CLIENT_TIMEOUT_SLACK_MS = 1_000;
@@ -25,19 +34,31 @@ export class PostgresConnectionSet {
   readonly listener: ReleaseListener | undefined;
   readonly #ownsPool: boolean;
   readonly #clientConfig: pg.ClientConfig;
+  /** The LISTEN connection's settings when `listenUrl` is given. */
+  readonly #listenConfig: pg.ClientConfig | undefined;
   readonly #commandTimeoutMs: number;
+  /** Behind a transaction-mode pooler: statements run in `#begin` … `COMMIT`. */
+  readonly #transactionPooler: boolean;
+  readonly #begin: string;
   #setup: Promise<void> | undefined;
   #closed = false;
 
   constructor(settings: PostgresSettings) {
     this.sql = sqlFor(settings.schema);
     this.#commandTimeoutMs = settings.commandTimeoutMs;
-    const timeouts = {
-      statement_timeout: settings.commandTimeoutMs,
-      query_timeout: settings.commandTimeoutMs + CLIENT_TIMEOUT_SLACK_MS,
+    this.#transactionPooler = settings.pooler === 'transaction';
+    // An integer checked to be in [100, 600000]: safe to put in the statement's text.
+    this.#begin = `BEGIN; SET LOCAL statement_timeout = ${settings.commandTimeoutMs}`;
+    const connect = {
       connectionTimeoutMillis: settings.commandTimeoutMs,
       keepAlive: true,
       keepAliveInitialDelayMillis: 1_000,
+    };
+    const timeouts = {
+      // A startup parameter: a transaction-mode pooler refuses it (see the module comment).
+      ...(this.#transactionPooler ? {} : { statement_timeout: settings.commandTimeoutMs }),
+      query_timeout: settings.commandTimeoutMs + CLIENT_TIMEOUT_SLACK_MS,
+      ...connect,
     };
     if (settings.pool !== undefined) {
       this.pool = settings.pool;
@@ -50,14 +71,24 @@ export class PostgresConnectionSet {
         application_name: 'fencelock',
         ...timeouts,
       };
-      this.pool = new pg.Pool({ ...this.#clientConfig, max: settings.poolSize });
+      this.pool = new pg.Pool({
+        ...this.#clientConfig,
+        max: settings.poolSize,
+        // node-postgres without pipelining ignores it and sends the three one after another.
+        ...(this.#transactionPooler ? { pipeline: true } : {}),
+      });
       this.#ownsPool = true;
       // An idle pooled connection that dies is replaced on the next query; its error is not
       // the caller's.
       this.pool.on('error', () => undefined);
     }
+    // Only LISTEN runs there: no statement timeout, so a session-mode pooler would do too.
+    this.#listenConfig =
+      settings.listenUrl === undefined
+        ? undefined
+        : { connectionString: settings.listenUrl, application_name: 'fencelock', ...connect };
     this.listener = settings.notifications
-      ? new ReleaseListener(() => this.connectDedicated(), this.sql.channel)
+      ? new ReleaseListener(() => this.#connectListener(), this.sql.channel)
       : undefined;
   }
 
@@ -66,25 +97,93 @@ export class PostgresConnectionSet {
   }
 
   /** A new connection outside the pool (LISTEN, advisory locks). The caller ends it. */
-  async connectDedicated(): Promise<pg.Client> {
-    const client = new pg.Client({ ...this.#clientConfig, query_timeout: undefined });
-    client.on('error', () => undefined);
+  connectDedicated(): Promise<pg.Client> {
+    return openClient({ ...this.#clientConfig, query_timeout: undefined });
+  }
+
+  /** The LISTEN connection: to `listenUrl` when given, else like the pool's connections. */
+  #connectListener(): Promise<pg.Client> {
+    return this.#listenConfig === undefined
+      ? this.connectDedicated()
+      : openClient(this.#listenConfig);
+  }
+
+  /**
+   * Run one statement on a pooled connection (`values` as node-postgres takes them). Behind a
+   * transaction-mode pooler it runs in its own transaction with `SET LOCAL statement_timeout`
+   * (see the module comment).
+   */
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    text: string,
+    values?: readonly unknown[],
+  ): Promise<pg.QueryResult<R>> {
+    const params = values === undefined ? undefined : [...values];
+    return this.#transactionPooler
+      ? this.#inTransaction<R>(text, params)
+      : this.pool.query<R>(text, params);
+  }
+
+  async #inTransaction<R extends pg.QueryResultRow>(
+    text: string,
+    values: unknown[] | undefined,
+  ): Promise<pg.QueryResult<R>> {
+    const client = await this.pool.connect();
+    // Set when the connection's state is not known to be clean: it is then closed, not reused.
+    let broken: Error | undefined;
     try {
-      await client.connect();
+      if ((client as { pipeline?: boolean }).pipeline === true) {
+        // Written at once, answered in order: one round trip. A failed statement aborts the
+        // transaction, and the COMMIT behind it then rolls back (tag ROLLBACK, no error), so
+        // once all three are answered no transaction is left open.
+        const [, statement, commit] = await Promise.allSettled([
+          client.query(this.#begin),
+          client.query<R>(text, values),
+          client.query('COMMIT'),
+        ]);
+        if (statement.status === 'rejected') throw statement.reason;
+        if (commit.status === 'rejected') throw commit.reason;
+        return statement.value;
+      }
+      try {
+        await client.query(this.#begin);
+        const result = await client.query<R>(text, values);
+        await client.query('COMMIT');
+        return result;
+      } catch (error) {
+        // After the server's error answer, end the transaction (a no-op if none is open).
+        if (isServerError(error) && !isConnectionFailure(error)) {
+          await client.query('ROLLBACK').catch((rollbackError: unknown) => {
+            broken = asError(rollbackError);
+          });
+        }
+        throw error;
+      }
     } catch (error) {
-      await client.end().catch(() => undefined);
+      // A server's error answer (a statement timeout, say) leaves the connection usable; a
+      // client-side timeout or a connection failure does not.
+      if (!isServerError(error) || isConnectionFailure(error)) broken = asError(error);
       throw error;
+    } finally {
+      client.release(broken);
     }
-    return client;
   }
 
   /** Create the schema's sequence and tables once, if they are missing. */
   ensureSchema(): Promise<void> {
     this.#setup ??= (async () => {
-      const found = await this.pool.query<{ ready: boolean }>(this.sql.ready, [
-        this.sql.leasesTable,
-      ]);
-      if (found.rows[0]?.ready !== true) await this.pool.query(this.sql.setup);
+      const found = await this.query<{ ready: boolean }>(this.sql.ready, [this.sql.leasesTable]);
+      if (found.rows[0]?.ready === true) return;
+      try {
+        await this.query(this.sql.setup);
+      } catch (error) {
+        // Two processes creating the schema at once: the advisory lock of the set-up serialises
+        // them, but waiting on it does not refresh the loser's catalog cache, so its
+        // IF NOT EXISTS can miss what the winner just committed and fail as a duplicate (seen
+        // behind PgBouncer, where the set-up runs in BEGIN … COMMIT). The objects exist then:
+        // a new transaction sees them.
+        if (!isDuplicateObject(error)) throw error;
+        await this.query(this.sql.setup);
+      }
     })().catch((error: unknown) => {
       this.#setup = undefined;
       throw error;
@@ -142,4 +241,32 @@ export function isConnectionFailure(error: unknown): boolean {
   return /connection terminated|not queryable|Client has encountered a connection error/i.test(
     message,
   );
+}
+
+/** Connect a client outside the pool; its later errors are the owner's (`end` events). */
+async function openClient(config: pg.ClientConfig): Promise<pg.Client> {
+  const client = new pg.Client(config);
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+  } catch (error) {
+    await client.end().catch(() => undefined);
+    throw error;
+  }
+  return client;
+}
+
+/** `unique_violation` (on a catalog), `duplicate_schema`, `duplicate_table`, `duplicate_object`. */
+function isDuplicateObject(error: unknown): boolean {
+  const code = (error as { code?: unknown })?.code;
+  return code === '23505' || code === '42P06' || code === '42P07' || code === '42710';
+}
+
+/** The server (or the pooler) answered with an error message (node-postgres `DatabaseError`). */
+function isServerError(error: unknown): boolean {
+  return typeof (error as { severity?: unknown })?.severity === 'string';
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
 }

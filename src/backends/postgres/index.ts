@@ -6,6 +6,14 @@
  * const locker = createLocker('postgres://app@db.internal:5432/app?schema=fencelock');
  *
  * @example
+ * // Behind PgBouncer in transaction mode, LISTEN on a direct connection to the server:
+ * const locker = createLocker(createPostgresBackend({
+ *   url: 'postgres://app@pgbouncer.internal:6432/app',
+ *   pooler: 'transaction',
+ *   listenUrl: 'postgres://app@db.internal:5432/app',
+ * }));
+ *
+ * @example
  * import pg from 'pg';
  * import { createPostgresBackend } from 'fencelock/postgres';
  * const locker = createLocker(createPostgresBackend({ pool: new pg.Pool(), mode: 'advisory' }));
@@ -17,8 +25,9 @@ import { PostgresBackend } from './backend.js';
 import {
   checkPostgresOptions,
   type PostgresLockMode,
+  type PostgresPooler,
   type PostgresUrlConfig,
-  parsePostgresUrl,
+  readPostgresUrl,
 } from './url.js';
 
 export { PostgresAdvisoryBackend } from './advisory.js';
@@ -27,6 +36,7 @@ export { lockIdOf } from './sql.js';
 export {
   DEFAULT_SCHEMA,
   type PostgresLockMode,
+  type PostgresPooler,
   type PostgresUrlConfig,
   parsePostgresUrl,
 } from './url.js';
@@ -40,14 +50,37 @@ export interface PostgresBackendOptions {
   /** Schema of the lease table and token sequence, created if missing. @default 'fencelock' */
   readonly schema?: string;
   /**
-   * `lease`: a row per held lock with a TTL on the server's clock (works through any pooler).
-   * `advisory`: a session-level advisory lock on a dedicated connection. @default 'lease'
+   * `lease`: a row per held lock with a TTL on the server's clock (works through any pooler,
+   * see `pooler`). `advisory`: a session-level advisory lock on a dedicated connection (needs a
+   * session: not with `pooler: 'transaction'`). @default 'lease'
    */
   readonly mode?: PostgresLockMode;
-  /** Wait on LISTEN/NOTIFY; `false` polls with backoff only. @default true */
+  /**
+   * Wait on LISTEN/NOTIFY; `false` polls with backoff only. With `pooler: 'transaction'` it
+   * needs `listenUrl`. @default true
+   */
   readonly notifications?: boolean;
-  /** Server-side `statement_timeout` of each statement, ms, in [100, 600000]. @default 5000 */
+  /**
+   * Server-side `statement_timeout` of each statement, ms, in [100, 600000]; node-postgres'
+   * `query_timeout` (1 s later) bounds the call on the client too. @default 5000
+   */
   readonly commandTimeoutMs?: number;
+  /**
+   * `'transaction'` when `url` or `pool` reaches the server through a transaction-mode pooler
+   * (PgBouncer `pool_mode = transaction`). The backend then relies on no session state: it sends
+   * no startup parameter a pooler refuses (PgBouncer rejects `statement_timeout`), and runs each
+   * statement in `BEGIN; SET LOCAL statement_timeout = …` … `COMMIT`, pipelined in one round
+   * trip on the pool it opens (three on a pool you pass in, unless its clients pipeline).
+   * Advisory mode is refused, and LISTEN needs `listenUrl` (or `notifications: false`).
+   * @default 'none'
+   */
+  readonly pooler?: PostgresPooler;
+  /**
+   * A direct (non-pooled) `postgres://` URL of the same database, for the LISTEN connection only:
+   * releases sent through the pooler NOTIFY on commit, and this connection hears them. One
+   * connection per backend; it runs nothing but LISTEN.
+   */
+  readonly listenUrl?: string;
   /** Connections of the pool opened from `url`, in [1, 1000]. @default 10 */
   readonly poolSize?: number;
 }
@@ -57,7 +90,9 @@ export interface PostgresBackendOptions {
  * creates the schema, its token sequence and tables when they are missing (this needs the
  * CREATE privilege once; later runs only read the catalog).
  * @throws InvalidArgumentError when neither or both of `url` and `pool` are given, the URL is
- *   not `postgres://` / `postgresql://`, or an option is out of range.
+ *   not `postgres://` / `postgresql://`, an option is out of range, or options conflict:
+ *   `pooler: 'transaction'` with `mode: 'advisory'`, or with notifications on and no `listenUrl`.
+ *   All before any connection is made.
  */
 export function createPostgresBackend(
   options: PostgresBackendOptions | PostgresUrlConfig,
@@ -77,8 +112,8 @@ export function createPostgresBackend(
       Object.keys(o).join(','),
     );
   }
-  const checked = checkPostgresOptions(o);
   if (o.pool !== undefined) {
+    const checked = checkPostgresOptions(o);
     const pool = o.pool as unknown as Record<string, unknown>;
     if (typeof pool?.query !== 'function' || typeof pool?.connect !== 'function') {
       throw new InvalidArgumentError('pool', 'a pg.Pool', o.pool);
@@ -88,8 +123,9 @@ export function createPostgresBackend(
   if (typeof o.url !== 'string') {
     throw new InvalidArgumentError('url', 'a postgres:// or postgresql:// URL', o.url);
   }
-  // Parameters in the URL count unless the same option is given explicitly.
-  const { connectionString, ...fromUrl } = parsePostgresUrl(o.url);
+  // Parameters in the URL count unless the same option is given explicitly; they are checked
+  // against each other once merged (`?pooler=transaction` with an explicit `listenUrl`).
+  const { connectionString, options: fromUrl } = readPostgresUrl(o.url);
   const explicit = Object.fromEntries(
     Object.entries(o).filter(([name, value]) => name !== 'url' && value !== undefined),
   );

@@ -1,8 +1,11 @@
 /**
  * The SQL of the PostgreSQL backend, one statement per operation, built once per schema.
  *
- * Every statement runs on its own (autocommit): no state lives in a database session, so the
- * lease mode works through any pool and behind a transaction-mode pooler such as PgBouncer.
+ * Every statement runs on its own (autocommit, or in a transaction of its own that first sets
+ * `statement_timeout` with `pooler: 'transaction'`): no state lives in a database session, so the
+ * lease mode works through any pool, and behind a transaction-mode pooler such as PgBouncer when
+ * told so (`pooler: 'transaction'`, which keeps refused startup parameters off the connection;
+ * LISTEN then needs `listenUrl`, a direct connection). Advisory mode needs a real session.
  * Parameters are positional; int8 values travel as decimal strings, so tokens beyond 2^53 stay
  * exact.
  */
@@ -36,6 +39,10 @@ export function pgLocksIdOf(key: string): [string, string] {
   const id = BigInt.asUintN(64, lockIdOf(key));
   return [String(id >> 32n), String(id & 0xffff_ffffn)];
 }
+
+/** The `lockIdOf` of a text column, in SQL. */
+const LOCK_ID = (column: string) =>
+  `('x' || left(encode(sha256(convert_to(${column}, 'UTF8')), 'hex'), 16))::bit(64)::bigint`;
 
 /** Remaining time of an expiry as whole ms, rounded up (text: numeric is not a JS number). */
 const REMAINING_MS = (column: string) =>
@@ -230,6 +237,28 @@ SELECT (SELECT held FROM lock) AS held, (SELECT count(*) FROM renewed) AS renewe
 )
 SELECT pg_advisory_unlock($4::int8) AS unlocked, (SELECT count(*) FROM gone) AS deleted,
        pg_notify($5, $1)`,
+
+    /**
+     * Advisory mode: delete holder rows that no session backs any more, left by connections that
+     * were terminated or crashed (or an unlock whose row delete did not match): rows whose pid
+     * does not hold the key's lock now. `pg_locks` is read once (an anti-join).
+     *
+     * Safe beside grants and releases: a row is committed only after its pid took the lock, so a
+     * row the statement sees unbacked is one whose lock was let go, by a release that deletes it
+     * too (this statement then finds it gone) or by the session's end. The delete matches pid
+     * and token as well: a row re-granted meanwhile (the upsert sets a new pid and token) is
+     * left alone.
+     */
+    advisorySweep: `WITH stale AS (
+  SELECT h.key, h.pid, h.token FROM ${holders} h
+  WHERE NOT EXISTS (
+    SELECT 1 FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid = h.pid
+      AND (l.classid::int8 << 32) | l.objid::int8 = ${LOCK_ID('h.key')}
+  )
+)
+DELETE FROM ${holders} d USING stale s
+WHERE d.key = s.key AND d.pid = s.pid AND d.token = s.token`,
 
     /**
      * Advisory mode, the holder of $1 whose session really holds the lock ($2/$3: pg_locks
