@@ -3,7 +3,9 @@
  * demo flash-sale … --json`), parse the JSON on the last stdout line, and check the figures. Runs
  * against the embedded store and the Redis, etcd, ZooKeeper and PostgreSQL started by
  * `scripts/services.sh`; no engine is mocked. The stock is written through the guard of the
- * store's engine (RedisFence on Redis, PgFence on PostgreSQL, a fenced SQLite row otherwise).
+ * store's engine (RedisFence on Redis, PgFence on PostgreSQL, a fenced SQLite row otherwise);
+ * a run drops its stock when it ends, so that the guard records the tokens and refuses a stale
+ * write is checked on the demo's inventory itself, in `flash-sale-inventory.test.ts`.
  */
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

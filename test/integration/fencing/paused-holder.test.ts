@@ -17,12 +17,23 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
+import { createClient } from 'redis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createRedisBackend } from '../../../src/backends/redis/index.js';
 import { PgFence, RedisFence } from '../../../src/fencing/index.js';
 import { createLocker, type Locker } from '../../../src/index.js';
-import { PG_URL, REDIS_PORT, REDIS_URL, REDLOCK_NODE_URLS } from '../../helpers/engines.js';
+import {
+  CLUSTER_PORT_BASE,
+  CLUSTER_URL,
+  PG_URL,
+  REDIS_PORT,
+  REDIS_URL,
+  REDLOCK_NODE_URLS,
+  SENTINEL_PORT_BASE,
+  SENTINEL_URL,
+} from '../../helpers/engines.js';
 import { type PrivateBuild, privateBuild, ROOT } from '../../helpers/private-build.js';
 import { settledWithin } from '../../helpers/promises.js';
 import { openAdmin } from '../../helpers/zookeeper.js';
@@ -34,6 +45,7 @@ const run = randomBytes(4).toString('hex');
 const tag = `fencelock_it_paused_${run}`;
 const fenceSchema = tag;
 const lockSchema = `${tag}_locks`;
+const advisorySchema = `${tag}_advisory`;
 const LOG = `"${fenceSchema}".holder_log`;
 
 const redis = new Redis(REDIS_PORT, '127.0.0.1');
@@ -43,14 +55,31 @@ pool.on('error', () => undefined);
 const redisFence = new RedisFence(redis, `${tag}:fenced`);
 const pgFence = new PgFence(pool, { schema: fenceSchema });
 const lockers: Locker[] = [];
+/** node-redis clients of this process's lockers (a backend leaves a client you pass open). */
+const nodeRedisClients: { isOpen: boolean; close(): Promise<void> }[] = [];
 const children: ChildProcess[] = [];
 let build: PrivateBuild | undefined;
 let sqliteDir: string | undefined;
 
-/** The store of each backend, with the holder's TTL (etcd leases are whole seconds). */
-const BACKENDS = [
+interface BackendCase {
+  readonly backend: string;
+  /** The holder's TTL, ms. */
+  readonly ttlMs: number;
+  readonly store: () => string;
+  /** Both lockers drive the Redis of `store` through node-redis clients instead of ioredis. */
+  readonly client?: 'node-redis';
+}
+
+/**
+ * The store of each backend, with the holder's TTL (etcd leases are whole seconds). PostgreSQL's
+ * advisory mode behaves otherwise while the holder is paused: see its own test below.
+ */
+const BACKENDS: readonly BackendCase[] = [
   { backend: 'sqlite', ttlMs: 1500, store: () => `sqlite:${join(sqliteDir!, 'locks.db')}` },
   { backend: 'redis', ttlMs: 1500, store: () => REDIS_URL },
+  { backend: 'redis via node-redis', ttlMs: 1500, store: () => REDIS_URL, client: 'node-redis' },
+  { backend: 'redis-sentinel', ttlMs: 1500, store: () => SENTINEL_URL },
+  { backend: 'redis-cluster', ttlMs: 1500, store: () => CLUSTER_URL },
   {
     backend: 'redlock',
     ttlMs: 1500,
@@ -59,7 +88,23 @@ const BACKENDS = [
   { backend: 'etcd', ttlMs: 2000, store: () => etcdUrl(tag) },
   { backend: 'zookeeper', ttlMs: 1500, store: () => zkUrl(tag) },
   { backend: 'postgres', ttlMs: 1500, store: () => `${PG_URL}?schema=${lockSchema}` },
-] as const;
+];
+
+/** A locker on `store` in this process, closed after the file. */
+async function lockerOf(store: string, client: BackendCase['client']): Promise<Locker> {
+  let locker: Locker;
+  if (client === 'node-redis') {
+    const nodeRedis = createClient({ url: store });
+    nodeRedis.on('error', () => undefined);
+    nodeRedisClients.push(nodeRedis);
+    await nodeRedis.connect();
+    locker = createLocker(createRedisBackend({ client: nodeRedis }), { ttlMs: 10_000 });
+  } else {
+    locker = createLocker(store, { ttlMs: 10_000 });
+  }
+  lockers.push(locker);
+  return locker;
+}
 
 beforeAll(async () => {
   build = await privateBuild('paused-holder');
@@ -80,6 +125,7 @@ afterEach(() => {
 
 afterAll(async () => {
   await Promise.allSettled(lockers.map((l) => l.close()));
+  await Promise.allSettled(nodeRedisClients.map((c) => (c.isOpen ? c.close() : undefined)));
   // Each engine's leftovers separately: one engine out of reach (another test's fault
   // injection) must not keep the others' clean-up, or the closing of this file's clients, from
   // running.
@@ -109,8 +155,35 @@ afterAll(async () => {
         node.disconnect();
       }
     }),
+    (async () => {
+      // Whichever data node is the primary now (another test may have failed it over).
+      const primary = new Redis({
+        sentinels: [1, 2, 3].map((n) => ({ host: '127.0.0.1', port: SENTINEL_PORT_BASE + n })),
+        name: 'fencelock',
+        maxRetriesPerRequest: 1,
+      });
+      try {
+        const keys = await primary.keys(`*${tag}*`);
+        if (keys.length > 0) await primary.del(...keys);
+      } finally {
+        primary.disconnect();
+      }
+    })(),
+    (async () => {
+      const cluster = new Cluster([{ host: '127.0.0.1', port: CLUSTER_PORT_BASE + 1 }], {
+        redisOptions: { maxRetriesPerRequest: 1 },
+      });
+      try {
+        for (const node of cluster.nodes('master')) {
+          for (const key of await node.keys(`*${tag}*`)) await cluster.del(key);
+        }
+      } finally {
+        cluster.disconnect();
+      }
+    })(),
     pool.query(`DROP SCHEMA IF EXISTS "${fenceSchema}" CASCADE`),
     pool.query(`DROP SCHEMA IF EXISTS "${lockSchema}" CASCADE`),
+    pool.query(`DROP SCHEMA IF EXISTS "${advisorySchema}" CASCADE`),
   ]);
   redis.disconnect();
   await pool.end();
@@ -123,7 +196,8 @@ afterAll(async () => {
 }, 60_000);
 
 /**
- * The holder process. It acquires `FL_KEY` (TTL `FL_TTL_MS`, watchdog on), writes `A` with its
+ * The holder process. It acquires `FL_KEY` on `FL_STORE` (through a node-redis client when
+ * `FL_CLIENT` is `node-redis`; TTL `FL_TTL_MS`, watchdog on), writes `A` with its
  * token through the Redis register, the PostgreSQL register and a PostgreSQL transaction that
  * appends to the log table, and prints its grant with those outcomes. On the stdin line `write`
  * it writes `A-late` the same three ways — whether or not it still believes it holds the lock,
@@ -143,7 +217,17 @@ const pool = new pg.Pool({ connectionString: env.FL_PG_URL, max: 2 });
 pool.on('error', () => undefined);
 const redisFence = new RedisFence(redis, env.FL_PREFIX);
 const pgFence = new PgFence(pool, { schema: env.FL_SCHEMA });
-const locker = createLocker(env.FL_STORE, { ttlMs: Number(env.FL_TTL_MS), autoRenew: true });
+let nodeRedis;
+let store = env.FL_STORE;
+if (env.FL_CLIENT === 'node-redis') {
+  const { createClient } = await import('redis');
+  const { createRedisBackend } = await import(env.FL_BUILD + '/backends/redis/index.js');
+  nodeRedis = createClient({ url: env.FL_STORE });
+  nodeRedis.on('error', () => undefined);
+  await nodeRedis.connect();
+  store = createRedisBackend({ client: nodeRedis });
+}
+const locker = createLocker(store, { ttlMs: Number(env.FL_TTL_MS), autoRenew: true });
 const lease = await locker.acquire(env.FL_KEY, { waitMs: 20000 });
 const token = lease.fencingToken;
 const resource = env.FL_RESOURCE;
@@ -176,6 +260,7 @@ for await (const line of createInterface({ input: process.stdin })) {
     out({ event: 'wrote', abortedBefore, writes: await writeAll('A-late') });
   } else if (line === 'exit') {
     await locker.close();
+    await nodeRedis?.close();
     redis.disconnect();
     await pool.end();
     out({ event: 'closed' });
@@ -209,7 +294,13 @@ interface Holder {
   next(name: HolderEvent['event'], timeoutMs: number): Promise<HolderEvent>;
 }
 
-function spawnHolder(store: string, key: string, ttlMs: number, resource: string): Holder {
+function spawnHolder(
+  store: string,
+  key: string,
+  ttlMs: number,
+  resource: string,
+  client?: BackendCase['client'],
+): Holder {
   const child = spawn(process.execPath, ['--input-type=module', '-e', HOLDER], {
     cwd: ROOT,
     env: {
@@ -224,6 +315,7 @@ function spawnHolder(store: string, key: string, ttlMs: number, resource: string
       FL_PG_URL: PG_URL,
       FL_SCHEMA: fenceSchema,
       FL_LOG: LOG,
+      FL_CLIENT: client ?? '',
     },
     stdio: ['pipe', 'pipe', 'pipe'],
   });
@@ -276,10 +368,10 @@ async function logOf(resource: string): Promise<{ token: bigint; tag: string }[]
 describe('a holder paused past its TTL writes with its old token', () => {
   it.each(BACKENDS)(
     '$backend: every late write is refused with StaleTokenError and the newer writes stay',
-    async ({ backend, ttlMs, store }) => {
+    async ({ backend, ttlMs, store, client }) => {
       const key = `paused-holder:${tag}:${backend}`;
       const resource = `${backend}:${run}`;
-      const holder = spawnHolder(store(), key, ttlMs, resource);
+      const holder = spawnHolder(store(), key, ttlMs, resource, client);
       const granted = await holder.next('granted', 30_000);
       const tokenA = BigInt(granted.token!);
       // While it holds the lock, the holder's writes pass all three guards.
@@ -290,8 +382,7 @@ describe('a holder paused past its TTL writes with its old token', () => {
       });
       expect(await redisFence.read(resource)).toEqual({ token: tokenA, value: 'A' });
 
-      const locker = createLocker(store(), { ttlMs: 10_000 });
-      lockers.push(locker);
+      const locker = await lockerOf(store(), client);
       const waiting = locker.acquire(key, { waitMs: 30_000 });
       // The watchdog keeps the holder's lease past its TTL while it runs.
       expect(await settledWithin(waiting, granted.ttlMs! + 500)).toBe(false);
@@ -339,4 +430,70 @@ describe('a holder paused past its TTL writes with its old token', () => {
       );
     },
   );
+});
+
+describe('PostgreSQL advisory mode: a paused holder keeps the lock', () => {
+  /**
+   * Advisory mode holds the lock as a session-level advisory lock on the holder's own
+   * connection, and the server knows no TTL: the TTL is enforced by the holder's backend, which
+   * gives the lock back when it was not renewed in time. A paused process runs no code, so it
+   * gives nothing back, and its kernel keeps the TCP connection up (it still answers the
+   * server's keepalives): the server keeps the lock for as long as the pause lasts, and nobody
+   * else is granted. So no newer token exists when the holder wakes up, and its late write is
+   * rightly accepted: fencing refuses a write only once a newer holder's token reached the
+   * resource. (A dead or cut-off holder is another matter: the server then drops the lock with
+   * the connection, and the next holder's writes fence the old one out.)
+   */
+  it('the waiter is not granted while the holder is paused past its TTL; the resumed holder’s write is accepted', async () => {
+    const store = `${PG_URL}?schema=${advisorySchema}&mode=advisory`;
+    const ttlMs = 1500;
+    const key = `paused-holder:${tag}:postgres-advisory`;
+    const resource = `postgres-advisory:${run}`;
+    const holder = spawnHolder(store, key, ttlMs, resource);
+    const granted = await holder.next('granted', 30_000);
+    const tokenA = BigInt(granted.token!);
+    const ok = { ok: true };
+    expect(granted.writes).toEqual({ redis: ok, pg: ok, pgTransaction: ok });
+
+    const locker = createLocker(store, { ttlMs: 10_000 });
+    lockers.push(locker);
+    const waiting = locker.acquire(key, { waitMs: 40_000 });
+    expect(await settledWithin(waiting, ttlMs + 500)).toBe(false);
+
+    holder.child.kill('SIGSTOP');
+    // Three TTLs without a renewal: the server still holds the lock on the paused connection.
+    expect(await settledWithin(waiting, 3 * ttlMs)).toBe(false);
+    const info = await locker.inspect(key);
+    expect(info.holder?.fencingToken).toBe(tokenA);
+
+    holder.child.stdin!.write('write\n');
+    holder.child.kill('SIGCONT');
+    const wrote = await holder.next('wrote', 20_000);
+    // No newer token has reached the resources: the late writes pass every guard.
+    expect(wrote.writes).toEqual({ redis: ok, pg: ok, pgTransaction: ok });
+    expect(await redisFence.read(resource)).toEqual({ token: tokenA, value: 'A-late' });
+    expect(await pgFence.read(resource)).toEqual({ token: tokenA, value: 'A-late' });
+    expect(await logOf(resource)).toEqual([
+      { token: tokenA, tag: 'A' },
+      { token: tokenA, tag: 'A-late' },
+    ]);
+
+    // Once the holder lets go, the waiter gets a newer token, which fences the old one out.
+    holder.child.stdin!.write('exit\n');
+    await holder.next('closed', 15_000);
+    const lease = await waiting;
+    const tokenB = lease.fencingToken;
+    expect(tokenB).toBeGreaterThan(tokenA);
+    await redisFence.write(resource, tokenB, 'B');
+    await expect(redisFence.write(resource, tokenA, 'A-later')).rejects.toMatchObject({
+      code: 'ERR_STALE_TOKEN',
+      attemptedToken: tokenA,
+      currentToken: tokenB,
+    });
+    expect(await redisFence.read(resource)).toEqual({ token: tokenB, value: 'B' });
+    expect(await lease.release()).toBe('released');
+    console.info(
+      `paused holder (postgres advisory): token ${tokenA} kept through the pause; the holder ${wrote.abortedBefore ? 'had already given the lock back' : 'still held the lock'} when it wrote; next token ${tokenB}`,
+    );
+  });
 });

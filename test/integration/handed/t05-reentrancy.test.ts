@@ -1,7 +1,9 @@
 /**
  * handed.md T05: reentrancy hold counts, over-release, and no accidental sharing between
- * independent handles of one locker. Runs on every backend that exists (Redis, SQLite); the
- * PostgreSQL `pg_locks` check of step 5 does not apply yet.
+ * independent handles of one locker. Runs on every store of `stores.ts`: Redis, SQLite and
+ * PostgreSQL (lease mode, whose locks are rows, not session state). Step 5 on a shared PG
+ * session — two handles on the one connection of advisory mode, and `pg_locks` empty at the end
+ * — is in `test/integration/postgres/advisory.test.ts`.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Lease, Locker } from '../../../src/index.js';
