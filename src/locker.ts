@@ -5,7 +5,7 @@ import type { Backend } from './core/backend.js';
 import { Locker } from './core/locker.js';
 import { InvalidArgumentError } from './errors.js';
 import { type LockerOptions, resolveLockerOptions } from './options.js';
-import { resolveStoreUrl } from './stores.js';
+import { resolveStoreUrl, storeName } from './stores.js';
 
 /**
  * Create a locker on a store.
@@ -24,14 +24,14 @@ import { resolveStoreUrl } from './stores.js';
  * await locker.close();
  */
 export function createLocker(store: string | Backend, options?: LockerOptions): Locker {
-  const { defaults, driftFactor } = resolveLockerOptions(options);
+  const { defaults, driftFactor, name } = resolveLockerOptions(options);
   if (typeof store === 'string') {
-    return new Locker(resolveStoreUrl(store), defaults, driftFactor);
+    return new Locker(resolveStoreUrl(store), defaults, driftFactor, name ?? storeName(store));
   }
   if (!isBackend(store)) {
     throw new InvalidArgumentError('store', 'a store URL string or a Backend instance', store);
   }
-  return new Locker(store, defaults, driftFactor);
+  return new Locker(store, defaults, driftFactor, name ?? store.name);
 }
 
 function isBackend(value: unknown): value is Backend {

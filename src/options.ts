@@ -70,6 +70,13 @@ export interface LockerOptions extends Omit<LockOptions, 'signal' | 'session'> {
    * `start + ttlMs − (ttlMs × driftFactor + 2 ms)` (Redlock spec). @default 0.01
    */
   readonly driftFactor?: number;
+  /**
+   * The store's name in events and metrics (the `store` label): 1 to 200 characters. Give
+   * lockers over different stores different names; keep the number of names small (one time
+   * series each). @default the store URL without user info (so without its password) and
+   * parameters, e.g. `redis://10.0.0.5:6379/0`; for a Backend instance, the backend's name
+   */
+  readonly name?: string;
 }
 
 /** Lock options with every default applied. */
@@ -327,6 +334,7 @@ export const DEFAULT_LOCK_OPTIONS: ResolvedLockOptions = Object.freeze({
 export function resolveLockerOptions(options: unknown): {
   defaults: ResolvedLockOptions;
   driftFactor: number;
+  name: string | undefined;
 } {
   if (options !== undefined && (typeof options !== 'object' || options === null)) {
     throw new InvalidArgumentError('options', 'an options object', options);
@@ -341,12 +349,15 @@ export function resolveLockerOptions(options: unknown): {
       );
     }
   }
-  const { driftFactor: factor, ...lock } = o;
+  const { driftFactor: factor, name, ...lock } = o;
   const defaults = resolveLockOptions(DEFAULT_LOCK_OPTIONS, lock);
   const driftFactor =
     factor === undefined ? DEFAULTS.driftFactor : validatePositive(factor, 'driftFactor', 0, 0.5);
   assertLongerThanDrift(defaults.ttlMs, driftFactor);
-  return { defaults, driftFactor };
+  if (name !== undefined && (typeof name !== 'string' || name.length === 0 || name.length > 200)) {
+    throw new InvalidArgumentError('name', 'a string of 1 to 200 characters', name);
+  }
+  return { defaults, driftFactor, name };
 }
 
 /**

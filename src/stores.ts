@@ -72,6 +72,19 @@ const STORES: Record<string, StoreEntry> = {
 export const STORE_SCHEMES: readonly string[] = Object.freeze(Object.keys(STORES));
 
 /**
+ * The default name of a store in events and metrics: its URL without user info (so without a
+ * password; it runs to the last `@`, as a password may hold `@` or `/`) and without parameters
+ * or fragment, e.g. `redis://10.0.0.5:6379/0`, `postgres://db.internal:5432/app`,
+ * `sqlite:/var/lib/app/locks.db`. Call with a URL `resolveStoreUrl` accepted.
+ */
+export function storeName(store: string): string {
+  const scheme = /^[a-z][a-z0-9+.-]*:(\/\/)?/i.exec(store)?.[0] ?? '';
+  let rest = store.slice(scheme.length);
+  if (scheme.endsWith('//')) rest = rest.slice(rest.lastIndexOf('@') + 1);
+  return `${scheme}${rest.replace(/[?#].*$/s, '')}`;
+}
+
+/**
  * Check a store URL and return a loader for its backend.
  * @throws InvalidArgumentError for a malformed URL, an unknown scheme or bad parameters.
  */

@@ -14,9 +14,19 @@ export const CHANNELS = Object.freeze({
   wait: 'fencelock:wait',
 });
 
-/** Published once per `acquire()` / `tryAcquire()` call, whatever its outcome. */
-export interface AcquireEvent {
+/** Where an event comes from: every payload has these. */
+export interface EventOrigin {
+  /** The backend's name (`redis`, `etcd`, …). */
   readonly backend: string;
+  /**
+   * The store's name (the locker's `name` option, else its store URL without user info and
+   * parameters, else the backend's name): tells apart lockers over different stores.
+   */
+  readonly store: string;
+}
+
+/** Published once per `acquire()` / `tryAcquire()` call, whatever its outcome. */
+export interface AcquireEvent extends EventOrigin {
   readonly key: string;
   readonly owner: string;
   /** `granted`, `reentered` (hold count incremented), `busy` (tryAcquire found it held), `timeout`, `error`. */
@@ -35,8 +45,7 @@ export interface AcquireEvent {
  * Published when a lease's engine release completes (hold count reached 0) or fails, and when an
  * owner-addressed release (`locker.releaseForOwner`) reaches the engine.
  */
-export interface ReleaseEvent {
-  readonly backend: string;
+export interface ReleaseEvent extends EventOrigin {
   readonly key: string;
   readonly owner: string;
   readonly fencingToken: bigint;
@@ -50,8 +59,7 @@ export interface ReleaseEvent {
 }
 
 /** Published after every renewal attempt (watchdog, `extend()` or `locker.renewForOwner`). */
-export interface RenewEvent {
-  readonly backend: string;
+export interface RenewEvent extends EventOrigin {
   readonly key: string;
   readonly owner: string;
   readonly fencingToken: bigint;
@@ -62,8 +70,7 @@ export interface RenewEvent {
 }
 
 /** Published once when a lease is lost. */
-export interface LostEvent {
-  readonly backend: string;
+export interface LostEvent extends EventOrigin {
   readonly key: string;
   readonly owner: string;
   readonly fencingToken: bigint;
@@ -77,8 +84,7 @@ export interface LostEvent {
  * `start` is followed by exactly one `end` for the same `owner` and `key`; a `tryAcquire` never
  * waits. Metrics count current waiters from these.
  */
-export interface WaitEvent {
-  readonly backend: string;
+export interface WaitEvent extends EventOrigin {
   readonly key: string;
   readonly owner: string;
   readonly phase: 'start' | 'end';
@@ -99,6 +105,11 @@ export interface EventPayloads {
   readonly renew: RenewEvent;
   readonly lost: LostEvent;
   readonly wait: WaitEvent;
+}
+
+/** Whether anyone listens on a channel (to skip work done only for an event). */
+export function hasSubscribers(name: keyof typeof channels): boolean {
+  return channels[name].hasSubscribers;
 }
 
 /** Publish an event if anyone listens; builds the payload only then. */

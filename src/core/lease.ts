@@ -18,6 +18,8 @@ import type { Watchdog, WatchdogTask } from './watchdog.js';
 /** What a lease needs from its locker. */
 export interface LeaseContext {
   readonly backend: Backend;
+  /** The store's name in events (see `LockerOptions.name`). */
+  readonly store: string;
   readonly watchdog: Watchdog;
   readonly driftFactor: number;
   /** Called once when the lease stops being held (released or lost). */
@@ -247,6 +249,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
   #eventBase() {
     return {
       backend: this.#ctx.backend.name,
+      store: this.#ctx.store,
       key: this.key,
       owner: this.owner,
       fencingToken: this.fencingToken,

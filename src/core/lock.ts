@@ -181,6 +181,7 @@ export class Lock {
       if (held?.key === this.key && held.reenter()) {
         publish('acquire', () => ({
           backend: backend.name,
+          store: this.#ctx.store,
           key: this.key,
           owner: held.owner,
           outcome: 'reentered',
@@ -268,6 +269,7 @@ export class Lock {
     const waitEvent = (phase: 'start' | 'end') =>
       publish('wait', () => ({
         backend: backend.name,
+        store: this.#ctx.store,
         key: this.key,
         owner: request.owner,
         phase,
@@ -276,6 +278,7 @@ export class Lock {
     const event = (outcome: 'granted' | 'busy' | 'timeout' | 'error', extra = {}) =>
       publish('acquire', () => ({
         backend: backend.name,
+        store: this.#ctx.store,
         key: this.key,
         owner: request.owner,
         outcome,

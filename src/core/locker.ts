@@ -16,7 +16,7 @@ import {
   validateTtl,
 } from '../options.js';
 import type { Backend, LeaseRef, LockInfo, ReleaseOutcome } from './backend.js';
-import { publish } from './events.js';
+import { hasSubscribers, publish } from './events.js';
 import type { Lease } from './lease.js';
 import { Lock, type LockContext, type OwnerGrant } from './lock.js';
 import { runHolding } from './reentry.js';
@@ -107,11 +107,13 @@ export class Locker implements AsyncDisposable {
    *   module, its engine client and its connection are only touched by the first operation).
    * @param defaults validated lock defaults.
    * @param driftFactor validated drift factor.
+   * @param store the store's name in events (see `LockerOptions.name`).
    */
   constructor(
     backend: Backend | (() => Promise<Backend>),
     defaults: ResolvedLockOptions,
     driftFactor: number,
+    store: string,
   ) {
     this.#load = typeof backend === 'function' ? backend : async () => backend;
     if (typeof backend !== 'function') {
@@ -129,6 +131,7 @@ export class Locker implements AsyncDisposable {
       },
       watchdog: this.#watchdog,
       driftFactor,
+      store,
       scopePrefix: `${randomBytes(6).toString('hex')}\0`,
       closing: this.#closing.signal,
       track: (cleanup) => {
@@ -142,6 +145,14 @@ export class Locker implements AsyncDisposable {
       onGrant: (lease) => this.#leases.add(lease),
       onEnd: (lease) => this.#leases.delete(lease),
     };
+  }
+
+  /**
+   * The store's name in events and metrics (their `store` field and label): the `name` option of
+   * `createLocker`, else the store URL without user info and parameters, else the backend's name.
+   */
+  get name(): string {
+    return this.#ctx.store;
   }
 
   /** Leases granted by this locker and not yet released or lost. */
@@ -336,7 +347,9 @@ export class Locker implements AsyncDisposable {
 
   /**
    * Owner-addressed renewal: extend the lease of `key` to `ttlMs` from now, only while `owner`
-   * still holds it with `fencingToken` (compare-and-set on the engine). Publishes a `renew` event.
+   * still holds it with `fencingToken` (compare-and-set on the engine). Publishes a `renew` event,
+   * and a `lost` event when the refused lease had been granted and is gone (expired, deleted or
+   * granted again; see `#reportOwnerLoss`).
    * @returns `{ outcome: 'renewed', ttlMs }` or `{ outcome: 'not-held' | 'not-owner' }`.
    * @throws InvalidArgumentError for a bad key, owner, token or `ttlMs`, before any network call.
    * @throws BackendError when the engine cannot answer.
@@ -348,7 +361,12 @@ export class Locker implements AsyncDisposable {
     const backend = await this.#getBackend();
     const ttl = validateTtl(ttlMs, 'ttlMs', backend.maxTtlMs);
     assertLongerThanDrift(ttl, this.#ctx.driftFactor);
-    const base = { backend: backend.name, key: ref.key, owner: ref.owner };
+    const base = {
+      backend: backend.name,
+      store: this.#ctx.store,
+      key: ref.key,
+      owner: ref.owner,
+    };
     const fencingToken = ref.fencingToken as bigint;
     let result: Awaited<ReturnType<Backend['renew']>>;
     try {
@@ -363,7 +381,46 @@ export class Locker implements AsyncDisposable {
       ok: result.ok,
       ...(result.ok ? { ttlMs: result.ttlMs } : {}),
     }));
-    return result.ok ? { outcome: 'renewed', ttlMs: result.ttlMs } : { outcome: result.reason };
+    if (!result.ok) {
+      await this.#reportOwnerLoss(backend, { ...base, fencingToken }, result.reason);
+      return { outcome: result.reason };
+    }
+    return { outcome: 'renewed', ttlMs: result.ttlMs };
+  }
+
+  /**
+   * Publish the `lost` event for a refused owner-addressed renewal of a grant that existed and
+   * is gone: the caller held it and finds out now, as a `Lease` finds out when its watchdog's
+   * renewal is refused. Only grants the engine did make count, judged by the key's tokens read
+   * just after: `not-held` with a token no newer than the key's last one (the lease expired or
+   * its key was deleted), `not-owner` with a token older than the current holder's (the key was
+   * granted again since). A renewal naming another grant's token, or a token the engine never
+   * issued, is a wrong request, not a loss. Where the engine forgets a free key's last token
+   * (PostgreSQL deletes released rows), `not-held` refusals are not counted. Reads the key only
+   * when someone listens for `lost`; never throws.
+   */
+  async #reportOwnerLoss(
+    backend: Backend,
+    lease: { backend: string; store: string; key: string; owner: string; fencingToken: bigint },
+    reason: 'not-held' | 'not-owner',
+  ): Promise<void> {
+    if (!hasSubscribers('lost')) return;
+    let info: LockInfo;
+    try {
+      info = await backend.inspect(lease.key);
+    } catch {
+      return; // the caller's answer does not depend on this
+    }
+    const lost =
+      reason === 'not-held'
+        ? info.holder === null && lease.fencingToken <= info.lastFencingToken
+        : info.holder !== null && lease.fencingToken < info.holder.fencingToken;
+    if (!lost) return;
+    publish('lost', () => ({
+      ...lease,
+      reason,
+      error: new LockLostError(lease.key, lease.fencingToken, reason, { operation: 'renew' }),
+    }));
   }
 
   /**
@@ -392,7 +449,7 @@ export class Locker implements AsyncDisposable {
       fencingToken = info.holder.fencingToken;
     }
     const target = { key: ref.key, owner: ref.owner, fencingToken };
-    const base = { backend: backend.name, ...target };
+    const base = { backend: backend.name, store: this.#ctx.store, ...target };
     try {
       const outcome = await backend.release(target);
       publish('release', () => ({ ...base, outcome }));

@@ -1,11 +1,12 @@
 /**
  * The part shared by the metrics adapters: subscribe to fencelock's diagnostics_channel events,
- * hand each one to a sink as plain numbers and bounded labels (backend, outcome, reason — never
- * the key or the owner, which would make one time series per lock), and keep the two figures
- * that no single event carries: how many leases are held and how many acquires are waiting, per
- * backend.
+ * hand each one to a sink as plain numbers and bounded labels (backend, store, outcome, reason —
+ * never the key or the owner, which would make one time series per lock), and keep the two
+ * figures that no single event carries: how many leases are held and how many acquires are
+ * waiting, per backend and store.
  */
 import diagnostics_channel from 'node:diagnostics_channel';
+import { redactStoreUrl } from '../cli/redact.js';
 import { monotonicNow } from '../core/clock.js';
 import {
   type AcquireEvent,
@@ -15,24 +16,65 @@ import {
   type RenewEvent,
   type WaitEvent,
 } from '../core/events.js';
+import { InvalidArgumentError } from '../errors.js';
+
+/** The labels every fencelock metric carries. */
+export interface LockLabels {
+  /** Engine name, e.g. `redis`, `postgres`. */
+  readonly backend: string;
+  /**
+   * Which store: the `store` name an event carries (password redacted, at most
+   * `MAX_STORE_LABEL_CHARS` characters), else the backend name. Past `maxStores` distinct names,
+   * further stores share `OTHER_STORES`.
+   */
+  readonly store: string;
+}
 
 /** Receives each event, reduced to metric values. Durations are in seconds. */
 export interface LockMetricsSink {
   /** One `acquire()` / `tryAcquire()` / owner-addressed acquire call ended with `outcome`. */
-  acquire(backend: string, outcome: AcquireEvent['outcome'], waitSeconds: number): void;
+  acquire(labels: LockLabels, outcome: AcquireEvent['outcome'], waitSeconds: number): void;
   /**
    * A release reached the engine. `holdSeconds` is the time since the grant when known (the
    * event's `holdMs`, or the time since this process saw the grant); undefined otherwise.
    */
-  release(backend: string, outcome: ReleaseEvent['outcome'], holdSeconds: number | undefined): void;
+  release(
+    labels: LockLabels,
+    outcome: ReleaseEvent['outcome'],
+    holdSeconds: number | undefined,
+  ): void;
   /** A renewal attempt ended; `ok` is false when the engine refused it or did not answer. */
-  renew(backend: string, ok: boolean): void;
+  renew(labels: LockLabels, ok: boolean): void;
   /** A lease was lost, for `reason` (`expired`, `not-owner`, `not-held`, `max-hold`, `session-lost`). */
-  lost(backend: string, reason: string): void;
+  lost(labels: LockLabels, reason: string): void;
+}
+
+/** Default of `maxStores`: distinct store labels before the rest share `OTHER_STORES`. */
+export const DEFAULT_MAX_STORES = 64;
+/** The store label of stores past `maxStores`. */
+export const OTHER_STORES = 'other';
+/** Longest store label, characters (a longer name is cut, with `…`). */
+export const MAX_STORE_LABEL_CHARS = 200;
+
+/** Options of `LockActivity`. */
+export interface LockActivityOptions {
+  /**
+   * Distinct store labels kept apart (a bound on the time series per metric); events of further
+   * stores are labelled `OTHER_STORES`. @default DEFAULT_MAX_STORES
+   */
+  readonly maxStores?: number;
+}
+
+/** Fields every event has; `store` is set by lockers that name their store. */
+interface EventBase {
+  readonly backend: string;
+  readonly key: string;
+  readonly owner: string;
+  readonly store?: unknown;
 }
 
 interface Holding {
-  readonly backend: string;
+  readonly labels: LockLabels;
   /** Monotonic ms when this process saw the grant. */
   readonly grantedAt: number;
   /** Monotonic ms when the engine drops the lease unless renewed (last TTL seen). */
@@ -48,15 +90,31 @@ const SWEEP_GROWTH = 1024;
  * A lease counts as held from its grant until its release, its loss, or the end of the last TTL
  * the engine applied (from the grant or a renewal) — whichever comes first. The TTL bound covers
  * owner-addressed grants (the sidecar's), which no process tracks and which may simply expire.
- * An acquire counts as waiting between its `wait` start and end events.
+ * An acquire counts as waiting between its `wait` start and end events. Both are counted per
+ * backend and store (`LockLabels`).
  */
 export class LockActivity {
   readonly #holdings = new Map<string, Holding>();
-  readonly #waiting = new Map<string, string>();
-  /** Every backend name seen, so that gauges report 0 rather than vanish. */
-  readonly #backends = new Set<string>();
+  readonly #waiting = new Map<string, LockLabels>();
+  /**
+   * Every label pair seen, by `backend\0store`, so that gauges report 0 rather than vanish
+   * (and one object per pair).
+   */
+  readonly #labels = new Map<string, LockLabels>();
+  /** Store labels given out so far (at most `#maxStores`, besides `OTHER_STORES`). */
+  readonly #stores = new Set<string>();
+  readonly #maxStores: number;
   #sizeAfterSweep = 0;
   #unsubscribe: (() => void) | undefined;
+
+  /** @throws InvalidArgumentError for a `maxStores` that is not a positive integer. */
+  constructor(options: LockActivityOptions = {}) {
+    const maxStores = options?.maxStores ?? DEFAULT_MAX_STORES;
+    if (!Number.isSafeInteger(maxStores) || maxStores < 1) {
+      throw new InvalidArgumentError('maxStores', 'a positive integer', maxStores);
+    }
+    this.#maxStores = maxStores;
+  }
 
   /**
    * Start listening and forward each event to `sink`. Call once per instance.
@@ -81,38 +139,48 @@ export class LockActivity {
     return this.#unsubscribe;
   }
 
-  /** Leases held now, per backend (every backend seen so far, 0 included). */
-  holders(): Map<string, number> {
+  /** Leases held now, per backend and store (every pair seen so far, 0 included). */
+  holders(): [LockLabels, number][] {
     this.#sweep(monotonicNow());
-    const counts = this.#zeroes();
-    for (const { backend } of this.#holdings.values()) {
-      counts.set(backend, (counts.get(backend) ?? 0) + 1);
-    }
-    return counts;
+    return this.#count([...this.#holdings.values()].map((holding) => holding.labels));
   }
 
-  /** Acquires waiting now, per backend (every backend seen so far, 0 included). */
-  waiters(): Map<string, number> {
-    const counts = this.#zeroes();
-    for (const backend of this.#waiting.values()) {
-      counts.set(backend, (counts.get(backend) ?? 0) + 1);
-    }
-    return counts;
+  /** Acquires waiting now, per backend and store (every pair seen so far, 0 included). */
+  waiters(): [LockLabels, number][] {
+    return this.#count(this.#waiting.values());
   }
 
-  #zeroes(): Map<string, number> {
-    return new Map([...this.#backends].map((backend) => [backend, 0]));
+  #count(labelled: Iterable<LockLabels>): [LockLabels, number][] {
+    const counts = new Map<LockLabels, number>([...this.#labels.values()].map((l) => [l, 0]));
+    for (const labels of labelled) counts.set(labels, (counts.get(labels) ?? 0) + 1);
+    return [...counts];
+  }
+
+  /** The labels of `event`: one object per backend and store. */
+  #labelsOf(event: EventBase): LockLabels {
+    let store = storeName(event);
+    if (!this.#stores.has(store)) {
+      if (this.#stores.size < this.#maxStores) this.#stores.add(store);
+      else store = OTHER_STORES;
+    }
+    const id = `${event.backend}\0${store}`;
+    let labels = this.#labels.get(id);
+    if (labels === undefined) {
+      labels = Object.freeze({ backend: event.backend, store });
+      this.#labels.set(id, labels);
+    }
+    return labels;
   }
 
   #onAcquire(event: AcquireEvent, sink: LockMetricsSink): void {
-    this.#backends.add(event.backend);
-    sink.acquire(event.backend, event.outcome, event.waitMs / 1000);
+    const labels = this.#labelsOf(event);
+    sink.acquire(labels, event.outcome, event.waitMs / 1000);
     if (event.outcome !== 'granted' && event.outcome !== 'reentered') return;
     const id = holdingId(event);
     if (event.outcome === 'reentered' && this.#holdings.has(id)) return;
     const now = monotonicNow();
     this.#holdings.set(id, {
-      backend: event.backend,
+      labels,
       grantedAt: now,
       expiresAt: now + (event.ttlMs ?? Number.POSITIVE_INFINITY),
     });
@@ -120,33 +188,33 @@ export class LockActivity {
   }
 
   #onRelease(event: ReleaseEvent, sink: LockMetricsSink): void {
-    this.#backends.add(event.backend);
+    const labels = this.#labelsOf(event);
     const id = holdingId(event);
     const holding = this.#holdings.get(id);
     this.#holdings.delete(id);
     const holdMs =
       event.holdMs ?? (holding === undefined ? undefined : monotonicNow() - holding.grantedAt);
-    sink.release(event.backend, event.outcome, holdMs === undefined ? undefined : holdMs / 1000);
+    sink.release(labels, event.outcome, holdMs === undefined ? undefined : holdMs / 1000);
   }
 
   #onRenew(event: RenewEvent, sink: LockMetricsSink): void {
-    this.#backends.add(event.backend);
-    sink.renew(event.backend, event.ok);
+    const labels = this.#labelsOf(event);
+    sink.renew(labels, event.ok);
     const holding = this.#holdings.get(holdingId(event));
     if (holding === undefined) return;
     if (event.ok && event.ttlMs !== undefined) holding.expiresAt = monotonicNow() + event.ttlMs;
   }
 
   #onLost(event: LostEvent, sink: LockMetricsSink): void {
-    this.#backends.add(event.backend);
+    const labels = this.#labelsOf(event);
     this.#holdings.delete(holdingId(event));
-    sink.lost(event.backend, event.reason);
+    sink.lost(labels, event.reason);
   }
 
   #onWait(event: WaitEvent): void {
-    this.#backends.add(event.backend);
+    const labels = this.#labelsOf(event);
     const id = holdingId(event);
-    if (event.phase === 'start') this.#waiting.set(id, event.backend);
+    if (event.phase === 'start') this.#waiting.set(id, labels);
     else this.#waiting.delete(id);
   }
 
@@ -158,7 +226,24 @@ export class LockActivity {
   }
 }
 
-/** Backend, key and owner identify one lease (owners are unique per grant or per caller). */
-function holdingId(event: { backend: string; key: string; owner: string }): string {
-  return `${event.backend}\0${event.key}\0${event.owner}`;
+/**
+ * Backend, store, key and owner identify one lease (owners are unique per grant or per caller;
+ * an owner-addressed owner may use the same key on two stores).
+ */
+function holdingId(event: EventBase): string {
+  const store = typeof event.store === 'string' ? event.store : '';
+  return `${event.backend}\0${store}\0${event.key}\0${event.owner}`;
+}
+
+/**
+ * The store label of an event: its `store` name without a password (a name may be a store URL),
+ * cut to `MAX_STORE_LABEL_CHARS`; the backend name when the event names no store.
+ */
+function storeName(event: EventBase): string {
+  const { store } = event;
+  if (typeof store !== 'string' || store === '') return event.backend;
+  const name = redactStoreUrl(store);
+  return name.length <= MAX_STORE_LABEL_CHARS
+    ? name
+    : `${name.slice(0, MAX_STORE_LABEL_CHARS - 1)}…`;
 }

@@ -3,7 +3,15 @@
  * `collectPrometheusMetrics` needs `prom-client` (a dependency); `collectOpenTelemetryMetrics`
  * takes a Meter from `@opentelemetry/api`, which the caller installs (only its types are used).
  */
-export { LockActivity, type LockMetricsSink } from './activity.js';
+export {
+  DEFAULT_MAX_STORES,
+  LockActivity,
+  type LockActivityOptions,
+  type LockLabels,
+  type LockMetricsSink,
+  MAX_STORE_LABEL_CHARS,
+  OTHER_STORES,
+} from './activity.js';
 export { HOLD_BUCKETS_SECONDS, WAIT_BUCKETS_SECONDS } from './buckets.js';
 export {
   collectOpenTelemetryMetrics,

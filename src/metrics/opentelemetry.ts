@@ -6,7 +6,7 @@
  */
 import type { BatchObservableResult, Meter } from '@opentelemetry/api';
 import { InvalidArgumentError } from '../errors.js';
-import { LockActivity } from './activity.js';
+import { DEFAULT_MAX_STORES, LockActivity } from './activity.js';
 import { HOLD_BUCKETS_SECONDS, WAIT_BUCKETS_SECONDS } from './buckets.js';
 
 /** Options of `collectOpenTelemetryMetrics`. */
@@ -15,6 +15,11 @@ export interface OpenTelemetryMetricsOptions {
   readonly meter: Meter;
   /** Prefix of every instrument name. @default 'fencelock.' */
   readonly prefix?: string;
+  /**
+   * Distinct `store` attribute values kept apart; further stores share `store: 'other'`.
+   * @default 64
+   */
+  readonly maxStores?: number;
 }
 
 /** What `collectOpenTelemetryMetrics` returns. */
@@ -27,22 +32,23 @@ export interface OpenTelemetryMetrics {
 
 /**
  * Create fencelock's instruments on `meter` and keep them up to date from the events of every
- * locker in this process. Attributes: `backend`, and `outcome` or `reason` where listed.
+ * locker in this process. Attributes: `backend`, `store`, and `outcome` or `reason` where listed.
  *
  * | instrument | kind | unit | attributes |
  * | --- | --- | --- | --- |
- * | `<prefix>acquire.attempts` | counter | `{call}` | backend, outcome |
- * | `<prefix>acquire.wait.duration` | histogram | `s` | backend, outcome |
- * | `<prefix>hold.duration` | histogram | `s` | backend |
- * | `<prefix>releases` | counter | `{release}` | backend, outcome |
- * | `<prefix>renewals` | counter | `{renewal}` | backend |
- * | `<prefix>renew.failures` | counter | `{renewal}` | backend |
- * | `<prefix>leases.lost` | counter | `{lease}` | backend, reason |
- * | `<prefix>holders` | observable gauge | `{lease}` | backend |
- * | `<prefix>waiters` | observable gauge | `{call}` | backend |
+ * | `<prefix>acquire.attempts` | counter | `{call}` | backend, store, outcome |
+ * | `<prefix>acquire.wait.duration` | histogram | `s` | backend, store, outcome |
+ * | `<prefix>hold.duration` | histogram | `s` | backend, store |
+ * | `<prefix>releases` | counter | `{release}` | backend, store, outcome |
+ * | `<prefix>renewals` | counter | `{renewal}` | backend, store |
+ * | `<prefix>renew.failures` | counter | `{renewal}` | backend, store |
+ * | `<prefix>leases.lost` | counter | `{lease}` | backend, store, reason |
+ * | `<prefix>holders` | observable gauge | `{lease}` | backend, store |
+ * | `<prefix>waiters` | observable gauge | `{call}` | backend, store |
  *
- * Meanings are those of `collectPrometheusMetrics`.
- * @throws InvalidArgumentError when `meter` is not a Meter or `prefix` is not a string.
+ * Meanings (and those of `store` and `maxStores`) are those of `collectPrometheusMetrics`.
+ * @throws InvalidArgumentError when `meter` is not a Meter, `prefix` is not a string or
+ *   `maxStores` is not a positive integer.
  */
 export function collectOpenTelemetryMetrics(
   options: OpenTelemetryMetricsOptions,
@@ -59,6 +65,8 @@ export function collectOpenTelemetryMetrics(
   const prefix = options.prefix ?? 'fencelock.';
   if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'a string', prefix);
   const name = (suffix: string) => `${prefix}${suffix}`;
+  // Before any instrument is made: it validates `maxStores`.
+  const activity = new LockActivity({ maxStores: options.maxStores ?? DEFAULT_MAX_STORES });
 
   const acquires = meter.createCounter(name('acquire.attempts'), {
     description: 'Acquire calls (acquire, tryAcquire, withLock, owner-addressed) by outcome.',
@@ -99,27 +107,26 @@ export function collectOpenTelemetryMetrics(
     unit: '{call}',
   });
 
-  const activity = new LockActivity();
   const observe = (observer: BatchObservableResult) => {
-    for (const [backend, n] of activity.holders()) observer.observe(holders, n, { backend });
-    for (const [backend, n] of activity.waiters()) observer.observe(waiters, n, { backend });
+    for (const [labels, n] of activity.holders()) observer.observe(holders, n, { ...labels });
+    for (const [labels, n] of activity.waiters()) observer.observe(waiters, n, { ...labels });
   };
   meter.addBatchObservableCallback(observe, [holders, waiters]);
   const stop = activity.subscribe({
-    acquire(backend, outcome, seconds) {
-      acquires.add(1, { backend, outcome });
-      waitDuration.record(seconds, { backend, outcome });
+    acquire(labels, outcome, seconds) {
+      acquires.add(1, { ...labels, outcome });
+      waitDuration.record(seconds, { ...labels, outcome });
     },
-    release(backend, outcome, seconds) {
-      releases.add(1, { backend, outcome });
-      if (seconds !== undefined) holdDuration.record(seconds, { backend });
+    release(labels, outcome, seconds) {
+      releases.add(1, { ...labels, outcome });
+      if (seconds !== undefined) holdDuration.record(seconds, { ...labels });
     },
-    renew(backend, ok) {
-      renewals.add(1, { backend });
-      if (!ok) renewFailures.add(1, { backend });
+    renew(labels, ok) {
+      renewals.add(1, { ...labels });
+      if (!ok) renewFailures.add(1, { ...labels });
     },
-    lost(backend, reason) {
-      lost.add(1, { backend, reason });
+    lost(labels, reason) {
+      lost.add(1, { ...labels, reason });
     },
   });
   let active = true;

@@ -2,11 +2,12 @@
  * Prometheus metrics for fencelock, fed by its diagnostics_channel events (prom-client).
  *
  * Names follow Prometheus conventions (base units, `_seconds`, `_total`); labels are bounded:
- * `backend` (engine name, e.g. `redis`), `outcome` and `reason` — never the key or the owner.
+ * `backend` (engine name, e.g. `redis`), `store` (which store: see `LockLabels`), `outcome` and
+ * `reason` — never the key or the owner.
  */
 import { Counter, Gauge, Histogram, type Registry, register } from 'prom-client';
 import { InvalidArgumentError } from '../errors.js';
-import { LockActivity } from './activity.js';
+import { DEFAULT_MAX_STORES, LockActivity, type LockLabels } from './activity.js';
 import { HOLD_BUCKETS_SECONDS, WAIT_BUCKETS_SECONDS } from './buckets.js';
 
 /** Options of `collectPrometheusMetrics`. */
@@ -19,6 +20,11 @@ export interface PrometheusMetricsOptions {
   readonly waitBucketsSeconds?: readonly number[];
   /** Bucket bounds of the hold-time histogram, seconds. @default HOLD_BUCKETS_SECONDS */
   readonly holdBucketsSeconds?: readonly number[];
+  /**
+   * Distinct `store` label values kept apart; further stores share `store="other"` (a bound on
+   * the time series). @default 64
+   */
+  readonly maxStores?: number;
 }
 
 /** What `collectPrometheusMetrics` returns. */
@@ -39,18 +45,22 @@ const PREFIX = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
  *
  * | metric | type | labels | meaning |
  * | --- | --- | --- | --- |
- * | `<prefix>acquire_attempts_total` | counter | backend, outcome | acquire calls (`acquire`, `tryAcquire`, `withLock`, owner-addressed) by outcome: granted, reentered, busy, timeout, error |
- * | `<prefix>acquire_wait_seconds` | histogram | backend, outcome | time from an acquire call to its outcome |
- * | `<prefix>hold_seconds` | histogram | backend | time from grant to release, when known |
- * | `<prefix>releases_total` | counter | backend, outcome | releases that reached the engine: released, not-held, not-owner, error |
- * | `<prefix>renewals_total` | counter | backend | renewal attempts (watchdog, `extend`, owner-addressed) |
- * | `<prefix>renew_failures_total` | counter | backend | renewals the engine refused or did not answer |
- * | `<prefix>leases_lost_total` | counter | backend, reason | leases lost: expired, not-owner, not-held, max-hold, session-lost |
- * | `<prefix>holders` | gauge | backend | leases held now (granted, not released, lost or past their last TTL) |
- * | `<prefix>waiters` | gauge | backend | acquire calls waiting now for a held key |
+ * | `<prefix>acquire_attempts_total` | counter | backend, store, outcome | acquire calls (`acquire`, `tryAcquire`, `withLock`, owner-addressed) by outcome: granted, reentered, busy, timeout, error |
+ * | `<prefix>acquire_wait_seconds` | histogram | backend, store, outcome | time from an acquire call to its outcome |
+ * | `<prefix>hold_seconds` | histogram | backend, store | time from grant to release, when known |
+ * | `<prefix>releases_total` | counter | backend, store, outcome | releases that reached the engine: released, not-held, not-owner, error |
+ * | `<prefix>renewals_total` | counter | backend, store | renewal attempts (watchdog, `extend`, owner-addressed) |
+ * | `<prefix>renew_failures_total` | counter | backend, store | renewals the engine refused or did not answer |
+ * | `<prefix>leases_lost_total` | counter | backend, store, reason | leases lost: expired, not-owner, not-held, max-hold, session-lost |
+ * | `<prefix>holders` | gauge | backend, store | leases held now (granted, not released, lost or past their last TTL) |
+ * | `<prefix>waiters` | gauge | backend, store | acquire calls waiting now for a held key |
+ *
+ * `store` is the name of the store an event comes from when its locker names it (password
+ * redacted), else the backend name; past `maxStores` names, further stores share `other`.
  *
  * @returns the registry, the metric names, and `unsubscribe()`.
- * @throws InvalidArgumentError for a malformed prefix or bucket list.
+ * @throws InvalidArgumentError for a malformed prefix or bucket list, or a `maxStores` that is
+ *   not a positive integer.
  * @throws Error from prom-client when a metric of the same name is already registered.
  */
 export function collectPrometheusMetrics(
@@ -77,7 +87,7 @@ export function collectPrometheusMetrics(
     'holdBucketsSeconds',
   );
 
-  const activity = new LockActivity();
+  const activity = new LockActivity({ maxStores: options.maxStores ?? DEFAULT_MAX_STORES });
   const registers = [registry];
   const names: string[] = [];
   /** Build (and so register) one metric, and remember its name once it is registered. */
@@ -95,7 +105,7 @@ export function collectPrometheusMetrics(
         new Counter({
           name,
           help: 'Acquire calls (acquire, tryAcquire, withLock, owner-addressed) by outcome.',
-          labelNames: ['backend', 'outcome'] as const,
+          labelNames: ['backend', 'store', 'outcome'] as const,
           registers,
         }),
     );
@@ -105,7 +115,7 @@ export function collectPrometheusMetrics(
         new Histogram({
           name,
           help: 'Time from an acquire call to its outcome, in seconds.',
-          labelNames: ['backend', 'outcome'] as const,
+          labelNames: ['backend', 'store', 'outcome'] as const,
           buckets: [...waitBuckets],
           registers,
         }),
@@ -116,7 +126,7 @@ export function collectPrometheusMetrics(
         new Histogram({
           name,
           help: 'Time from grant to release, in seconds (when the releasing process knows it).',
-          labelNames: ['backend'] as const,
+          labelNames: ['backend', 'store'] as const,
           buckets: [...holdBuckets],
           registers,
         }),
@@ -127,7 +137,7 @@ export function collectPrometheusMetrics(
         new Counter({
           name,
           help: 'Releases that reached the engine, by outcome.',
-          labelNames: ['backend', 'outcome'] as const,
+          labelNames: ['backend', 'store', 'outcome'] as const,
           registers,
         }),
     );
@@ -137,7 +147,7 @@ export function collectPrometheusMetrics(
         new Counter({
           name,
           help: 'Renewal attempts (watchdog, extend, owner-addressed).',
-          labelNames: ['backend'] as const,
+          labelNames: ['backend', 'store'] as const,
           registers,
         }),
     );
@@ -147,7 +157,7 @@ export function collectPrometheusMetrics(
         new Counter({
           name,
           help: 'Renewals the engine refused or did not answer.',
-          labelNames: ['backend'] as const,
+          labelNames: ['backend', 'store'] as const,
           registers,
         }),
     );
@@ -157,7 +167,7 @@ export function collectPrometheusMetrics(
         new Counter({
           name,
           help: 'Leases lost while their holder believed it held them, by reason.',
-          labelNames: ['backend', 'reason'] as const,
+          labelNames: ['backend', 'store', 'reason'] as const,
           registers,
         }),
     );
@@ -167,10 +177,10 @@ export function collectPrometheusMetrics(
         new Gauge({
           name,
           help: 'Leases held now through this process.',
-          labelNames: ['backend'] as const,
+          labelNames: ['backend', 'store'] as const,
           registers,
           collect() {
-            for (const [backend, n] of activity.holders()) this.set({ backend }, n);
+            for (const [labels, n] of activity.holders()) this.set(labels, n);
           },
         }),
     );
@@ -180,29 +190,29 @@ export function collectPrometheusMetrics(
         new Gauge({
           name,
           help: 'Acquire calls waiting now for a held key.',
-          labelNames: ['backend'] as const,
+          labelNames: ['backend', 'store'] as const,
           registers,
           collect() {
-            for (const [backend, n] of activity.waiters()) this.set({ backend }, n);
+            for (const [labels, n] of activity.waiters()) this.set(labels, n);
           },
         }),
     );
 
     const stop = activity.subscribe({
-      acquire(backend, outcome, seconds) {
-        acquires.inc({ backend, outcome });
-        waitSeconds.observe({ backend, outcome }, seconds);
+      acquire(labels: LockLabels, outcome, seconds) {
+        acquires.inc({ ...labels, outcome });
+        waitSeconds.observe({ ...labels, outcome }, seconds);
       },
-      release(backend, outcome, seconds) {
-        releases.inc({ backend, outcome });
-        if (seconds !== undefined) holdSeconds.observe({ backend }, seconds);
+      release(labels, outcome, seconds) {
+        releases.inc({ ...labels, outcome });
+        if (seconds !== undefined) holdSeconds.observe(labels, seconds);
       },
-      renew(backend, ok) {
-        renewals.inc({ backend });
-        if (!ok) renewFailures.inc({ backend });
+      renew(labels, ok) {
+        renewals.inc(labels);
+        if (!ok) renewFailures.inc(labels);
       },
-      lost(backend, reason) {
-        lost.inc({ backend, reason });
+      lost(labels, reason) {
+        lost.inc({ ...labels, reason });
       },
     });
     let active = true;

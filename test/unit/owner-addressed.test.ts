@@ -12,7 +12,9 @@ import {
   createLocker,
   InvalidArgumentError,
   type Locker,
+  LockLostError,
   LockTimeoutError,
+  type LostEvent,
   type ReleaseEvent,
   type RenewEvent,
   type WaitEvent,
@@ -152,6 +154,40 @@ describe('renewForOwner', () => {
   });
 });
 
+describe('renewForOwner reports lost leases', () => {
+  it('publishes lost for a grant that ran out or was granted again, not for a wrong request', async () => {
+    const lost = record<LostEvent>(CHANNELS.lost);
+    try {
+      const locker = lockerOn(new MemoryBackend());
+      const expired = await locker.acquireForOwner('gone', A, { ttlMs: 50 });
+      const overtaken = await locker.acquireForOwner('taken', A, { ttlMs: 50 });
+      await sleep(100);
+      const next = await locker.acquireForOwner('taken', B, { ttlMs: 5000 });
+      const renew = (key: string, owner: string, fencingToken: bigint) =>
+        locker.renewForOwner({ key, owner, fencingToken }, 1000);
+      expect(await renew('gone', A, expired.fencingToken)).toEqual({ outcome: 'not-held' });
+      expect(await renew('taken', A, overtaken.fencingToken)).toEqual({ outcome: 'not-owner' });
+      // Wrong requests: the holder's token under another owner; a token never issued.
+      expect(await renew('taken', A, next.fencingToken)).toEqual({ outcome: 'not-owner' });
+      expect(await renew('gone', A, 99n)).toEqual({ outcome: 'not-held' });
+      expect(
+        lost.events.map(({ key, owner, fencingToken, reason }) => [
+          key,
+          owner,
+          fencingToken,
+          reason,
+        ]),
+      ).toEqual([
+        ['gone', A, expired.fencingToken, 'not-held'],
+        ['taken', A, overtaken.fencingToken, 'not-owner'],
+      ]);
+      expect(lost.events[0]?.error).toBeInstanceOf(LockLostError);
+    } finally {
+      lost.stop();
+    }
+  });
+});
+
 describe('releaseForOwner', () => {
   it('with a token: released, then not-held; never deletes another owner', async () => {
     const backend = new MemoryBackend();
@@ -279,14 +315,29 @@ describe('events', () => {
         { owner: B, outcome: 'granted', fencingToken: 2n, ttlMs: 4000 },
       ]);
       expect(waits.events.filter(mine)).toEqual([
-        { backend: 'memory', key: 'k', owner: B, phase: 'start' },
-        { backend: 'memory', key: 'k', owner: B, phase: 'end' },
+        { backend: 'memory', store: 'memory', key: 'k', owner: B, phase: 'start' },
+        { backend: 'memory', store: 'memory', key: 'k', owner: B, phase: 'end' },
       ]);
       expect(renews.events.filter(mine)).toEqual([
-        { backend: 'memory', key: 'k', owner: A, fencingToken: 1n, ok: true, ttlMs: 6000 },
+        {
+          backend: 'memory',
+          store: 'memory',
+          key: 'k',
+          owner: A,
+          fencingToken: 1n,
+          ok: true,
+          ttlMs: 6000,
+        },
       ]);
       expect(releases.events.filter(mine)).toEqual([
-        { backend: 'memory', key: 'k', owner: A, fencingToken: 1n, outcome: 'released' },
+        {
+          backend: 'memory',
+          store: 'memory',
+          key: 'k',
+          owner: A,
+          fencingToken: 1n,
+          outcome: 'released',
+        },
       ]);
     } finally {
       for (const r of [acquires, waits, renews, releases]) r.stop();
