@@ -6,7 +6,7 @@
  * store agree (on Redis, Redlock, SQLite and PostgreSQL; on etcd and ZooKeeper a grant lives in
  * the engine session of the sidecar that made it).
  */
-import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { Registry } from 'prom-client';
 import { redactStoreUrl } from '../cli/redact.js';
 import type { Locker } from '../core/locker.js';
@@ -15,9 +15,9 @@ import { createLocker } from '../locker.js';
 import { collectPrometheusMetrics, type PrometheusMetrics } from '../metrics/prometheus.js';
 import { MAX_TIMER_MS } from '../options.js';
 import { bearerChecker, isLoopbackHost, MIN_TOKEN_CHARS } from './auth.js';
-import { fromFastifyError, HttpError, sendError } from './http-errors.js';
+import { daprAnswer, fromFastifyError, HttpError, sendError } from './http-errors.js';
 import type { RouteContext } from './routes/context.js';
-import { registerDaprRoutes } from './routes/dapr.js';
+import { DAPR_PATH_PREFIX, registerDaprRoutes } from './routes/dapr.js';
 import { registerLockRoutes } from './routes/locks.js';
 import { registerOpsRoutes } from './routes/ops.js';
 import { allowedFor } from './schemas.js';
@@ -126,7 +126,26 @@ export function createSidecar(options: SidecarOptions): Sidecar {
 
   const shutdown = new AbortController();
   const allowed = (field: string) => allowedFor(field, maxWaitMs);
-  const ctx: RouteContext = { locker, storeName, maxWaitMs, shutdown: shutdown.signal, allowed };
+  const answer = (error: unknown, request: FastifyRequest): HttpError => {
+    if (error instanceof HttpError) {
+      if (error.statusCode >= 500 && error.body.errorCode !== 'ERR_SHUTTING_DOWN') {
+        request.log.warn({ errorCode: error.body.errorCode }, error.message);
+      }
+      return error;
+    }
+    const mapped = fromFastifyError(error as FastifyError, allowed);
+    if (mapped !== undefined) return mapped;
+    request.log.error({ err: error }, 'unexpected error');
+    return new HttpError(500, { errorCode: 'ERR_INTERNAL', message: 'internal error' });
+  };
+  const ctx: RouteContext = {
+    locker,
+    storeName,
+    maxWaitMs,
+    shutdown: shutdown.signal,
+    allowed,
+    answer,
+  };
 
   const app = Fastify({
     logger: options.logger ?? false,
@@ -136,14 +155,16 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     // Requests during shutdown get our own 503 (ERR_SHUTTING_DOWN), from the hook below.
     return503OnClosing: false,
     // A path that is not valid percent-encoding (FST_ERR_BAD_URL) or another early error,
-    // answered in the sidecar's shape.
-    frameworkErrors: (error, _request, reply) => {
-      const answer =
+    // answered in the sidecar's shape; on Dapr's paths in Dapr's terms (ERR_MALFORMED_REQUEST).
+    frameworkErrors: (error, request, reply) => {
+      const dapr = request.url.startsWith(DAPR_PATH_PREFIX);
+      const pathField = dapr ? 'storeName' : 'key';
+      const early =
         error.code === 'FST_ERR_BAD_URL'
           ? new HttpError(400, {
               errorCode: 'ERR_INVALID_ARGUMENT',
-              field: 'key',
-              message: 'invalid key: the path is not valid percent-encoded UTF-8',
+              field: pathField,
+              message: `invalid ${pathField}: the path is not valid percent-encoded UTF-8`,
             })
           : (error.statusCode ?? 500) < 500
             ? new HttpError(error.statusCode ?? 400, {
@@ -152,7 +173,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
                 message: `invalid request: ${error.message}`,
               })
             : new HttpError(500, { errorCode: 'ERR_INTERNAL', message: 'internal error' });
-      void sendError(reply, answer);
+      void sendError(reply, dapr ? daprAnswer(early) : early);
     },
     ajv: {
       // "1000" is not a number, and an unknown field is an error, not something to drop.
@@ -194,21 +215,9 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     });
   }
 
-  app.setErrorHandler((error: FastifyError, request, reply) => {
-    if (error instanceof HttpError) {
-      if (error.statusCode >= 500 && error.body.errorCode !== 'ERR_SHUTTING_DOWN') {
-        request.log.warn({ errorCode: error.body.errorCode }, error.message);
-      }
-      return sendError(reply, error);
-    }
-    const mapped = fromFastifyError(error, allowed);
-    if (mapped !== undefined) return sendError(reply, mapped);
-    request.log.error({ err: error }, 'unexpected error');
-    return sendError(
-      reply,
-      new HttpError(500, { errorCode: 'ERR_INTERNAL', message: 'internal error' }),
-    );
-  });
+  app.setErrorHandler((error: FastifyError, request, reply) =>
+    sendError(reply, answer(error, request)),
+  );
   app.setNotFoundHandler((request, reply) =>
     sendError(
       reply,

@@ -2,6 +2,8 @@
  * How the sidecar answers errors: one JSON shape, `{ errorCode, message, field?, outcome? }`
  * (Dapr's error bodies also use `errorCode` and `message`), with a stable `errorCode` per case.
  * Bad input is always a 4xx; only an engine that cannot answer, a shutdown or a bug gives a 5xx.
+ * fencelock's own routes answer with fencelock's codes; Dapr's routes answer with Dapr's
+ * (`daprAnswer`, after dapr/dapr `pkg/messages/predefined.go`).
  */
 import type { FastifyError, FastifyReply } from 'fastify';
 import { FencelockError, InvalidArgumentError, LockTimeoutError, QuorumError } from '../errors.js';
@@ -9,6 +11,7 @@ import { FencelockError, InvalidArgumentError, LockTimeoutError, QuorumError } f
 /** Every `errorCode` the sidecar answers with. */
 export type SidecarErrorCode =
   | 'ERR_INVALID_ARGUMENT'
+  | 'ERR_MALFORMED_REQUEST'
   | 'ERR_UNSUPPORTED_MEDIA_TYPE'
   | 'ERR_BODY_TOO_LARGE'
   | 'ERR_UNAUTHORIZED'
@@ -20,6 +23,8 @@ export type SidecarErrorCode =
   | 'ERR_LOCK_NOT_HELD'
   | 'ERR_BACKEND'
   | 'ERR_QUORUM'
+  | 'ERR_TRY_LOCK'
+  | 'ERR_UNLOCK'
   | 'ERR_SHUTTING_DOWN'
   | 'ERR_INTERNAL';
 
@@ -33,6 +38,45 @@ export interface ErrorBody {
   readonly outcome?: string;
   /** Dapr's unlock status (3: internal error), on the Dapr unlock route only. */
   readonly status?: number;
+}
+
+/** Which of Dapr's routes an answer is for. */
+export type DaprOperation = 'lock' | 'unlock';
+
+/**
+ * `answer` in Dapr's terms, as Dapr's own HTTP API words it for the same case (dapr/dapr
+ * `pkg/messages/predefined.go`, `pkg/api/universal/lock.go`):
+ * - bad input (400 `ERR_INVALID_ARGUMENT`, including malformed JSON) → 400
+ *   `ERR_MALFORMED_REQUEST`, still naming the `field`;
+ * - an engine failure or another error of the store (any 5xx but a shutdown) → 500
+ *   `ERR_TRY_LOCK` ("failed to try acquiring lock: …") on lock, 500 `ERR_UNLOCK` ("failed to
+ *   release lock: …") with `status: 3` (Dapr's `INTERNAL_ERROR`) on unlock;
+ * - anything else (401, 413, 503 `ERR_SHUTTING_DOWN`, `ERR_LOCK_STORE_NOT_FOUND`) as it is.
+ * Without `operation` (an error outside the store call: a hook, a bug) a 5xx is left as it is.
+ * Idempotent.
+ */
+export function daprAnswer(answer: HttpError, operation?: DaprOperation): HttpError {
+  const { statusCode, body } = answer;
+  if (statusCode === 400 && body.errorCode === 'ERR_INVALID_ARGUMENT') {
+    return new HttpError(400, { ...body, errorCode: 'ERR_MALFORMED_REQUEST' });
+  }
+  if (
+    statusCode < 500 ||
+    operation === undefined ||
+    ['ERR_SHUTTING_DOWN', 'ERR_TRY_LOCK', 'ERR_UNLOCK'].includes(body.errorCode)
+  ) {
+    return answer;
+  }
+  return operation === 'lock'
+    ? new HttpError(500, {
+        errorCode: 'ERR_TRY_LOCK',
+        message: `failed to try acquiring lock: ${body.message}`,
+      })
+    : new HttpError(500, {
+        errorCode: 'ERR_UNLOCK',
+        message: `failed to release lock: ${body.message}`,
+        status: 3,
+      });
 }
 
 /** An answer other than 200, thrown by handlers and sent by the app's error handler. */

@@ -1,5 +1,7 @@
 /** What the route handlers share: the locker, settings, and the shutdown signal. */
+import type { FastifyRequest } from 'fastify';
 import type { Locker } from '../../core/locker.js';
+import type { HttpError } from '../http-errors.js';
 
 /** Passed to every route module by the app. */
 export interface RouteContext {
@@ -13,4 +15,10 @@ export interface RouteContext {
   readonly shutdown: AbortSignal;
   /** The allowed range of a request field, for 400 answers. */
   readonly allowed: (field: string) => string;
+  /**
+   * The answer (in fencelock's codes) to an error thrown while serving `request`: an HttpError
+   * as it is, fastify's validation and body errors mapped, anything else a logged 500. Route
+   * scopes with their own error handler (Dapr's) start from it.
+   */
+  readonly answer: (error: unknown, request: FastifyRequest) => HttpError;
 }

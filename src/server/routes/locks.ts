@@ -2,7 +2,9 @@
  * fencelock's extensions under `/v1/locks/{key}` (the key URL-encoded): acquire with a wait,
  * renew, release and inspect. Every grant answers `{ key, owner, ownerId, fencingToken, ttlMs }`
  * with the fencing token as a decimal string and `ttlMs` as the engine applied it. Renew and
- * release need the owner name and the fencing token of the grant.
+ * release need the owner name and the fencing token of the grant. A renewal the engine refuses
+ * because the grant is gone counts as a lost lease (`Locker.renewForOwner` publishes `lost`,
+ * hence `fencelock_leases_lost_total`).
  */
 import type { FastifyInstance } from 'fastify';
 import { fromLockError, HttpError } from '../http-errors.js';

@@ -1,18 +1,28 @@
 /**
  * Dapr's distributed-lock API on the sidecar: request and response shapes, unlock statuses,
- * validation (400 with a stable code naming the field), store names, and the TTL the engine
- * applies. An in-process sidecar on a loopback port over the real Redis and a SQLite file.
+ * validation (400 `ERR_MALFORMED_REQUEST` naming the field), store names (400
+ * `ERR_LOCK_STORE_NOT_FOUND`), bodies read as JSON whatever their Content-Type, and the TTL the
+ * engine applies. A `fencelock serve` process per store (the real Redis, a SQLite file, etcd,
+ * ZooKeeper) on a loopback port. Engine failures: `private-redis.test.ts`.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_TIMER_MS } from '../../../src/index.js';
-import type { Sidecar } from '../../../src/server/index.js';
 import { ownerIdFor } from '../../../src/server/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { useNamespace as useEtcdNamespace } from '../etcd/support.js';
 import { redisHarness, type StoreHarness, sqliteHarness } from '../handed/stores.js';
 import { useNamespace as useZkNamespace } from '../zookeeper/support.js';
-import { call, dropRedisKeys, startInProcess, uniqueKey } from './support.js';
+import {
+  BUILD_TIMEOUT_MS,
+  buildCli,
+  call,
+  dropRedisKeys,
+  type ServerProcess,
+  serveStore,
+  uniqueKey,
+} from './support.js';
 
+beforeAll(buildCli, BUILD_TIMEOUT_MS);
 afterAll(dropRedisKeys);
 
 const STORES = [
@@ -28,17 +38,18 @@ const STORES = [
 
 describe.each(STORES)('Dapr lock API ($name)', ({ make }) => {
   let harness: StoreHarness;
-  let sidecar: Sidecar;
+  let server: ServerProcess;
   let base: string;
 
   beforeAll(async () => {
     const store = make();
     harness = store.harness;
-    ({ sidecar, url: base } = await startInProcess({ store: store.url() }));
+    server = await serveStore(store.url());
+    base = server.url;
   });
 
   afterAll(async () => {
-    await sidecar?.close();
+    expect(await server?.stop()).toBe(0);
     await harness?.close();
   });
 
@@ -127,14 +138,14 @@ describe.each(STORES)('Dapr lock API ($name)', ({ make }) => {
   ];
 
   it.each(INVALID_EXPIRY)(
-    'refuses expiryInSeconds %s with 400 ERR_INVALID_ARGUMENT naming the field (T06)',
+    'refuses expiryInSeconds %s with 400 ERR_MALFORMED_REQUEST naming the field (T06)',
     async (_label, json) => {
       const resourceId = uniqueKey('dapr-t06');
       const answer = await call(base, '/v1.0-alpha1/lock/lockstore', {
         raw: `{"resourceId":${JSON.stringify(resourceId)},"lockOwner":"vader","expiryInSeconds":${json}}`,
       });
       expect(answer.status).toBe(400);
-      expect(answer.body.errorCode).toBe('ERR_INVALID_ARGUMENT');
+      expect(answer.body.errorCode).toBe('ERR_MALFORMED_REQUEST');
       expect(answer.body.field).toBe('expiryInSeconds');
       expect(answer.body.message).toContain('expiryInSeconds');
       expect(answer.body.message).toContain('[1, 2147483]');
@@ -164,11 +175,15 @@ describe.each(STORES)('Dapr lock API ($name)', ({ make }) => {
     ['an empty lockOwner', { resourceId: 'x', lockOwner: '', expiryInSeconds: 5 }, 'lockOwner'],
     ['no expiryInSeconds', { resourceId: 'x', lockOwner: 'vader' }, 'expiryInSeconds'],
     ['an array body', [1, 2], 'body'],
-  ])('refuses a lock with %s: 400 naming %s', async (_label, body, field) => {
-    const answer = await lock(body);
-    expect(answer.status).toBe(400);
-    expect(answer.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field });
-  });
+  ])(
+    'refuses a lock with %s: 400 ERR_MALFORMED_REQUEST naming the field',
+    async (_label, body, field) => {
+      const answer = await lock(body);
+      expect(answer.status).toBe(400);
+      expect(answer.body).toMatchObject({ errorCode: 'ERR_MALFORMED_REQUEST', field });
+      expect(answer.body.message).toContain(field);
+    },
+  );
 
   it('refuses a lockOwner with a lone surrogate (400 naming lockOwner): it would alias the name with U+FFFD', async () => {
     const resourceId = uniqueKey('dapr-surrogate');
@@ -180,13 +195,13 @@ describe.each(STORES)('Dapr lock API ($name)', ({ make }) => {
       const unlocked = await unlock({ resourceId, lockOwner });
       expect(unlocked.status, JSON.stringify(lockOwner)).toBe(400);
       expect(unlocked.body).toMatchObject({
-        errorCode: 'ERR_INVALID_ARGUMENT',
+        errorCode: 'ERR_MALFORMED_REQUEST',
         field: 'lockOwner',
       });
       expect(unlocked.body.message).toContain('well-formed');
       const locked = await lock({ resourceId: `${resourceId}:2`, lockOwner, expiryInSeconds: 30 });
       expect(locked.status).toBe(400);
-      expect(locked.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field: 'lockOwner' });
+      expect(locked.body).toMatchObject({ errorCode: 'ERR_MALFORMED_REQUEST', field: 'lockOwner' });
     }
     expect(await harness.rawLease(`${resourceId}:2`)).toBeNull();
     // The holder is untouched; a surrogate pair (one code point) is a fine name.
@@ -200,29 +215,70 @@ describe.each(STORES)('Dapr lock API ($name)', ({ make }) => {
     });
   });
 
-  it('refuses an unlock without lockOwner, and malformed JSON, with 400', async () => {
+  it('refuses an unlock without lockOwner, malformed JSON and an empty body with 400 ERR_MALFORMED_REQUEST', async () => {
     const noOwner = await unlock({ resourceId: 'x' });
     expect(noOwner.status).toBe(400);
-    expect(noOwner.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field: 'lockOwner' });
+    expect(noOwner.body).toMatchObject({ errorCode: 'ERR_MALFORMED_REQUEST', field: 'lockOwner' });
+    expect(noOwner.body).not.toHaveProperty('status');
     const malformed = await call(base, '/v1.0-alpha1/lock/lockstore', {
       raw: '{"resourceId":"x","lockOwner":"vader","expiryInSeconds":NaN}',
     });
     expect(malformed.status).toBe(400);
-    expect(malformed.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field: 'body' });
+    expect(malformed.body).toMatchObject({ errorCode: 'ERR_MALFORMED_REQUEST', field: 'body' });
+    // Dapr reads an empty body as the empty request, then refuses its empty fields.
+    for (const contentType of ['application/json', null]) {
+      const empty = await call(base, '/v1.0-alpha1/lock/lockstore', { raw: '', contentType });
+      expect(empty.status, String(contentType)).toBe(400);
+      expect(empty.body.errorCode).toBe('ERR_MALFORMED_REQUEST');
+    }
   });
 
-  it('answers 415 for a body that is not JSON, and 404 for another store name', async () => {
+  it('reads the body as JSON whatever its Content-Type, as Dapr does (curl -d sends a form type)', async () => {
+    const resourceId = uniqueKey('dapr-content-type');
+    const json = (value: unknown) => JSON.stringify(value);
     const form = await call(base, '/v1.0-alpha1/lock/lockstore', {
-      raw: 'resourceId=x&lockOwner=vader&expiryInSeconds=5',
+      raw: json({ resourceId, lockOwner: 'vader', expiryInSeconds: 30 }),
       contentType: 'application/x-www-form-urlencoded',
     });
-    expect(form.status).toBe(415);
-    expect(form.body.errorCode).toBe('ERR_UNSUPPORTED_MEDIA_TYPE');
+    expect(form.status).toBe(200);
+    expect(form.body).toEqual({ success: true });
+    expect(form.headers.get('fencelock-fencing-token')).toBe('1');
+    expect((await harness.rawLease(resourceId))?.owner).toBe(ownerIdFor('vader', resourceId));
+    const text = await call(base, '/v1.0-alpha1/lock/lockstore', {
+      raw: json({ resourceId, lockOwner: 'luke', expiryInSeconds: 30 }),
+      contentType: 'text/plain',
+    });
+    expect(text.body).toEqual({ success: false });
+    const none = await call(base, '/v1.0-alpha1/unlock/lockstore', {
+      raw: json({ resourceId, lockOwner: 'vader' }),
+      contentType: null,
+    });
+    expect(none.status).toBe(200);
+    expect(none.body).toEqual({ status: 0 });
+    expect(await harness.rawLease(resourceId)).toBeNull();
+    // A real form body is not JSON: 400, never 415.
+    const notJson = await call(base, '/v1.0-alpha1/lock/lockstore', {
+      raw: `resourceId=${resourceId}&lockOwner=vader&expiryInSeconds=5`,
+      contentType: 'application/x-www-form-urlencoded',
+    });
+    expect(notJson.status).toBe(400);
+    expect(notJson.body).toMatchObject({ errorCode: 'ERR_MALFORMED_REQUEST', field: 'body' });
+    expect(await harness.rawLease(resourceId)).toBeNull();
+  });
+
+  it('answers 400 ERR_LOCK_STORE_NOT_FOUND for another store name, as Dapr does, and 404 for another route', async () => {
     const resourceId = uniqueKey('dapr-store');
     const other = await lock({ resourceId, lockOwner: 'vader', expiryInSeconds: 5 }, 'redisStore');
-    expect(other.status).toBe(404);
+    expect(other.status).toBe(400);
     expect(other.body.errorCode).toBe('ERR_LOCK_STORE_NOT_FOUND');
+    expect(other.body.message).toContain('redisStore');
+    const otherUnlock = await unlock({ resourceId, lockOwner: 'vader' }, 'redisStore');
+    expect(otherUnlock.status).toBe(400);
+    expect(otherUnlock.body.errorCode).toBe('ERR_LOCK_STORE_NOT_FOUND');
     expect(await harness.rawLease(resourceId)).toBeNull();
+    const badPath = await lock({ resourceId, lockOwner: 'vader', expiryInSeconds: 5 }, '%E0%A4%A');
+    expect(badPath.status).toBe(400);
+    expect(badPath.body).toMatchObject({ errorCode: 'ERR_MALFORMED_REQUEST', field: 'storeName' });
     const unknownRoute = await call(base, '/v1.0/state/lockstore');
     expect(unknownRoute.status).toBe(404);
     expect(unknownRoute.body.errorCode).toBe('ERR_NOT_FOUND');
@@ -245,27 +301,33 @@ describe.each([
   { name: 'etcd', url: () => etcd.url },
   { name: 'zookeeper', url: () => zk.url },
 ])('one lockOwner on several resources ($name: contenders are tracked by owner id)', ({ url }) => {
+  let server: ServerProcess;
+
+  beforeAll(async () => {
+    server = await serveStore(url());
+  });
+
+  afterAll(async () => {
+    expect(await server?.stop()).toBe(0);
+  });
+
   it('locks and unlocks each resource on its own', async () => {
-    const { sidecar, url: base } = await startInProcess({ store: url() });
-    try {
-      const [r1, r2] = [uniqueKey('multi-1'), uniqueKey('multi-2')];
-      const lock = (resourceId: string) =>
-        call(base, '/v1.0-alpha1/lock/lockstore', {
-          body: { resourceId, lockOwner: 'app-1', expiryInSeconds: 30 },
-        });
-      const unlock = (resourceId: string, lockOwner = 'app-1') =>
-        call(base, '/v1.0-alpha1/unlock/lockstore', { body: { resourceId, lockOwner } });
-      expect((await lock(r1)).body).toEqual({ success: true });
-      expect((await lock(r2)).body).toEqual({ success: true });
-      const info = await call(base, `/v1/locks/${encodeURIComponent(r1)}?owner=app-1`);
-      expect(info.body.heldByOwner).toBe(true);
-      expect(info.body.holder.ownerId).toBe(ownerIdFor('app-1', r1));
-      expect((await unlock(r1, 'app-2')).body).toEqual({ status: 2 });
-      expect((await unlock(r1)).body).toEqual({ status: 0 });
-      expect((await unlock(r2)).body).toEqual({ status: 0 });
-      expect((await unlock(r2)).body).toEqual({ status: 1 });
-    } finally {
-      await sidecar.close();
-    }
+    const base = server.url;
+    const [r1, r2] = [uniqueKey('multi-1'), uniqueKey('multi-2')];
+    const lock = (resourceId: string) =>
+      call(base, '/v1.0-alpha1/lock/lockstore', {
+        body: { resourceId, lockOwner: 'app-1', expiryInSeconds: 30 },
+      });
+    const unlock = (resourceId: string, lockOwner = 'app-1') =>
+      call(base, '/v1.0-alpha1/unlock/lockstore', { body: { resourceId, lockOwner } });
+    expect((await lock(r1)).body).toEqual({ success: true });
+    expect((await lock(r2)).body).toEqual({ success: true });
+    const info = await call(base, `/v1/locks/${encodeURIComponent(r1)}?owner=app-1`);
+    expect(info.body.heldByOwner).toBe(true);
+    expect(info.body.holder.ownerId).toBe(ownerIdFor('app-1', r1));
+    expect((await unlock(r1, 'app-2')).body).toEqual({ status: 2 });
+    expect((await unlock(r1)).body).toEqual({ status: 0 });
+    expect((await unlock(r2)).body).toEqual({ status: 0 });
+    expect((await unlock(r2)).body).toEqual({ status: 1 });
   });
 });

@@ -1,18 +1,32 @@
 /**
  * fencelock's `/v1/locks/{key}` extensions on the sidecar: grants with fencing tokens and
  * effective TTLs, renew / release / inspect by owner and token, handed.md T01 variant c and T06
- * through HTTP, a blocking acquire that returns when the holder releases, a caller that hangs
- * up while waiting, and shutdown while a request waits. An in-process sidecar on a loopback port
- * over the real Redis and a SQLite file.
+ * through HTTP, fencelock's own error codes (unchanged by Dapr's), a blocking acquire that
+ * returns when the holder releases, and a caller that hangs up while waiting. A `fencelock serve`
+ * process per store (the real Redis and a SQLite file) on a loopback port. The last block runs
+ * the factory in this process, for what only it can show (see there). Event-driven waiting and
+ * engine failures: `private-redis.test.ts`.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_TIMER_MS } from '../../../src/index.js';
-import { ownerIdFor, type Sidecar } from '../../../src/server/index.js';
+import { ownerIdFor } from '../../../src/server/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { settledWithin } from '../../helpers/promises.js';
 import { redisHarness, type StoreHarness, sqliteHarness } from '../handed/stores.js';
-import { call, dropRedisKeys, lockPath, sleep, startInProcess, uniqueKey } from './support.js';
+import {
+  BUILD_TIMEOUT_MS,
+  buildCli,
+  call,
+  dropRedisKeys,
+  lockPath,
+  type ServerProcess,
+  serveStore,
+  sleep,
+  startInProcess,
+  uniqueKey,
+} from './support.js';
 
+beforeAll(buildCli, BUILD_TIMEOUT_MS);
 afterAll(dropRedisKeys);
 
 const STORES = [
@@ -28,17 +42,18 @@ const STORES = [
 
 describe.each(STORES)('/v1/locks ($name)', ({ make }) => {
   let harness: StoreHarness;
-  let sidecar: Sidecar;
+  let server: ServerProcess;
   let base: string;
 
   beforeAll(async () => {
     const store = make();
     harness = store.harness;
-    ({ sidecar, url: base } = await startInProcess({ store: store.url(), maxWaitMs: 30_000 }));
+    server = await serveStore(store.url(), ['--max-wait', '30000']);
+    base = server.url;
   });
 
   afterAll(async () => {
-    await sidecar?.close();
+    expect(await server?.stop()).toBe(0);
     await harness?.close();
   });
 
@@ -351,6 +366,22 @@ describe.each(STORES)('/v1/locks ($name)', ({ make }) => {
     }
   });
 
+  it('keeps its own codes: a body not sent as JSON is 415, malformed JSON 400 ERR_INVALID_ARGUMENT', async () => {
+    const key = uniqueKey('media-type');
+    for (const contentType of ['application/x-www-form-urlencoded', null]) {
+      const answer = await call(base, lockPath(key, 'acquire'), {
+        raw: JSON.stringify({ owner: 'A', ttlMs: 1000 }),
+        contentType,
+      });
+      expect(answer.status, String(contentType)).toBe(415);
+      expect(answer.body.errorCode).toBe('ERR_UNSUPPORTED_MEDIA_TYPE');
+    }
+    const malformed = await call(base, lockPath(key, 'acquire'), { raw: '{"owner":' });
+    expect(malformed.status).toBe(400);
+    expect(malformed.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field: 'body' });
+    expect(await harness.rawFence(key)).toBeNull();
+  });
+
   it('healthz answers without a token; metrics in Prometheus text', async () => {
     expect((await call(base, '/healthz')).body).toEqual({ status: 'ok' });
     const metrics = await call(base, '/metrics');
@@ -360,6 +391,12 @@ describe.each(STORES)('/v1/locks ($name)', ({ make }) => {
   });
 });
 
+/**
+ * `createSidecar` in this process, for what a sidecar process cannot show: that `close()` takes
+ * fencelock's metrics out of the caller's registry and leaves no server, socket or timer in the
+ * process, and how the factory itself refuses bad options. (SIGTERM of a sidecar process:
+ * `process.test.ts`.)
+ */
 describe('shutdown of an in-process sidecar', () => {
   it('ends a waiting acquire with 503 ERR_SHUTTING_DOWN and closes its store', async () => {
     const harness = redisHarness();

@@ -1,28 +1,40 @@
 /**
- * Helpers of the sidecar tests: an in-process sidecar on a loopback port (the factory
- * `createSidecar`, listening on port 0), a real sidecar process (the built CLI,
- * `node dist/cli/main.js serve …`), a small JSON HTTP client over `fetch`, and a Prometheus
- * text parser. Stores are real: the Redis of `scripts/services.sh` and SQLite files.
+ * Helpers of the sidecar tests: a real sidecar process (`fencelock serve`, from the CLI compiled
+ * into a private build of `src/`, never a possibly stale `dist/`), an in-process sidecar for the
+ * few tests that need the factory's objects, a small JSON HTTP client over `fetch`, and a
+ * Prometheus text parser. Stores are real: the engines of `scripts/services.sh`, SQLite files,
+ * and private `redis-server`s for fault tests.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
 import { createSidecar, type Sidecar, type SidecarOptions } from '../../../src/server/index.js';
+import { privateBuild, ROOT } from '../../helpers/private-build.js';
+import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';
 import { redisHarness } from '../handed/stores.js';
 
-export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
-export const CLI = join(ROOT, 'dist/cli/main.js');
+export { ROOT };
 
 /** A token long enough for the sidecar (>= 16 characters). */
 export const TOKEN = 'test-token-0123456789abcdef';
 
-/** Build dist/ if the built CLI has no `serve` command yet (as the flash-sale test does). */
-export function ensureBuilt(): void {
-  if (!existsSync(join(ROOT, 'dist/cli/commands/serve.js'))) {
-    execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'inherit' });
-  }
+/** Hook timeout of `beforeAll(buildCli, …)`: the first build of a run compiles `src/`. */
+export const BUILD_TIMEOUT_MS = 180_000;
+
+let cli: Promise<string> | undefined;
+
+/**
+ * The entry point of the CLI compiled from the current `src/` (a private build shared by every
+ * test file of the run while the sources are unchanged). Call it in `beforeAll` with
+ * `BUILD_TIMEOUT_MS`; `spawnServer` and `runCli` call it too.
+ */
+export function buildCli(): Promise<string> {
+  cli ??= privateBuild('sidecar').then((build) => join(build.dir, 'cli', 'main.js'));
+  cli.catch(() => {
+    cli = undefined;
+  });
+  return cli;
 }
 
 /** Keys made by `uniqueKey`, for `dropRedisKeys`. */
@@ -56,12 +68,15 @@ export interface Answer {
   readonly text: string;
 }
 
-/** Request options: a JSON `body`, or `raw` text sent as is with `contentType`. */
+/**
+ * Request options: a JSON `body`, or `raw` text sent as is, with `contentType` (default
+ * `application/json`; `null`: no Content-Type header at all).
+ */
 export interface CallOptions {
   readonly method?: string;
   readonly body?: unknown;
   readonly raw?: string;
-  readonly contentType?: string;
+  readonly contentType?: string | null;
   readonly token?: string;
   readonly signal?: AbortSignal;
 }
@@ -72,12 +87,15 @@ export async function call(base: string, path: string, options: CallOptions = {}
   let payload: string | undefined;
   if (options.raw !== undefined) payload = options.raw;
   else if (options.body !== undefined) payload = JSON.stringify(options.body);
-  if (payload !== undefined) headers['content-type'] = options.contentType ?? 'application/json';
+  if (payload !== undefined && options.contentType !== null) {
+    headers['content-type'] = options.contentType ?? 'application/json';
+  }
   if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
   const response = await fetch(`${base}${path}`, {
     method: options.method ?? (payload === undefined ? 'GET' : 'POST'),
     headers,
-    ...(payload === undefined ? {} : { body: payload }),
+    // Bytes: fetch adds no Content-Type of its own (it would for a string).
+    ...(payload === undefined ? {} : { body: new TextEncoder().encode(payload) }),
     ...(options.signal ? { signal: options.signal } : {}),
   });
   const text = await response.text();
@@ -95,7 +113,11 @@ export function lockPath(key: string, action?: string): string {
   return `/v1/locks/${encodeURIComponent(key)}${action ? `/${action}` : ''}`;
 }
 
-/** An in-process sidecar listening on a free loopback port. */
+/**
+ * An in-process sidecar listening on a free loopback port. Only for tests that need the
+ * factory's objects (its registry, `close()`, the process's own handles); the HTTP API is tested
+ * against sidecar processes (`spawnServer`).
+ */
 export async function startInProcess(
   options: SidecarOptions,
 ): Promise<{ sidecar: Sidecar; url: string }> {
@@ -119,14 +141,15 @@ export interface ServerProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Run `node dist/cli/main.js serve <args>` and wait until it listens (or exits). */
-export function spawnServer(
+/** Run `node <build>/cli/main.js serve <args>` and wait until it listens (or exits). */
+export async function spawnServer(
   args: readonly string[],
   env: NodeJS.ProcessEnv = {},
   timeoutMs = 20_000,
 ): Promise<ServerProcess> {
+  const entry = await buildCli();
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [CLI, 'serve', ...args], {
+    const child = spawn(process.execPath, [entry, 'serve', ...args], {
       cwd: ROOT,
       env: { ...process.env, FENCELOCK_SERVER_TOKEN: '', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -168,13 +191,19 @@ export function spawnServer(
   });
 }
 
+/** `fencelock serve --store <store> --port 0 <args>`: a sidecar process on a free loopback port. */
+export function serveStore(store: string, args: readonly string[] = []): Promise<ServerProcess> {
+  return spawnServer(['--store', store, '--port', '0', ...args]);
+}
+
 /** Run the built CLI to completion (for usage errors and --help). */
-export function runCli(
+export async function runCli(
   args: readonly string[],
   env: NodeJS.ProcessEnv = {},
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const entry = await buildCli();
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], {
+    const child = spawn(process.execPath, [entry, ...args], {
       cwd: ROOT,
       env: { ...process.env, FENCELOCK_SERVER_TOKEN: '', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -194,6 +223,37 @@ export function runCli(
       resolvePromise({ code, stdout, stderr });
     });
   });
+}
+
+/**
+ * A private `redis-server` (`startRedis`) that is surely the one this process started: its
+ * `process_id` is checked, since a port found free a moment ago may have been taken meanwhile by
+ * another test's server (which would then answer the readiness PING in its place).
+ */
+export async function startOwnRedis(): Promise<PrivateRedis> {
+  for (let tries = 0; tries < 5; tries += 1) {
+    const redis = await startRedis();
+    const probe = new Redis(redis.url, { maxRetriesPerRequest: 1, retryStrategy: () => null });
+    probe.on('error', () => undefined);
+    let info = '';
+    try {
+      info = await probe.info('server');
+    } catch {
+      // not answering: try another
+    } finally {
+      probe.disconnect();
+    }
+    if (new RegExp(`^process_id:${redis.pid}\\r?$`, 'm').test(info)) return redis;
+    await redis.stop();
+  }
+  throw new Error('could not start a private redis-server of our own');
+}
+
+/** `GET /metrics`, parsed. */
+export async function scrape(base: string, token?: string): Promise<Sample[]> {
+  const answer = await call(base, '/metrics', token === undefined ? {} : { token });
+  if (answer.status !== 200) throw new Error(`/metrics answered ${answer.status}: ${answer.text}`);
+  return parsePrometheus(answer.text);
 }
 
 /** One sample of the Prometheus text format. */
@@ -217,17 +277,20 @@ export function parsePrometheus(text: string): Sample[] {
   return samples;
 }
 
-/** The value of the sample `name` whose labels are exactly `labels`, or undefined. */
+/**
+ * The value of the sample `name` whose labels include `labels`, or undefined. Labels not named
+ * (e.g. `store`, which names the one store a sidecar serves) do not matter, but must not tell
+ * two samples apart: that throws.
+ */
 export function sampleValue(
   samples: readonly Sample[],
   name: string,
   labels: Readonly<Record<string, string>>,
 ): number | undefined {
   const want = Object.entries(labels);
-  return samples.find(
-    (s) =>
-      s.name === name &&
-      Object.keys(s.labels).length === want.length &&
-      want.every(([k, v]) => s.labels[k] === v),
-  )?.value;
+  const found = samples.filter((s) => s.name === name && want.every(([k, v]) => s.labels[k] === v));
+  if (found.length > 1) {
+    throw new Error(`${found.length} samples of ${name} match ${JSON.stringify(labels)}`);
+  }
+  return found[0]?.value;
 }
