@@ -1,11 +1,14 @@
 /**
  * Bad command lines of `run` and `inspect`: exit code 2, one clear line on stderr, and no call
  * to the engine (the SQLite file is never created; Redis sees no command naming the key; the
- * command never runs). And `--help` on every command.
+ * command never runs). And `--help` on every command and subcommand of the program (its
+ * commander tree is walked, so a command added later is checked too).
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Command } from 'commander';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createProgram } from '../../../src/cli/program.js';
 import { STORE_SCHEMES } from '../../../src/index.js';
 import { monitorRedis } from '../handed/stores.js';
 import {
@@ -218,7 +221,104 @@ describe('store URLs in usage errors', () => {
   });
 });
 
+/** One command of the program's tree: its words after `fencelock` ([] for the program). */
+interface CommandEntry {
+  readonly words: readonly string[];
+  readonly command: Command;
+}
+
+/** Every command of the commander tree under `command`, itself first, depth first. */
+function commandTree(command: Command, words: readonly string[] = []): CommandEntry[] {
+  return [
+    { words, command },
+    ...command.commands.flatMap((sub) => commandTree(sub, [...words, sub.name()])),
+  ];
+}
+
+/** The program as the CLI builds it (only read here: its commands, options and texts). */
+const TREE = commandTree(createProgram());
+
+/**
+ * Commands whose `--help` is not commander's: they pass every option through to a script, whose
+ * own help answers (its usage line).
+ */
+const DELEGATED_HELP: ReadonlyMap<string, string> = new Map([
+  ['bench', 'Usage: node bench/run.mjs [options]   (npm run bench -- [options])'],
+]);
+
+/** Text with every run of whitespace as one space: commander wraps help at 80 columns. */
+const flat = (text: string) => text.replace(/\s+/g, ' ').trim();
+
 describe('--help', () => {
+  it('walks every command and subcommand of the program', () => {
+    const names = TREE.map(({ words }) => words.join(' '));
+    // The walk must see the commands known today (a broken walk would check nothing).
+    expect(names).toEqual(
+      expect.arrayContaining([
+        '',
+        'run',
+        'inspect',
+        'demo',
+        'demo flash-sale',
+        'demo versions',
+        'serve',
+        'torture',
+        'torture report',
+        'bench',
+      ]),
+    );
+    expect(new Set(names).size).toBe(names.length);
+  });
+
+  it.each(
+    TREE.filter(({ words }) => !DELEGATED_HELP.has(words.join(' '))).map(
+      (entry) => [['fencelock', ...entry.words].join(' '), entry] as const,
+    ),
+  )('%s --help: exit code 0, its usage line, every option documented', async (name, entry) => {
+    const { command, words } = entry;
+    const help = command.createHelp();
+    // A command that switches commander's help off must say whose help answers instead.
+    expect(
+      help.visibleOptions(command).map((option) => option.long),
+      `${name} has no --help`,
+    ).toContain('--help');
+
+    const result = await runCli([...words, '--help']);
+    expect([result.code, result.stderr]).toEqual([0, '']);
+    const lines = result.stdout.split('\n');
+    expect(lines[0]).toBe(`Usage: ${name} ${command.usage()}`);
+    const text = flat(result.stdout);
+    expect(command.description(), `${name} has a description`).not.toBe('');
+    expect(text).toContain(flat(help.commandDescription(command)));
+    for (const option of command.options.filter((o) => !o.hidden)) {
+      expect(option.description, `${name} ${option.flags} has a description`).not.toBe('');
+      expect(text).toContain(flat(`${help.optionTerm(option)} ${help.optionDescription(option)}`));
+    }
+    expect(text).toContain('-h, --help display help for command');
+    for (const argument of command.registeredArguments) {
+      expect(lines[0]).toContain(help.argumentTerm(argument));
+      if (argument.description !== '') {
+        expect(text).toContain(
+          flat(`${help.argumentTerm(argument)} ${help.argumentDescription(argument)}`),
+        );
+      }
+    }
+    for (const sub of command.commands) {
+      expect(text).toContain(
+        flat(`${help.subcommandTerm(sub)} ${help.subcommandDescription(sub)}`),
+      );
+    }
+  });
+
+  it.each(
+    [...DELEGATED_HELP].map(([words, usage]) => [`fencelock ${words}`, words.split(' '), usage]),
+  )('%s --help answers with the help of the script it runs', async (_, words, usage) => {
+    expect(TREE.map((entry) => entry.words.join(' '))).toContain(words.join(' '));
+    const result = await runCli([...words, '--help']);
+    expect([result.code, result.stderr]).toEqual([0, '']);
+    expect(result.stdout.split('\n')[0]).toBe(usage);
+  });
+
   it('documents the exit codes of run', async () => {
     const result = await runCli(['run', '--help']);
     expect([result.code, result.stderr]).toEqual([0, '']);
@@ -233,21 +333,7 @@ describe('--help', () => {
     }
   });
 
-  it.each([
-    [['inspect', '--help'], 'Usage: fencelock inspect [options] <key>'],
-    [['--help'], 'Usage: fencelock [options] [command]'],
-  ])('answers %j with usage and exit code 0', async (args, usage) => {
-    const result = await runCli(args);
-    expect([result.code, result.stderr]).toEqual([0, '']);
-    expect(result.stdout.split('\n')[0]).toBe(usage);
-  });
-
-  it('passes bench options through to bench/run.mjs of the clone (its own --help)', async () => {
-    const result = await runCli(['bench', '--help']);
-    expect([result.code, result.stderr]).toEqual([0, '']);
-    expect(result.stdout.split('\n')[0]).toBe(
-      'Usage: node bench/run.mjs [options]   (npm run bench -- [options])',
-    );
+  it('passes unknown bench options through to bench/run.mjs, which refuses them', async () => {
     const bad = await runCli(['bench', '--no-such-option']);
     expect(bad.code).not.toBe(0);
     expect(bad.stderr).toContain('--no-such-option');
