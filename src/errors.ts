@@ -3,6 +3,7 @@
  * versions), keeps the engine's error as `cause`, and carries context fields such as `key`.
  * Messages start with the domain (`fencelock:`), as etcd's sentinel errors do.
  */
+import { redactStoreUrlsIn } from './redact.js';
 
 /** Stable machine-readable codes, one per error class. */
 export type FencelockErrorCode =
@@ -37,15 +38,16 @@ export class InvalidArgumentError extends FencelockError {
   readonly received: unknown;
 
   constructor(argument: string, allowed: string, received: unknown) {
+    // A store URL's password never reaches a message or log line (`redactStoreUrlsIn`).
+    const shown = typeof received === 'string' ? redactStoreUrlsIn(received) : received;
     super(
       'ERR_INVALID_ARGUMENT',
-      `invalid ${argument}: expected ${allowed}, received ${describe(received)}`,
+      `invalid ${argument}: expected ${allowed}, received ${describe(shown)}`,
     );
     this.argument = argument;
     this.allowed = allowed;
     // Objects are described, not kept: a whole client object would flood every log line.
-    this.received =
-      typeof received === 'object' && received !== null ? describe(received) : received;
+    this.received = typeof shown === 'object' && shown !== null ? describe(shown) : shown;
   }
 }
 
@@ -53,8 +55,18 @@ export class InvalidArgumentError extends FencelockError {
 export class LockTimeoutError extends FencelockError {
   readonly key: string;
   readonly waitedMs: number;
+  /**
+   * False when the engine answered none of the acquire's attempts before it gave up: the key
+   * was never seen held, and the engine may be unreachable or overloaded rather than the lock
+   * busy (e.g. PostgreSQL retrying a refused connection within `commandTimeoutMs`).
+   */
+  readonly engineAnswered: boolean;
 
-  constructor(key: string, waitedMs: number, options?: { cause?: unknown; reason?: string }) {
+  constructor(
+    key: string,
+    waitedMs: number,
+    options?: { cause?: unknown; reason?: string; engineAnswered?: boolean },
+  ) {
     super(
       'ERR_LOCK_TIMEOUT',
       `acquire of "${key}" ${options?.reason ?? 'timed out'} after ${Math.round(waitedMs)} ms`,
@@ -62,6 +74,7 @@ export class LockTimeoutError extends FencelockError {
     );
     this.key = key;
     this.waitedMs = waitedMs;
+    this.engineAnswered = options?.engineAnswered ?? true;
   }
 }
 

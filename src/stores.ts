@@ -80,8 +80,12 @@ export const STORE_SCHEMES: readonly string[] = Object.freeze(Object.keys(STORES
 export function storeName(store: string): string {
   const scheme = /^[a-z][a-z0-9+.-]*:(\/\/)?/i.exec(store)?.[0] ?? '';
   let rest = store.slice(scheme.length);
+  // The parameters start at the first `?` followed by `name=`: an earlier `?` is part of a
+  // password, and an `@` in a parameter (`?prefix=app@eu`) is not user info.
+  const query = /\?(?=[a-z][\w.-]*=)/i.exec(rest);
+  if (query !== null) rest = rest.slice(0, query.index);
   if (scheme.endsWith('//')) rest = rest.slice(rest.lastIndexOf('@') + 1);
-  return `${scheme}${rest.replace(/[?#].*$/s, '')}`;
+  return `${scheme}${rest}`;
 }
 
 /**

@@ -15,9 +15,9 @@
  */
 import { CommanderError } from 'commander';
 import { FencelockError } from '../index.js';
+import { redactStoreUrlsIn } from '../redact.js';
 import { UsageError } from './options.js';
 import { createProgram } from './program.js';
-import { redactStoreUrlsIn } from './redact.js';
 
 /** Run the CLI with `argv` (as `process.argv`); resolves to the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {

@@ -6,8 +6,8 @@
 import { DEFAULT_SQLITE_PATH } from '../backends/sqlite/url.js';
 import { InvalidArgumentError } from '../index.js';
 import { validateKey } from '../options.js';
+import { redactStoreUrl } from '../redact.js';
 import { resolveStoreUrl } from '../stores.js';
-import { redactStoreUrl } from './redact.js';
 
 /**
  * Store of `run` and `inspect` when `--store` is not given: the embedded SQLite file

@@ -107,11 +107,6 @@ export interface EventPayloads {
   readonly wait: WaitEvent;
 }
 
-/** Whether anyone listens on a channel (to skip work done only for an event). */
-export function hasSubscribers(name: keyof typeof channels): boolean {
-  return channels[name].hasSubscribers;
-}
-
 /** Publish an event if anyone listens; builds the payload only then. */
 export function publish<K extends keyof typeof channels>(
   name: K,

@@ -227,6 +227,8 @@ export class Lock {
     const aborted = (): boolean =>
       closing.aborted || options.signal?.aborted === true || session?.signal.aborted === true;
     let attempts = 0;
+    /** Attempts the engine answered (granted or not) before the deadline. */
+    let answered = 0;
     let sent = false;
     /**
      * Whether a grant that arrives after the caller gave up (and a queue entry left at a timeout)
@@ -314,8 +316,15 @@ export class Lock {
           this.#throwIfAborted(aborted(), startedAt);
           // Out of time while the votes kept failing: the nodes' outcomes say more than a timeout.
           if (lastQuorumError) throw lastQuorumError;
-          throw new LockTimeoutError(this.key, monotonicNow() - startedAt);
+          throw new LockTimeoutError(
+            this.key,
+            monotonicNow() - startedAt,
+            answered === 0
+              ? { reason: 'got no answer from the engine', engineAnswered: false }
+              : undefined,
+          );
         }
+        answered += 1;
         lastQuorumError = undefined;
         if (result.granted) {
           const validUntil =

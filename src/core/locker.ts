@@ -16,7 +16,7 @@ import {
   validateTtl,
 } from '../options.js';
 import type { Backend, LeaseRef, LockInfo, ReleaseOutcome } from './backend.js';
-import { hasSubscribers, publish } from './events.js';
+import { publish } from './events.js';
 import type { Lease } from './lease.js';
 import { Lock, type LockContext, type OwnerGrant } from './lock.js';
 import { runHolding } from './reentry.js';
@@ -347,9 +347,10 @@ export class Locker implements AsyncDisposable {
 
   /**
    * Owner-addressed renewal: extend the lease of `key` to `ttlMs` from now, only while `owner`
-   * still holds it with `fencingToken` (compare-and-set on the engine). Publishes a `renew` event,
-   * and a `lost` event when the refused lease had been granted and is gone (expired, deleted or
-   * granted again; see `#reportOwnerLoss`).
+   * still holds it with `fencingToken` (compare-and-set on the engine). Publishes a `renew` event.
+   * A refusal is not published as `lost`: the caller's claim that it held that grant cannot be
+   * checked (a token names no owner once its lease is gone), and a renewal racing its own
+   * release is refused too.
    * @returns `{ outcome: 'renewed', ttlMs }` or `{ outcome: 'not-held' | 'not-owner' }`.
    * @throws InvalidArgumentError for a bad key, owner, token or `ttlMs`, before any network call.
    * @throws BackendError when the engine cannot answer.
@@ -381,46 +382,7 @@ export class Locker implements AsyncDisposable {
       ok: result.ok,
       ...(result.ok ? { ttlMs: result.ttlMs } : {}),
     }));
-    if (!result.ok) {
-      await this.#reportOwnerLoss(backend, { ...base, fencingToken }, result.reason);
-      return { outcome: result.reason };
-    }
-    return { outcome: 'renewed', ttlMs: result.ttlMs };
-  }
-
-  /**
-   * Publish the `lost` event for a refused owner-addressed renewal of a grant that existed and
-   * is gone: the caller held it and finds out now, as a `Lease` finds out when its watchdog's
-   * renewal is refused. Only grants the engine did make count, judged by the key's tokens read
-   * just after: `not-held` with a token no newer than the key's last one (the lease expired or
-   * its key was deleted), `not-owner` with a token older than the current holder's (the key was
-   * granted again since). A renewal naming another grant's token, or a token the engine never
-   * issued, is a wrong request, not a loss. Where the engine forgets a free key's last token
-   * (PostgreSQL deletes released rows), `not-held` refusals are not counted. Reads the key only
-   * when someone listens for `lost`; never throws.
-   */
-  async #reportOwnerLoss(
-    backend: Backend,
-    lease: { backend: string; store: string; key: string; owner: string; fencingToken: bigint },
-    reason: 'not-held' | 'not-owner',
-  ): Promise<void> {
-    if (!hasSubscribers('lost')) return;
-    let info: LockInfo;
-    try {
-      info = await backend.inspect(lease.key);
-    } catch {
-      return; // the caller's answer does not depend on this
-    }
-    const lost =
-      reason === 'not-held'
-        ? info.holder === null && lease.fencingToken <= info.lastFencingToken
-        : info.holder !== null && lease.fencingToken < info.holder.fencingToken;
-    if (!lost) return;
-    publish('lost', () => ({
-      ...lease,
-      reason,
-      error: new LockLostError(lease.key, lease.fencingToken, reason, { operation: 'renew' }),
-    }));
+    return result.ok ? { outcome: 'renewed', ttlMs: result.ttlMs } : { outcome: result.reason };
   }
 
   /**

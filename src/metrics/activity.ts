@@ -6,7 +6,6 @@
  * waiting, per backend and store.
  */
 import diagnostics_channel from 'node:diagnostics_channel';
-import { redactStoreUrl } from '../cli/redact.js';
 import { monotonicNow } from '../core/clock.js';
 import {
   type AcquireEvent,
@@ -17,6 +16,7 @@ import {
   type WaitEvent,
 } from '../core/events.js';
 import { InvalidArgumentError } from '../errors.js';
+import { redactStoreUrl } from '../redact.js';
 
 /** The labels every fencelock metric carries. */
 export interface LockLabels {
@@ -75,6 +75,8 @@ interface EventBase {
 
 interface Holding {
   readonly labels: LockLabels;
+  /** The grant's fencing token, if the event carried one. */
+  readonly fencingToken: bigint | undefined;
   /** Monotonic ms when this process saw the grant. */
   readonly grantedAt: number;
   /** Monotonic ms when the engine drops the lease unless renewed (last TTL seen). */
@@ -87,8 +89,9 @@ const SWEEP_GROWTH = 1024;
 /**
  * Live view of lock activity in this process, fed by diagnostics_channel.
  *
- * A lease counts as held from its grant until its release, its loss, or the end of the last TTL
- * the engine applied (from the grant or a renewal) — whichever comes first. The TTL bound covers
+ * A lease counts as held from its grant until its release, its loss, a renewal of it the engine
+ * refused, or the end of the last TTL the engine applied (from the grant or a renewal) —
+ * whichever comes first. The TTL bound covers
  * owner-addressed grants (the sidecar's), which no process tracks and which may simply expire.
  * An acquire counts as waiting between its `wait` start and end events. Both are counted per
  * backend and store (`LockLabels`).
@@ -181,6 +184,7 @@ export class LockActivity {
     const now = monotonicNow();
     this.#holdings.set(id, {
       labels,
+      fencingToken: event.fencingToken,
       grantedAt: now,
       expiresAt: now + (event.ttlMs ?? Number.POSITIVE_INFINITY),
     });
@@ -203,6 +207,12 @@ export class LockActivity {
     const holding = this.#holdings.get(holdingId(event));
     if (holding === undefined) return;
     if (event.ok && event.ttlMs !== undefined) holding.expiresAt = monotonicNow() + event.ttlMs;
+    // The engine refused to renew this very grant (not a failed call): it is no longer held. An
+    // owner-addressed renewal gets no `lost` event (see `Locker.renewForOwner`), so this ends
+    // the sidecar's count of it.
+    if (!event.ok && event.error === undefined && event.fencingToken === holding.fencingToken) {
+      this.#holdings.delete(holdingId(event));
+    }
   }
 
   #onLost(event: LostEvent, sink: LockMetricsSink): void {

@@ -8,14 +8,14 @@
  */
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { Registry } from 'prom-client';
-import { redactStoreUrl } from '../cli/redact.js';
 import type { Locker } from '../core/locker.js';
 import { InvalidArgumentError } from '../errors.js';
 import { createLocker } from '../locker.js';
 import { collectPrometheusMetrics, type PrometheusMetrics } from '../metrics/prometheus.js';
 import { MAX_TIMER_MS } from '../options.js';
+import { redactStoreUrl } from '../redact.js';
 import { bearerChecker, isLoopbackHost, MIN_TOKEN_CHARS } from './auth.js';
-import { daprAnswer, fromFastifyError, HttpError, sendError } from './http-errors.js';
+import { daprAnswer, fromFastifyError, HttpError, sendError, utf8Body } from './http-errors.js';
 import type { RouteContext } from './routes/context.js';
 import { DAPR_PATH_PREFIX, registerDaprRoutes } from './routes/dapr.js';
 import { registerLockRoutes } from './routes/locks.js';
@@ -152,6 +152,10 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     // Lock keys may be up to 1024 UTF-8 bytes, i.e. 3072 characters once percent-encoded.
     routerOptions: { maxParamLength: 4096 },
     bodyLimit: 16 * 1024,
+    // A client that stalls its request (headers or body) is cut off after 30 s, so that a
+    // graceful shutdown does not wait for it forever; a waiting acquire is not affected (its
+    // request was received in full).
+    requestTimeout: 30_000,
     // Requests during shutdown get our own 503 (ERR_SHUTTING_DOWN), from the hook below.
     return503OnClosing: false,
     // A path that is not valid percent-encoding (FST_ERR_BAD_URL) or another early error,
@@ -214,6 +218,15 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       }
     });
   }
+
+  // JSON bodies must be valid UTF-8 (see `utf8Body`); Dapr's routes have a parser of their own.
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    const text = utf8Body(body as Buffer);
+    if (text instanceof HttpError) done(text, undefined);
+    else void parseJson(request, text, done);
+  });
 
   app.setErrorHandler((error: FastifyError, request, reply) =>
     sendError(reply, answer(error, request)),

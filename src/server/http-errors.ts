@@ -92,6 +92,25 @@ export class HttpError extends Error {
   }
 }
 
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * A request body as text, or the 400 answer when it is not valid UTF-8. A lenient decoding
+ * would turn every invalid byte into U+FFFD, so that two different byte strings (`k\xFF` and
+ * `k\xFE`) named one lock key or one owner.
+ */
+export function utf8Body(body: Buffer): string | HttpError {
+  try {
+    return UTF8.decode(body);
+  } catch {
+    return new HttpError(400, {
+      errorCode: 'ERR_INVALID_ARGUMENT',
+      field: 'body',
+      message: 'invalid body: expected JSON in UTF-8, received bytes that are not valid UTF-8',
+    });
+  }
+}
+
 /** 400 naming `field`, the allowed range and what was received. */
 export function invalidField(field: string, allowed: string, received: unknown): HttpError {
   return new HttpError(400, {
@@ -122,6 +141,10 @@ export function fromLockError(
   if (error instanceof InvalidArgumentError) {
     const field = fields[error.argument] ?? error.argument;
     return invalidField(field, allowed(field), error.received);
+  }
+  if (error instanceof LockTimeoutError && !error.engineAnswered) {
+    // Never seen held: the store did not answer in time, which is not a busy lock.
+    return new HttpError(503, { errorCode: 'ERR_BACKEND', message: strip(error.message) });
   }
   if (error instanceof LockTimeoutError) {
     return new HttpError(409, {

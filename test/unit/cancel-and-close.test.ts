@@ -34,6 +34,22 @@ describe('a silent engine does not hold the caller past its deadline', () => {
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(LockTimeoutError);
     expect(performance.now() - started).toBeLessThan(1000);
+    // Never seen held: the timeout says the engine did not answer, not that the lock is busy.
+    expect((error as LockTimeoutError).engineAnswered).toBe(false);
+    expect((error as LockTimeoutError).message).toMatch(/got no answer from the engine after/);
+  });
+
+  it('a wait that saw the key held ends with engineAnswered, also when its last attempt hangs', async () => {
+    const backend = new MemoryBackend();
+    const locker = lockerOn(backend);
+    await locker.acquire('k', { ttlMs: 60_000 });
+    const waiting = locker.acquire('k', { waitMs: 300 }).catch((e: unknown) => e);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    backend.attemptMode = 'hang';
+    const error = await waiting;
+    expect(error).toBeInstanceOf(LockTimeoutError);
+    expect((error as LockTimeoutError).engineAnswered).toBe(true);
+    expect((error as LockTimeoutError).message).toMatch(/timed out after/);
   });
 
   it('rejects on abort although neither the attempt nor the withdrawal answers', async () => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   BackendError,
+  createLocker,
   FencelockError,
   InvalidArgumentError,
   LockLostError,
@@ -40,5 +41,28 @@ describe('errors', () => {
     expect(new BackendError('redis', 'renew', cause).cause).toBe(cause);
     expect(new LockLostError('k', 7n, 'expired').message).toContain('"k"');
     expect(new StaleTokenError('stock', 3n, 5n).message).toContain('3 is older than 5');
+  });
+});
+
+describe('a bad store URL', () => {
+  // Found by trying to break it: the library's own errors echoed the URL, password included.
+  it.each([
+    'postgres://app:S3cretPw@db:99999/app',
+    'postgres://app:S3cretPw@db/app#frag',
+    `postgres://app@pgb:6432/app?pooler=transaction&listenUrl=${encodeURIComponent('postgres://app:S3cretPw@db:99999/app')}`,
+    'redis://:S3cretPw@cache:99999',
+    'redis://u:S3cretPw@cache/x',
+    'etcd://root:S3cretPw@e1:2379/a/b',
+    'postgres:app:S3cretPw@db/app?host=/tmp',
+  ])('%s is refused without its password in the error', (store) => {
+    let error: unknown;
+    try {
+      createLocker(store);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect((error as Error).message).not.toContain('S3cretPw');
+    expect(String((error as InvalidArgumentError).received)).not.toContain('S3cretPw');
   });
 });

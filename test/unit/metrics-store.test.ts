@@ -69,6 +69,13 @@ describe('store label', () => {
     expect(storeName('redis://app:S3cret@10.0.0.5:6379/0?db=1')).toBe('redis://10.0.0.5:6379/0');
     expect(storeName('postgres://u@h/db?password=S3cret')).toBe('postgres://h/db');
     expect(storeName('redis://u:p@ss/w@h:1')).toBe('redis://h:1');
+    // An "@" in a parameter is not user info; a "?" in a password is not the parameters.
+    expect(storeName('redis://10.0.0.1:6379?prefix=app@eu:')).toBe('redis://10.0.0.1:6379');
+    expect(storeName('redis://10.0.0.2:6379?prefix=app@eu:')).toBe('redis://10.0.0.2:6379');
+    expect(storeName('redis://u:pa?ss@h:1?prefix=x')).toBe('redis://h:1');
+    expect(storeName('redis+sentinel://u:S3cret@s1:26379,s2:26379/mymaster?db=1')).toBe(
+      'redis+sentinel://s1:26379,s2:26379/mymaster',
+    );
     expect(() => createLocker(new MemoryBackend(), { name: '' })).toThrow(InvalidArgumentError);
   });
 });

@@ -130,6 +130,13 @@ export class PostgresConnectionSet {
     const client = await this.pool.connect();
     // Set when the connection's state is not known to be clean: it is then closed, not reused.
     let broken: Error | undefined;
+    // A checked-out client has no listener of the pool's: without this one, the socket's error
+    // when the server ends the session mid-statement (terminated, failover, a pooler's KILL)
+    // would be an unhandled 'error' event and end the process. The statement rejects as well.
+    const onError = (error: Error) => {
+      broken = error;
+    };
+    client.on('error', onError);
     try {
       if ((client as { pipeline?: boolean }).pipeline === true) {
         // Written at once, answered in order: one round trip. A failed statement aborts the
@@ -164,6 +171,7 @@ export class PostgresConnectionSet {
       if (!isServerError(error) || isConnectionFailure(error)) broken = asError(error);
       throw error;
     } finally {
+      client.off('error', onError);
       client.release(broken);
     }
   }
@@ -211,6 +219,10 @@ export class PostgresConnectionSet {
         return await fn();
       } catch (error) {
         if (error instanceof BackendError) throw error;
+        if (isStartupParameterRefusal(error)) {
+          // Not transient: a pooler refuses the session settings every time.
+          throw new BackendError('postgres', operation, withPoolerHint(error));
+        }
         if (!retry || !isConnectionFailure(error) || performance.now() + delayMs > giveUpAt) {
           throw new BackendError('postgres', operation, error);
         }
@@ -226,6 +238,24 @@ export class PostgresConnectionSet {
     await this.listener?.close();
     if (this.#ownsPool) await this.pool.end().catch(() => undefined);
   }
+}
+
+/**
+ * PgBouncer's answer to a startup parameter it does not pass on (`statement_timeout`, which
+ * this backend sets unless `pooler: 'transaction'`): "unsupported startup parameter: …".
+ */
+function isStartupParameterRefusal(error: unknown): boolean {
+  return error instanceof Error && /unsupported startup parameter/i.test(error.message);
+}
+
+/** The refusal, with what to change in the store URL. */
+function withPoolerHint(error: unknown): Error {
+  return new Error(
+    `${(error as Error).message} (a pooler refused the session settings: behind a ` +
+      'transaction-mode pooler such as PgBouncer, add ?pooler=transaction&listenUrl=<the ' +
+      "server's own URL, percent-encoded>, or notifications=false instead of listenUrl)",
+    { cause: error },
+  );
 }
 
 /**

@@ -45,7 +45,12 @@ export {
 export interface PostgresBackendOptions {
   /** A `postgres://` URL; the backend opens (and closes) its own pool. */
   readonly url?: string;
-  /** Your `pg.Pool`; it stays open after `close()`. The listener and, in advisory mode, the lock connection are opened beside it with its settings. */
+  /**
+   * Your `pg.Pool`; it stays open after `close()`. The listener and, in advisory mode, the lock
+   * connection are opened beside it with its settings. Its own settings bound the calls on the
+   * client side (set its `query_timeout`), and give it an `'error'` listener, as node-postgres
+   * asks of every pool: a socket error of an idle or just-released client is emitted there.
+   */
   readonly pool?: pg.Pool;
   /** Schema of the lease table and token sequence, created if missing. @default 'fencelock' */
   readonly schema?: string;
@@ -61,8 +66,9 @@ export interface PostgresBackendOptions {
    */
   readonly notifications?: boolean;
   /**
-   * Server-side `statement_timeout` of each statement, ms, in [100, 600000]; node-postgres'
-   * `query_timeout` (1 s later) bounds the call on the client too. @default 5000
+   * Server-side `statement_timeout` of each statement, ms, in [100, 600000]; on the pool the
+   * backend opens from `url`, node-postgres' `query_timeout` (1 s later) bounds the call on the
+   * client too (on your `pool`, its own settings do). @default 5000
    */
   readonly commandTimeoutMs?: number;
   /**

@@ -18,6 +18,7 @@
  */
 import { InvalidArgumentError } from '../../errors.js';
 import { integerParameter } from '../../options.js';
+import { redactStoreUrl } from '../../redact.js';
 
 /** How a PostgreSQL backend holds a lock. */
 export type PostgresLockMode = 'lease' | 'advisory';
@@ -161,8 +162,8 @@ export function checkPostgresOptions(options: PostgresOptionsInput): CheckedPost
       throw new InvalidArgumentError(
         'listenUrl',
         "a direct (non-pooled) postgres:// URL for LISTEN with pooler 'transaction', which " +
-          'LISTEN does not work through; or set notifications: false (notifications=false) to ' +
-          'wait by polling only',
+          'LISTEN does not work through (in a store URL: listenUrl=<the URL, percent-encoded>); ' +
+          'or set notifications: false (notifications=false) to wait by polling only',
         listenUrl,
       );
     }
@@ -189,8 +190,11 @@ function checkUrlShape(argument: string, value: string, shown: string, shape = S
   } catch {
     throw new InvalidArgumentError(argument, shape, shown);
   }
-  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
-    throw new InvalidArgumentError(argument, shape, shown);
+  // `postgres:u:pw@h/db` (no `//`) parses too, as a path: node-postgres would read it as a
+  // database name, password and all.
+  if (!/^postgres(ql)?:\/\//i.test(value)) {
+    // Shown as its scheme only: without `//` no part can be told to be a password.
+    throw new InvalidArgumentError(argument, shape, `${url.protocol} without "//"`);
   }
   if (url.hostname === '' && !url.searchParams.has('host')) {
     throw new InvalidArgumentError(argument, `${shape} with a host`, shown);
@@ -204,13 +208,13 @@ function checkUrlShape(argument: string, value: string, shown: string, shape = S
 
 /**
  * `listenUrl`: a `postgres://` URL with node-postgres' parameters only (fencelock's own belong
- * to the store URL). Errors show it without its password.
+ * to the store URL). Errors show it without its password (as they show the store URL).
  */
 function checkListenUrl(value: unknown): asserts value is string {
   if (typeof value !== 'string') {
     throw new InvalidArgumentError('listenUrl', 'a postgres:// or postgresql:// URL', value);
   }
-  const shown = withoutPassword(value);
+  const shown = redactStoreUrl(value);
   const url = checkUrlShape('listenUrl', value, shown, LISTEN_SHAPE);
   for (const name of url.searchParams.keys()) {
     if (!DRIVER_PARAMS.has(name)) {
@@ -220,18 +224,6 @@ function checkListenUrl(value: unknown): asserts value is string {
         name,
       );
     }
-  }
-}
-
-/** `value` with the password of a parsable URL replaced by `***`. */
-function withoutPassword(value: string): string {
-  try {
-    const url = new URL(value);
-    if (url.password === '') return value;
-    url.password = '***';
-    return url.href;
-  } catch {
-    return value;
   }
 }
 
@@ -245,7 +237,7 @@ export function readPostgresUrl(store: string): {
   connectionString: string;
   options: PostgresOptionsInput;
 } {
-  const url = checkUrlShape('store', store, store);
+  const url = checkUrlShape('store', store, redactStoreUrl(store));
   for (const name of url.searchParams.keys()) {
     if (!OWN_PARAMS.has(name) && !DRIVER_PARAMS.has(name)) {
       throw new InvalidArgumentError(

@@ -11,8 +11,8 @@ import {
   FLASH_SALE_MINIMUMS,
 } from '../../demo/flash-sale/defaults.js';
 import { VERSIONS_DEFAULTS, VERSIONS_TTL_LIMITS } from '../../demo/versions/defaults.js';
+import { redactStoreUrl } from '../../redact.js';
 import { parseIntegerOption, parseStoreOption, UsageError } from '../options.js';
-import { redactStoreUrl } from '../redact.js';
 
 /** Raw option values of `demo flash-sale`, as commander hands them over. */
 interface FlashSaleCliOptions {

@@ -34,6 +34,7 @@ import {
   MAX_TIMER_MS,
   type ReleaseOutcome,
 } from '../../index.js';
+import { redactStoreUrlsIn } from '../../redact.js';
 import {
   DEFAULT_CLI_STORE,
   parseIntegerOption,
@@ -41,7 +42,6 @@ import {
   parseStoreOption,
   UsageError,
 } from '../options.js';
-import { redactStoreUrlsIn } from '../redact.js';
 
 /**
  * Exit codes of `run` besides the command's own. They sit next to the shell's 126/127 and
@@ -231,7 +231,9 @@ async function acquireOrExit(
     if (watcher.received !== undefined) return exitOnSignal(watcher.received, options.key);
     if (error instanceof LockTimeoutError) {
       stderrLine(
-        `lock "${options.key}" is held by another owner: gave up after waiting ${options.waitMs} ms (--wait)`,
+        error.engineAnswered
+          ? `lock "${options.key}" is held by another owner: gave up after waiting ${options.waitMs} ms (--wait)`
+          : `lock "${options.key}": the store answered no attempt within ${options.waitMs} ms (--wait); is it reachable?`,
       );
       return RUN_EXIT_CODES.waitTimeout;
     }

@@ -30,7 +30,7 @@ export function registerServeCommand(program: Command): void {
     )
     .requiredOption(
       '--store <url>',
-      'lock store URL (sqlite:<path>, redis://host:port, redlock://…, etcd://…, zk://…)',
+      'lock store URL (sqlite:<path>, redis://host:port, redlock://…, etcd://…, zk://…, postgres://…)',
     )
     .option('--host <host>', 'address to listen on (without a token: loopback only)', '127.0.0.1')
     .option('--port <port>', 'port to listen on (0: any free port)', '3500')

@@ -19,7 +19,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { ReleaseOutcome } from '../../core/backend.js';
-import { daprAnswer, fromLockError, HttpError, sendError } from '../http-errors.js';
+import { daprAnswer, fromLockError, HttpError, sendError, utf8Body } from '../http-errors.js';
 import { ownerIdFor } from '../owner.js';
 import {
   type DaprLockBody,
@@ -54,10 +54,12 @@ export function registerDaprRoutes(app: FastifyInstance, ctx: RouteContext): voi
   app.register(async (scope) => {
     scope.removeAllContentTypeParsers();
     const parseJson = scope.getDefaultJsonParser('error', 'error');
-    scope.addContentTypeParser('*', { parseAs: 'string' }, (request, body: string, done) => {
+    scope.addContentTypeParser('*', { parseAs: 'buffer' }, (request, body: Buffer, done) => {
+      const text = utf8Body(body);
+      if (text instanceof HttpError) done(text, undefined);
       // Dapr leaves the request empty when the body is (then refuses its empty fields).
-      if (body.length === 0) done(null, {});
-      else void parseJson(request, body, done); // answers through `done`
+      else if (text.length === 0) done(null, {});
+      else void parseJson(request, text, done); // answers through `done`
     });
     scope.setErrorHandler((error, request, reply) =>
       sendError(reply, daprAnswer(ctx.answer(error, request))),

@@ -2,9 +2,8 @@
  * fencelock's extensions under `/v1/locks/{key}` (the key URL-encoded): acquire with a wait,
  * renew, release and inspect. Every grant answers `{ key, owner, ownerId, fencingToken, ttlMs }`
  * with the fencing token as a decimal string and `ttlMs` as the engine applied it. Renew and
- * release need the owner name and the fencing token of the grant. A renewal the engine refuses
- * because the grant is gone counts as a lost lease (`Locker.renewForOwner` publishes `lost`,
- * hence `fencelock_leases_lost_total`).
+ * release need the owner name and the fencing token of the grant. A refused renewal counts in
+ * `fencelock_renew_failures_total`, not as a lost lease (see `Locker.renewForOwner`).
  */
 import type { FastifyInstance } from 'fastify';
 import { fromLockError, HttpError } from '../http-errors.js';

@@ -5,6 +5,7 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { type AddressInfo, createServer } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { monitorRedis } from '../handed/stores.js';
@@ -486,6 +487,37 @@ describe('fencelock run without --store', () => {
     expect(existsSync(join(cwd, '.fencelock', 'locks.db'))).toBe(true);
     const inspected = await runCli(['inspect', key, '--json'], { cwd });
     expect(JSON.parse(inspected.stdout)).toEqual({ key, holder: null, lastFencingToken: '1' });
+  });
+});
+
+describe('fencelock run on an unreachable store with --wait', () => {
+  it('says the store did not answer, not that the lock is busy (PostgreSQL retries refused connections)', async () => {
+    // A loopback port nothing listens on: PostgreSQL's statements retry the refused connection
+    // within commandTimeoutMs (5 s), so --wait runs out before any attempt is answered.
+    const port = await new Promise<number>((resolve) => {
+      const server = createServer().listen(0, '127.0.0.1', () => {
+        const { port } = server.address() as AddressInfo;
+        server.close(() => resolve(port));
+      });
+    });
+    const key = uniqueKey('unreachable');
+    const envFile = file('unreachable.json');
+    const result = await runCli([
+      'run',
+      key,
+      '--store',
+      `postgres://fencelock@127.0.0.1:${port}/fencelock`,
+      '--wait',
+      '1000',
+      ...childCommand('env', envFile),
+    ]);
+    expect(result).toEqual({
+      code: 124,
+      signal: null,
+      stdout: '',
+      stderr: `fencelock: lock "${key}": the store answered no attempt within 1000 ms (--wait); is it reachable?\n`,
+    });
+    expect(linesOf(envFile)).toEqual([]);
   });
 });
 

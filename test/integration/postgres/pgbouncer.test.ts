@@ -53,6 +53,9 @@ function pooled(options: { notifications?: boolean; commandTimeoutMs?: number } 
 /** The same through a `pg.Pool` of the user's (no pipelining: three round trips). */
 function userPooled(options: { commandTimeoutMs?: number } = {}) {
   const pool = new pg.Pool({ connectionString: PGBOUNCER_URL, max: 2 });
+  // As node-postgres asks of every pool's owner: an idle (or just released) client's socket
+  // error is emitted on the pool.
+  pool.on('error', () => undefined);
   userPools.push(pool);
   return createPostgresBackend({
     pool,
@@ -80,6 +83,21 @@ async function listeners(): Promise<number> {
 }
 
 describe('PostgreSQL lease mode behind PgBouncer (transaction mode)', () => {
+  it('without pooler=transaction, PgBouncer refuses the session settings: one quick error saying what to add', async () => {
+    const locker = createLocker(createPostgresBackend({ url: PGBOUNCER_URL, schema }));
+    try {
+      const startedAt = performance.now();
+      const error = await locker.tryAcquire(`no-pooler:${randomUUID()}`).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(BackendError);
+      expect((error as Error).message).toMatch(/unsupported startup parameter/);
+      expect((error as Error).message).toMatch(/\?pooler=transaction&listenUrl=/);
+      // Not retried as if the server were restarting (that goes on for commandTimeoutMs, 5 s).
+      expect(performance.now() - startedAt).toBeLessThan(4000);
+    } finally {
+      await locker.close();
+    }
+  });
+
   it('a waiter is woken by the NOTIFY it hears on listenUrl, long before its poll', async () => {
     const key = `notify:${randomUUID()}`;
     const holder = createLocker(pooled());
@@ -234,6 +252,46 @@ describe('PostgreSQL lease mode behind PgBouncer (transaction mode)', () => {
         blocker.release();
       }
       // The pooled connections are not left inside a transaction: the next grant works.
+      const lease = await locker.tryAcquire(key);
+      expect(lease).not.toBeNull();
+      await lease!.release();
+      await locker.close();
+    });
+
+    it(`a server session ended mid-statement fails or retries that call, never the process, on ${name}`, async () => {
+      // Found by trying to break it: the socket error of a checked-out client had no listener.
+      const key = `terminated:${randomUUID()}`;
+      const locker = createLocker(make());
+      await listening(locker);
+      const blocker = await admin.connect();
+      try {
+        await blocker.query('BEGIN');
+        const [hi, lo] = xactLockPairOf(key);
+        await blocker.query('SELECT pg_advisory_xact_lock($1::int4, $2::int4)', [hi, lo]);
+        const attempt = locker.tryAcquire(key, { ttlMs: 5000 }).then(
+          (lease) => lease,
+          (e: unknown) => e,
+        );
+        // The grant statement waits for the blocker's lock on a server session of PgBouncer's:
+        // end that session, as a failover or an administrator would.
+        const ended = await eventually(async () => {
+          const { rowCount } = await admin.query(
+            `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+            [`%"${schema}".fencelock_leases%`],
+          );
+          return (rowCount ?? 0) > 0;
+        });
+        expect(ended).toBe(true);
+        await blocker.query('ROLLBACK');
+        const outcome = await attempt;
+        // Retried on a new connection once the lock was free, or failed: either is an answer.
+        if (outcome instanceof Error) expect(outcome).toBeInstanceOf(BackendError);
+        else await (outcome as Lease | null)?.release();
+      } finally {
+        blocker.release();
+      }
+      // The locker still works.
       const lease = await locker.tryAcquire(key);
       expect(lease).not.toBeNull();
       await lease!.release();

@@ -233,6 +233,22 @@ describe.each(STORES)('Dapr lock API ($name)', ({ make }) => {
     }
   });
 
+  it('refuses a body that is not valid UTF-8 (a lenient decoding would make k\\xFF and k\\xFE one key)', async () => {
+    const resourceId = uniqueKey('dapr-utf8');
+    const bytes = (tail: number) =>
+      new Uint8Array([
+        ...new TextEncoder().encode(`{"resourceId":"${resourceId}`),
+        tail,
+        ...new TextEncoder().encode('","lockOwner":"vader","expiryInSeconds":30}'),
+      ]);
+    for (const tail of [0xff, 0xfe, 0xc0]) {
+      const answer = await call(base, '/v1.0-alpha1/lock/lockstore', { raw: bytes(tail) });
+      expect(answer.status).toBe(400);
+      expect(answer.body).toMatchObject({ errorCode: 'ERR_MALFORMED_REQUEST', field: 'body' });
+    }
+    expect(await harness.rawLease(`${resourceId}\uFFFD`)).toBeNull();
+  });
+
   it('reads the body as JSON whatever its Content-Type, as Dapr does (curl -d sends a form type)', async () => {
     const resourceId = uniqueKey('dapr-content-type');
     const json = (value: unknown) => JSON.stringify(value);

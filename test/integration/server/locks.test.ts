@@ -352,6 +352,32 @@ describe.each(STORES)('/v1/locks ($name)', ({ make }) => {
     expect((await acquire(key, { owner: '\ud83d\udd12', ttlMs: 30_000 })).status).toBe(200);
   });
 
+  it('refuses a body that is not valid UTF-8 (400 naming body): owner bytes FF and FE would both read as U+FFFD', async () => {
+    const key = uniqueKey('utf8-body');
+    const granted = await acquire(key, { owner: '\ufffd', ttlMs: 30_000 });
+    expect(granted.status).toBe(200);
+    const body = (action: string) =>
+      new Uint8Array([
+        ...new TextEncoder().encode('{"owner":"'),
+        0xfe,
+        ...new TextEncoder().encode(
+          action === 'acquire'
+            ? '","ttlMs":30000}'
+            : `","fencingToken":"${granted.body.fencingToken}"}`,
+        ),
+      ]);
+    for (const action of ['acquire', 'release']) {
+      const answer = await call(base, lockPath(key, action), { raw: body(action) });
+      expect(answer.status, action).toBe(400);
+      expect(answer.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field: 'body' });
+    }
+    // The holder named U+FFFD kept its lease.
+    expect((await inspect(key, '\ufffd')).body.heldByOwner).toBe(true);
+    expect(
+      (await release(key, { owner: '\ufffd', fencingToken: granted.body.fencingToken })).status,
+    ).toBe(200);
+  });
+
   it('refuses a key over 1024 UTF-8 bytes with 400 naming key', async () => {
     const answer = await acquire('é'.repeat(600), { owner: 'A', ttlMs: 1000 });
     expect(answer.status).toBe(400);

@@ -2,8 +2,10 @@
  * Sidecar processes over a private `redis-server` of this file (never the shared one): the
  * engine's own command statistics show how a blocking acquire through `/v1/locks` waits, and
  * stopping the engine shows how each API answers an engine failure (Dapr's 500 `ERR_TRY_LOCK` /
- * `ERR_UNLOCK` with `status: 3`, fencelock's 503 `ERR_BACKEND`).
+ * `ERR_UNLOCK` with `status: 3`, fencelock's 503 `ERR_BACKEND`). A store that answers nothing
+ * within a wait (PostgreSQL on a closed port) is a 503 too, not a busy lock.
  */
+import { type AddressInfo, createServer } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { settledWithin } from '../../helpers/promises.js';
@@ -126,5 +128,29 @@ describe('when the engine fails', () => {
     expect(releasedExt.body.errorCode).toBe('ERR_BACKEND');
     // The sidecar itself is fine: it does not ask the store for /healthz.
     expect((await call(server.url, '/healthz')).status).toBe(200);
+  });
+});
+
+describe('when the store answers no attempt within the wait', () => {
+  it('a waiting acquire answers 503 ERR_BACKEND, not 409 busy (PostgreSQL retrying a refused connection)', async () => {
+    // A loopback port nothing listens on: the statements retry the refused connection within
+    // commandTimeoutMs (5 s), past the request's waitMs.
+    const port = await new Promise<number>((resolve) => {
+      const probe = createServer().listen(0, '127.0.0.1', () => {
+        const { port } = probe.address() as AddressInfo;
+        probe.close(() => resolve(port));
+      });
+    });
+    const server = await serveStore(`postgres://fencelock@127.0.0.1:${port}/fencelock`);
+    try {
+      const answer = await call(server.url, lockPath('unreachable', 'acquire'), {
+        body: { owner: 'A', ttlMs: 5000, waitMs: 1000 },
+      });
+      expect(answer.status).toBe(503);
+      expect(answer.body.errorCode).toBe('ERR_BACKEND');
+      expect(answer.body.message).toMatch(/got no answer from the engine after/);
+    } finally {
+      expect(await server.stop()).toBe(0);
+    }
   });
 });

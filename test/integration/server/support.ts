@@ -75,7 +75,7 @@ export interface Answer {
 export interface CallOptions {
   readonly method?: string;
   readonly body?: unknown;
-  readonly raw?: string;
+  readonly raw?: string | Uint8Array;
   readonly contentType?: string | null;
   readonly token?: string;
   readonly signal?: AbortSignal;
@@ -84,7 +84,7 @@ export interface CallOptions {
 /** Send one request to `base + path` and read the whole answer. */
 export async function call(base: string, path: string, options: CallOptions = {}): Promise<Answer> {
   const headers: Record<string, string> = {};
-  let payload: string | undefined;
+  let payload: string | Uint8Array | undefined;
   if (options.raw !== undefined) payload = options.raw;
   else if (options.body !== undefined) payload = JSON.stringify(options.body);
   if (payload !== undefined && options.contentType !== null) {
@@ -95,7 +95,9 @@ export async function call(base: string, path: string, options: CallOptions = {}
     method: options.method ?? (payload === undefined ? 'GET' : 'POST'),
     headers,
     // Bytes: fetch adds no Content-Type of its own (it would for a string).
-    ...(payload === undefined ? {} : { body: new TextEncoder().encode(payload) }),
+    ...(payload === undefined
+      ? {}
+      : { body: typeof payload === 'string' ? new TextEncoder().encode(payload) : payload }),
     ...(options.signal ? { signal: options.signal } : {}),
   });
   const text = await response.text();

@@ -40,7 +40,26 @@ export function redactStoreUrl(store: string): string {
       out = `${scheme}${rest.slice(0, colon)}:${REDACTED}${rest.slice(at)}`;
     }
   }
-  return out.replace(PASSWORD_PARAM, `$1${REDACTED}`);
+  return out.replace(PASSWORD_PARAM, `$1${REDACTED}`).replace(PARAM_VALUE, redactNestedUrl);
+}
+
+/** A query parameter's name and value (`?listenUrl=postgres%3A%2F%2F…`). */
+const PARAM_VALUE = /([?&;][^=&#?;]*=)([^&#;]+)/g;
+
+/**
+ * A parameter whose value is itself a store URL, percent-encoded (PostgreSQL's `listenUrl`),
+ * with that URL's password redacted; any other parameter as it was.
+ */
+function redactNestedUrl(param: string, name: string, value: string): string {
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(value);
+  } catch {
+    return param; // not valid percent-encoding: not a URL we could have parsed either
+  }
+  if (!SCHEME.test(decoded)) return param;
+  const redacted = redactStoreUrl(decoded);
+  return redacted === decoded ? param : `${name}${encodeURIComponent(redacted)}`;
 }
 
 /** `text` with every store URL in it redacted (see `redactStoreUrl`), e.g. an error message. */

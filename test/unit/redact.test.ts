@@ -4,7 +4,7 @@
  * parameters stay; shapes in error wordings and IPv6 hosts are left alone.
  */
 import { describe, expect, it } from 'vitest';
-import { redactStoreUrl, redactStoreUrlsIn } from '../../../src/cli/redact.js';
+import { redactStoreUrl, redactStoreUrlsIn } from '../../src/redact.js';
 
 describe('redactStoreUrl', () => {
   it.each([
@@ -29,7 +29,21 @@ describe('redactStoreUrl', () => {
       'postgres://u@h/db?sslmode=require&PASSWORD=***',
     ],
     ['postgres://u:a@h/db?sslpassword=S3cretPw', 'postgres://u:***@h/db?sslpassword=***'],
+    // A store URL inside a parameter, percent-encoded (PostgreSQL's listenUrl): its password too.
+    [
+      `postgres://u:S3cretPw@pgbouncer:6432/app?pooler=transaction&listenUrl=${encodeURIComponent('postgres://u:S3cretPw@db:5432/app')}&schema=s`,
+      `postgres://u:***@pgbouncer:6432/app?pooler=transaction&listenUrl=${encodeURIComponent('postgres://u:***@db:5432/app')}&schema=s`,
+    ],
+    [
+      `postgres://u@h/app?listenUrl=${encodeURIComponent('postgres://u@db/app?password=S3cretPw')}`,
+      `postgres://u@h/app?listenUrl=${encodeURIComponent('postgres://u@db/app?password=***')}`,
+    ],
     // Nothing to hide.
+    [
+      `postgres://u@h/app?listenUrl=${encodeURIComponent('postgres://u@db/app')}`,
+      `postgres://u@h/app?listenUrl=${encodeURIComponent('postgres://u@db/app')}`,
+    ],
+    ['postgres://u@h/app?listenUrl=%E0%A4%A', 'postgres://u@h/app?listenUrl=%E0%A4%A'],
     ['redis://127.0.0.1:6379', 'redis://127.0.0.1:6379'],
     ['postgres://u@h/db', 'postgres://u@h/db'],
     ['sqlite:./.fencelock/locks.db', 'sqlite:./.fencelock/locks.db'],
