@@ -14,7 +14,7 @@ import pg from 'pg';
 import { createRedisBackend, type RedisBackend } from '../../../src/backends/redis/index.js';
 import { createSqliteBackend } from '../../../src/backends/sqlite/index.js';
 import { createLocker, type Locker, type LockerOptions } from '../../../src/index.js';
-import { PG_URL, REDIS_PORT, REDIS_URL } from '../../helpers/engines.js';
+import { PG_URL, PGBOUNCER_URL, REDIS_PORT, REDIS_URL } from '../../helpers/engines.js';
 
 /** A lease as the engine stores it. */
 export interface RawLease {
@@ -25,7 +25,7 @@ export interface RawLease {
 }
 
 export interface StoreHarness {
-  readonly name: 'redis' | 'sqlite' | 'postgres';
+  readonly name: 'redis' | 'sqlite' | 'postgres' | 'postgres-pgbouncer';
   /**
    * `inspect().lastFencingToken` still names the last token once the key is free: true with a
    * per-key counter (Redis, SQLite); false on PostgreSQL, whose tokens come from a sequence
@@ -154,9 +154,11 @@ export function sqliteHarness(): StoreHarness & { readonly db: Database.Database
 /**
  * PostgreSQL (lease mode): lockers on `PG_URL` in a schema of their own, dropped by `close()`;
  * raw view through a separate pool. The "fencing counter" is the token of the key's row (live
- * or expired), null when there is none: tokens come from one sequence shared by all keys.
+ * or expired), null when there is none: tokens come from one sequence shared by all keys. With
+ * `viaPgBouncer`, the lockers reach the server through PgBouncer in transaction mode
+ * (`pooler=transaction`, LISTEN on `listenUrl`, the server itself).
  */
-export function postgresHarness(): StoreHarness & {
+export function postgresHarness(viaPgBouncer = false): StoreHarness & {
   readonly raw: pg.Pool;
   readonly schema: string;
 } {
@@ -165,12 +167,17 @@ export function postgresHarness(): StoreHarness & {
   const lockers: Locker[] = [];
   const table = `"${schema}".fencelock_leases`;
   return {
-    name: 'postgres',
+    name: viaPgBouncer ? 'postgres-pgbouncer' : 'postgres',
     lastTokenOutlivesHolder: false,
     raw,
     schema,
     locker(options) {
-      const locker = createLocker(`${PG_URL}?schema=${schema}`, options);
+      const locker = createLocker(
+        viaPgBouncer
+          ? `${PGBOUNCER_URL}?pooler=transaction&listenUrl=${encodeURIComponent(PG_URL)}&schema=${schema}`
+          : `${PG_URL}?schema=${schema}`,
+        options,
+      );
       lockers.push(locker);
       return locker;
     },
@@ -215,7 +222,8 @@ function missingTable(error: unknown): { rows: never[] } {
 export const ALL_STORES = [
   { name: 'redis', make: redisHarness },
   { name: 'sqlite', make: sqliteHarness },
-  { name: 'postgres', make: postgresHarness },
+  { name: 'postgres', make: () => postgresHarness() },
+  { name: 'postgres-pgbouncer', make: () => postgresHarness(true) },
 ] as const satisfies readonly { name: string; make: () => StoreHarness }[];
 
 /** One command the Redis server executed, as MONITOR reports it. */

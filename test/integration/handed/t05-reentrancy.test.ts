@@ -1,7 +1,8 @@
 /**
  * handed.md T05: reentrancy hold counts, over-release, and no accidental sharing between
  * independent handles of one locker. Runs on every store of `stores.ts`: Redis, SQLite and
- * PostgreSQL (lease mode, whose locks are rows, not session state). Step 5 on a shared PG
+ * PostgreSQL (lease mode, whose locks are rows, not session state), directly and through
+ * PgBouncer in transaction mode. Step 5 on a shared PG
  * session — two handles on the one connection of advisory mode, and `pg_locks` empty at the end
  * — is in `test/integration/postgres/advisory.test.ts`.
  */

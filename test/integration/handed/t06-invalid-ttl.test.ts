@@ -1,8 +1,8 @@
 /**
  * handed.md T06: invalid TTL values are rejected up front, before any engine command, with an
  * `InvalidArgumentError` naming `ttlMs` and the allowed range; 123.45 is rounded up to 124.
- * Runs on every store of `stores.ts` (Redis, SQLite, PostgreSQL lease mode): no lease and no
- * token for the key on the engine afterwards. That not even a read reached the engine is checked
+ * Runs on every store of `stores.ts` (Redis, SQLite, PostgreSQL lease mode directly and through
+ * PgBouncer): no lease and no token for the key on the engine afterwards. That not even a read reached the engine is checked
  * on Redis (MONITOR) and SQLite (no commit by any connection). The sidecar part is in
  * `test/integration/server/locks.test.ts` (and `dapr.test.ts` for the Dapr API).
  */
