@@ -23,6 +23,7 @@ import { InvalidArgumentError } from '../../errors.js';
 import { PostgresAdvisoryBackend } from './advisory.js';
 import { PostgresBackend } from './backend.js';
 import {
+  checkListenUrlIsNotThePooler,
   checkPostgresOptions,
   type PostgresLockMode,
   type PostgresPooler,
@@ -108,7 +109,9 @@ export function createPostgresBackend(
   }
   if ('connectionString' in options && typeof options.connectionString === 'string') {
     const config = options as PostgresUrlConfig;
-    return build({ ...checkPostgresOptions(config), connectionString: config.connectionString });
+    const checked = checkPostgresOptions(config);
+    checkListenUrlIsNotThePooler(config.connectionString, checked);
+    return build({ ...checked, connectionString: config.connectionString });
   }
   const o = options as PostgresBackendOptions;
   if ((o.url === undefined) === (o.pool === undefined)) {
@@ -135,7 +138,9 @@ export function createPostgresBackend(
   const explicit = Object.fromEntries(
     Object.entries(o).filter(([name, value]) => name !== 'url' && value !== undefined),
   );
-  return build({ ...checkPostgresOptions({ ...fromUrl, ...explicit }), connectionString });
+  const checked = checkPostgresOptions({ ...fromUrl, ...explicit });
+  checkListenUrlIsNotThePooler(connectionString, checked);
+  return build({ ...checked, connectionString });
 }
 
 function build(

@@ -180,6 +180,32 @@ export function checkPostgresOptions(options: PostgresOptionsInput): CheckedPost
 }
 
 /**
+ * With `pooler: 'transaction'`, refuse a `listenUrl` with the host and port of the store URL
+ * itself: that is the pooler, and LISTEN through it would hear nothing (waiters would fall back
+ * to polling without a word). Host names are compared as written.
+ * @throws InvalidArgumentError naming `listenUrl`.
+ */
+export function checkListenUrlIsNotThePooler(
+  connectionString: string,
+  options: CheckedPostgresOptions,
+): void {
+  if (options.pooler !== 'transaction' || options.listenUrl === undefined) return;
+  const address = (value: string) => {
+    const url = new URL(value);
+    return url.hostname === '' ? undefined : `${url.hostname}:${url.port || '5432'}`;
+  };
+  const pooler = address(connectionString);
+  if (pooler !== undefined && pooler === address(options.listenUrl)) {
+    throw new InvalidArgumentError(
+      'listenUrl',
+      `the PostgreSQL server itself, not the pooler at ${pooler} that the store URL names ` +
+        '(LISTEN through a transaction-mode pooler hears nothing)',
+      options.listenUrl,
+    );
+  }
+}
+
+/**
  * The shape of a store URL (`store`) or of `listenUrl`: `postgres:` or `postgresql:`, a host, a
  * port in range, no fragment. Returns the parsed URL.
  */
@@ -269,5 +295,7 @@ export function readPostgresUrl(store: string): {
 /** @throws InvalidArgumentError for a malformed URL or an unknown, bad or conflicting parameter. */
 export function parsePostgresUrl(store: string): PostgresUrlConfig & CheckedPostgresOptions {
   const { connectionString, options } = readPostgresUrl(store);
-  return { connectionString, ...checkPostgresOptions(options) };
+  const checked = checkPostgresOptions(options);
+  checkListenUrlIsNotThePooler(connectionString, checked);
+  return { connectionString, ...checked };
 }

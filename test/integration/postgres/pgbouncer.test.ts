@@ -125,12 +125,24 @@ describe('PostgreSQL lease mode behind PgBouncer (transaction mode)', () => {
     expect(await eventually(async () => (await listeners()) === 0)).toBe(true);
   });
 
-  it('control: a LISTEN through the pooler itself hears nothing, so that waiter sleeps on', async () => {
+  it('control: a LISTEN through the pooler itself hears nothing, so that waiter sleeps on (why such a listenUrl is refused)', async () => {
     const key = `deaf:${randomUUID()}`;
     const holder = createLocker(pooled());
-    // Misconfigured on purpose: listenUrl names PgBouncer, not the server.
+    // With the store URL, a listenUrl naming PgBouncer itself is refused at construction; a
+    // pool passed in has no URL to compare with, which lets this control be built.
+    expect(() =>
+      createPostgresBackend({
+        url: PGBOUNCER_URL,
+        schema,
+        pooler: 'transaction',
+        listenUrl: PGBOUNCER_URL,
+      }),
+    ).toThrow(/not the pooler/);
+    const pool = new pg.Pool({ connectionString: PGBOUNCER_URL, max: 2 });
+    pool.on('error', () => undefined);
+    userPools.push(pool);
     const deaf = createPostgresBackend({
-      url: PGBOUNCER_URL,
+      pool,
       schema,
       pooler: 'transaction',
       listenUrl: PGBOUNCER_URL,

@@ -20,20 +20,31 @@ let connections = 0;
 let URL_: string;
 let DIRECT: string;
 
-beforeAll(async () => {
-  server = createServer((socket) => {
+let directServer: Server;
+
+/** A local socket that counts the connections it gets (it must get none). */
+async function countingServer(): Promise<[Server, number]> {
+  const counting = createServer((socket) => {
     connections += 1;
     socket.destroy();
   });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as { port: number };
+  counting.listen(0, '127.0.0.1');
+  await once(counting, 'listening');
+  return [counting, (counting.address() as { port: number }).port];
+}
+
+beforeAll(async () => {
+  let port: number;
+  // The "pooler" of the store URL, and the "server" of listenUrl: two addresses.
+  [server, port] = await countingServer();
   URL_ = `postgres://app:secret@127.0.0.1:${port}/app`;
+  [directServer, port] = await countingServer();
   DIRECT = `postgres://app:secret@127.0.0.1:${port}/direct`;
 });
 
 afterAll(async () => {
   server.close();
+  directServer.close();
   // Nothing connected, whatever was constructed or refused.
   expect(connections).toBe(0);
 });
@@ -105,6 +116,19 @@ describe("PostgreSQL pooler: 'transaction' options", () => {
       createLocker(`${URL_}?pooler=transaction&listenUrl=${encodeURIComponent('mysql://x/y')}`),
     );
     expect(viaUrl.argument).toBe('listenUrl');
+  });
+
+  it('a listenUrl naming the pooler itself: refused (LISTEN through it would hear nothing)', () => {
+    const samePlace = URL_.replace('/app', '/other');
+    for (const build of [
+      () => createPostgresBackend({ url: URL_, pooler: 'transaction', listenUrl: samePlace }),
+      () => createLocker(`${URL_}?pooler=transaction&listenUrl=${encodeURIComponent(samePlace)}`),
+    ]) {
+      const error = invalid(build);
+      expect(error.argument).toBe('listenUrl');
+      expect(error.message).toMatch(/not the pooler/);
+      expect(error.message).not.toContain('secret');
+    }
   });
 
   it('valid combinations construct without connecting', async () => {
