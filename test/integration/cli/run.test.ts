@@ -5,9 +5,9 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import { type AddressInfo, createServer } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { closedPort } from '../../helpers/ports.js';
 import { monitorRedis } from '../handed/stores.js';
 import {
   buildCli,
@@ -494,12 +494,7 @@ describe('fencelock run on an unreachable store with --wait', () => {
   it('says the store did not answer, not that the lock is busy (PostgreSQL retries refused connections)', async () => {
     // A loopback port nothing listens on: PostgreSQL's statements retry the refused connection
     // within commandTimeoutMs (5 s), so --wait runs out before any attempt is answered.
-    const port = await new Promise<number>((resolve) => {
-      const server = createServer().listen(0, '127.0.0.1', () => {
-        const { port } = server.address() as AddressInfo;
-        server.close(() => resolve(port));
-      });
-    });
+    const port = await closedPort();
     const key = uniqueKey('unreachable');
     const envFile = file('unreachable.json');
     const result = await runCli([

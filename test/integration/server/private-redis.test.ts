@@ -5,9 +5,9 @@
  * `ERR_UNLOCK` with `status: 3`, fencelock's 503 `ERR_BACKEND`). A store that answers nothing
  * within a wait (PostgreSQL on a closed port) is a 503 too, not a busy lock.
  */
-import { type AddressInfo, createServer } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { closedPort } from '../../helpers/ports.js';
 import { settledWithin } from '../../helpers/promises.js';
 import type { PrivateRedis } from '../../helpers/redis-server.js';
 import {
@@ -135,12 +135,7 @@ describe('when the store answers no attempt within the wait', () => {
   it('a waiting acquire answers 503 ERR_BACKEND, not 409 busy (PostgreSQL retrying a refused connection)', async () => {
     // A loopback port nothing listens on: the statements retry the refused connection within
     // commandTimeoutMs (5 s), past the request's waitMs.
-    const port = await new Promise<number>((resolve) => {
-      const probe = createServer().listen(0, '127.0.0.1', () => {
-        const { port } = probe.address() as AddressInfo;
-        probe.close(() => resolve(port));
-      });
-    });
+    const port = await closedPort();
     const server = await serveStore(`postgres://fencelock@127.0.0.1:${port}/fencelock`);
     try {
       const answer = await call(server.url, lockPath('unreachable', 'acquire'), {
