@@ -3,7 +3,7 @@
  * versions), keeps the engine's error as `cause`, and carries context fields such as `key`.
  * Messages start with the domain (`fencelock:`), as etcd's sentinel errors do.
  */
-import { redactStoreUrlsIn } from './redact.js';
+import { redactStoreUrl, redactStoreUrlsIn } from './redact.js';
 
 /** Stable machine-readable codes, one per error class. */
 export type FencelockErrorCode =
@@ -39,7 +39,13 @@ export class InvalidArgumentError extends FencelockError {
 
   constructor(argument: string, allowed: string, received: unknown) {
     // A store URL's password never reaches a message or log line (`redactStoreUrlsIn`).
-    const shown = typeof received === 'string' ? redactStoreUrlsIn(received) : received;
+    const shown =
+      typeof received !== 'string'
+        ? received
+        : // A whole store URL (quotes and spaces in a password included), or URLs in a text.
+          /^[a-z][a-z0-9+.-]*:/i.test(received)
+          ? redactStoreUrl(received)
+          : redactStoreUrlsIn(received);
     super(
       'ERR_INVALID_ARGUMENT',
       `invalid ${argument}: expected ${allowed}, received ${describe(shown)}`,
@@ -56,16 +62,22 @@ export class LockTimeoutError extends FencelockError {
   readonly key: string;
   readonly waitedMs: number;
   /**
-   * False when the engine answered none of the acquire's attempts before it gave up: the key
-   * was never seen held, and the engine may be unreachable or overloaded rather than the lock
-   * busy (e.g. PostgreSQL retrying a refused connection within `commandTimeoutMs`).
+   * False when the acquire ran out of time with none of its attempts answered: the engine may be
+   * unreachable or overloaded rather than the lock busy (e.g. PostgreSQL retrying a refused
+   * connection within `commandTimeoutMs`). True otherwise.
    */
   readonly engineAnswered: boolean;
+  /**
+   * True when an attempt found the key held by another owner: the lock was busy. False when it
+   * timed out for another reason (no answer, a grant that came too late to be of use) or was
+   * cancelled before any such answer.
+   */
+  readonly sawHolder: boolean;
 
   constructor(
     key: string,
     waitedMs: number,
-    options?: { cause?: unknown; reason?: string; engineAnswered?: boolean },
+    options?: { cause?: unknown; reason?: string; engineAnswered?: boolean; sawHolder?: boolean },
   ) {
     super(
       'ERR_LOCK_TIMEOUT',
@@ -75,6 +87,7 @@ export class LockTimeoutError extends FencelockError {
     this.key = key;
     this.waitedMs = waitedMs;
     this.engineAnswered = options?.engineAnswered ?? true;
+    this.sawHolder = options?.sawHolder ?? false;
   }
 }
 

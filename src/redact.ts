@@ -9,19 +9,22 @@
 /** What a password is replaced with. */
 export const REDACTED = '***';
 
-/** `scheme://` at the start of a store URL. */
-const SCHEME = /^[a-z][a-z0-9+.-]*:\/\//i;
+/** `scheme://` at the start of a store URL; `scheme:` alone too (`redis:user:pw@host` parses). */
+const SCHEME = /^[a-z][a-z0-9+.-]*:(?:\/\/)?/i;
 
 /** A `password=` parameter (also `sslpassword=` and the like) and its value. */
 const PASSWORD_PARAM = /([?&;][^=&#?;]*password=)[^&#;]*/gi;
 
-/** A store URL inside a longer text: a scheme, `://`, and everything up to a space or quote. */
-const URL_IN_TEXT = /[a-z][a-z0-9+.-]*:\/\/[^\s"'`<>]*/gi;
+/**
+ * A store URL inside a longer text: a scheme, `://`, and everything up to a space or quote; or a
+ * scheme without `//` directly followed by user info (`redis:user:pw@host`).
+ */
+const URL_IN_TEXT = /[a-z][a-z0-9+.-]*:(?:\/\/[^\s"'`<>]*|[^\s"'`<>/@]*@[^\s"'`<>]*)/gi;
 
 /**
  * `store` with its password replaced by `***`: the password of the user-info part
- * (`scheme://user:***@host…`) and the value of any `…password=` query parameter. A string that
- * is not a URL (no `scheme://`) only has its `password=` parameters redacted.
+ * (`scheme://user:***@host…`, also without `//`) and the value of any `…password=` query
+ * parameter. A string that is not a URL (no scheme) only has its `password=` parameters redacted.
  *
  * It errs on the side of hiding: the user-info part runs up to the last `@` of the string (a
  * password may hold an unencoded `@`, `/`, `?` or `#`), so a URL with an `@` in a later part and

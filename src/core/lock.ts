@@ -229,6 +229,10 @@ export class Lock {
     let attempts = 0;
     /** Attempts the engine answered (granted or not) before the deadline. */
     let answered = 0;
+    /** Whether an attempt found the key held by another owner. */
+    let sawHolder = false;
+    const timedOut = (options?: { reason?: string; engineAnswered?: boolean }) =>
+      new LockTimeoutError(this.key, monotonicNow() - startedAt, { ...options, sawHolder });
     let sent = false;
     /**
      * Whether a grant that arrives after the caller gave up (and a queue entry left at a timeout)
@@ -292,6 +296,9 @@ export class Lock {
       for (;;) {
         this.#throwIfAborted(aborted(), startedAt);
         const attemptStartedAt = monotonicNow();
+        // No attempt starts past the deadline (after a wait that ran to it): nothing would bound
+        // it but the engine's command timeout. A tryAcquire's one attempt starts at its deadline.
+        if (attempts > 0 && attemptStartedAt >= deadline) throw lastQuorumError ?? timedOut();
         sent = true;
         let result: AttemptResult | undefined;
         try {
@@ -316,9 +323,7 @@ export class Lock {
           this.#throwIfAborted(aborted(), startedAt);
           // Out of time while the votes kept failing: the nodes' outcomes say more than a timeout.
           if (lastQuorumError) throw lastQuorumError;
-          throw new LockTimeoutError(
-            this.key,
-            monotonicNow() - startedAt,
+          throw timedOut(
             answered === 0
               ? { reason: 'got no answer from the engine', engineAnswered: false }
               : undefined,
@@ -335,9 +340,7 @@ export class Lock {
             this.#throwIfAborted(aborted(), startedAt);
             await withdrawLate();
             if (once || monotonicNow() >= deadline) {
-              throw new LockTimeoutError(this.key, monotonicNow() - startedAt, {
-                reason: 'granted with no validity left',
-              });
+              throw timedOut({ reason: 'granted with no validity left' });
             }
             continue;
           }
@@ -376,8 +379,9 @@ export class Lock {
           event('busy');
           return null;
         }
+        sawHolder = true;
         const left = deadline - monotonicNow();
-        if (left <= 0) throw new LockTimeoutError(this.key, monotonicNow() - startedAt);
+        if (left <= 0) throw timedOut();
         const backoff = backoffDelayMs(attempts - 1, options.retry);
         // The holder's key cannot outlive its TTL; a little jitter keeps waiters apart then.
         const holderBound =

@@ -195,7 +195,13 @@ export class LockActivity {
     const labels = this.#labelsOf(event);
     const id = holdingId(event);
     const holding = this.#holdings.get(id);
-    this.#holdings.delete(id);
+    // The grant ends when it was released, or when the engine refused to release this very grant
+    // (same token): a refused release naming another token (a stale or forged one) leaves the
+    // holder counted, as does a release that failed.
+    const ended =
+      event.outcome === 'released' ||
+      (event.outcome !== 'error' && event.fencingToken === holding?.fencingToken);
+    if (ended) this.#holdings.delete(id);
     const holdMs =
       event.holdMs ?? (holding === undefined ? undefined : monotonicNow() - holding.grantedAt);
     sink.release(labels, event.outcome, holdMs === undefined ? undefined : holdMs / 1000);

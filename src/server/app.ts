@@ -82,6 +82,9 @@ export const DEFAULT_STORE_NAME = 'lockstore';
 /** Default longest wait of `POST /v1/locks/{key}/acquire`, ms. */
 export const DEFAULT_MAX_WAIT_MS = 60_000;
 
+/** How long a shutdown waits for requests still arriving before it closes their connections, ms. */
+const SHUTDOWN_GRACE_MS = 5_000;
+
 /**
  * Build a sidecar (routes, auth, validation, metrics) without listening yet.
  * @throws InvalidArgumentError for a bad option (a malformed store URL, a short token…), before
@@ -152,9 +155,9 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     // Lock keys may be up to 1024 UTF-8 bytes, i.e. 3072 characters once percent-encoded.
     routerOptions: { maxParamLength: 4096 },
     bodyLimit: 16 * 1024,
-    // A client that stalls its request (headers or body) is cut off after 30 s, so that a
-    // graceful shutdown does not wait for it forever; a waiting acquire is not affected (its
-    // request was received in full).
+    // A client that stalls its request (headers or body) is cut off after 30 to 60 s (Node
+    // checks every 30 s); a waiting acquire is not affected (its request was received in full).
+    // A shutdown does not wait for such a client beyond SHUTDOWN_GRACE_MS.
     requestTimeout: 30_000,
     // Requests during shutdown get our own 503 (ERR_SHUTTING_DOWN), from the hook below.
     return503OnClosing: false,
@@ -275,9 +278,14 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     close() {
       closing ??= (async () => {
         shutdown.abort();
+        // Waiting requests end at once (503, from the shutdown signal); a client still sending
+        // its request gets a few seconds, then its connection is closed: Node stops enforcing
+        // `requestTimeout` once the server closes, so a stalled upload would hold this forever.
+        const cutOff = setTimeout(() => app.server.closeAllConnections(), SHUTDOWN_GRACE_MS);
         try {
           await app.close();
         } finally {
+          clearTimeout(cutOff);
           metrics.unsubscribe();
           if (ownsLocker) await locker.close();
         }

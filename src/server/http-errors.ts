@@ -149,7 +149,9 @@ export function fromLockError(
   if (error instanceof LockTimeoutError) {
     return new HttpError(409, {
       errorCode: 'ERR_LOCK_TIMEOUT',
-      message: `${strip(error.message)} (held by another owner)`,
+      message: error.sawHolder
+        ? `${strip(error.message)} (held by another owner)`
+        : strip(error.message),
     });
   }
   if (error instanceof QuorumError) {

@@ -3,7 +3,7 @@
  * answer; close() cancels pending acquires and grants nothing afterwards; a lease that ran out
  * while its callback ran is reported lost. Real timers, an in-memory backend.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
   createLocker,
   InvalidArgumentError,
@@ -36,7 +36,54 @@ describe('a silent engine does not hold the caller past its deadline', () => {
     expect(performance.now() - started).toBeLessThan(1000);
     // Never seen held: the timeout says the engine did not answer, not that the lock is busy.
     expect((error as LockTimeoutError).engineAnswered).toBe(false);
+    expect((error as LockTimeoutError).sawHolder).toBe(false);
     expect((error as LockTimeoutError).message).toMatch(/got no answer from the engine after/);
+  });
+
+  it('starts no attempt past the deadline: a wait that slept up to it ends at waitMs, busy', async () => {
+    // Found by trying to break it: an attempt started at the deadline had no timer, and waited
+    // for the engine's command timeout. Fake timers put the wake-up exactly on the deadline.
+    vi.useFakeTimers();
+    try {
+      const backend = new MemoryBackend();
+      const locker = lockerOn(backend);
+      await locker.acquire('k', { ttlMs: 60_000 });
+      // The backoff (10 s) outlasts the wait: after its first answer the waiter sleeps to the
+      // deadline. From then on the engine answers nothing.
+      let outcome: unknown;
+      void locker
+        .acquire('k', { waitMs: 300, retry: { initialDelayMs: 10_000, maxDelayMs: 10_000 } })
+        .then(
+          (lease) => {
+            outcome = lease;
+          },
+          (error: unknown) => {
+            outcome = error;
+          },
+        );
+      await vi.advanceTimersByTimeAsync(0);
+      backend.attemptMode = 'hang';
+      await vi.advanceTimersByTimeAsync(300);
+      await vi.advanceTimersByTimeAsync(0);
+      expect(outcome).toBeInstanceOf(LockTimeoutError);
+      expect((outcome as LockTimeoutError).sawHolder).toBe(true);
+      expect((outcome as LockTimeoutError).engineAnswered).toBe(true);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('a grant that came too late to be of use is a timeout that never saw a holder', async () => {
+    const backend = new MemoryBackend();
+    backend.attemptDelayMs = 300; // longer than the lease itself
+    const error = await lockerOn(backend)
+      .acquire('k', { ttlMs: 200, waitMs: 0 })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockTimeoutError);
+    expect((error as LockTimeoutError).message).toMatch(/granted with no validity left/);
+    // Nobody held the key: the CLI and the sidecar must not say "held by another owner".
+    expect((error as LockTimeoutError).sawHolder).toBe(false);
+    expect((error as LockTimeoutError).engineAnswered).toBe(true);
   });
 
   it('a wait that saw the key held ends with engineAnswered, also when its last attempt hangs', async () => {

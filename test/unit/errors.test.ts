@@ -54,6 +54,8 @@ describe('a bad store URL', () => {
     'redis://u:S3cretPw@cache/x',
     'etcd://root:S3cretPw@e1:2379/a/b',
     'postgres:app:S3cretPw@db/app?host=/tmp',
+    'redis:default:S3cretPw@127.0.0.1:6390',
+    'etcd://root:S3c"retPw@127.0.0.1:23791,127.0.0.1:99999',
   ])('%s is refused without its password in the error', (store) => {
     let error: unknown;
     try {
@@ -62,7 +64,7 @@ describe('a bad store URL', () => {
       error = e;
     }
     expect(error).toBeInstanceOf(InvalidArgumentError);
-    expect((error as Error).message).not.toContain('S3cretPw');
-    expect(String((error as InvalidArgumentError).received)).not.toContain('S3cretPw');
+    expect((error as Error).message).not.toMatch(/retPw/);
+    expect(String((error as InvalidArgumentError).received)).not.toMatch(/retPw/);
   });
 });

@@ -38,6 +38,9 @@ describe('redactStoreUrl', () => {
       `postgres://u@h/app?listenUrl=${encodeURIComponent('postgres://u@db/app?password=S3cretPw')}`,
       `postgres://u@h/app?listenUrl=${encodeURIComponent('postgres://u@db/app?password=***')}`,
     ],
+    // No "//" after the scheme: user info all the same.
+    ['redis:default:S3cretPw@127.0.0.1:6390', 'redis:default:***@127.0.0.1:6390'],
+    ['etcd:root:S3cretPw@e1:2379', 'etcd:root:***@e1:2379'],
     // Nothing to hide.
     [
       `postgres://u@h/app?listenUrl=${encodeURIComponent('postgres://u@db/app')}`,

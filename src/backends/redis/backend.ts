@@ -110,6 +110,9 @@ interface Channel {
   confirmed: boolean;
 }
 
+/** Bound of a first connection when no commandTimeoutMs is known (a client passed in), ms. */
+const DEFAULT_CONNECT_BOUND_MS = 5_000;
+
 /** The Redis backend. Build it with `createRedisBackend`. */
 export class RedisBackend implements Backend {
   readonly name = 'redis';
@@ -134,6 +137,7 @@ export class RedisBackend implements Backend {
   #closed = false;
 
   #connecting: Promise<void> | undefined;
+  readonly #connectTimeoutMs: number;
   /** An error that makes every command wrong (a db the server does not have). */
   #fatal: Error | undefined;
   /** Last connection-level error of a client this backend opened, for error messages. */
@@ -147,9 +151,12 @@ export class RedisBackend implements Backend {
       readonly notifications: boolean;
       readonly minReplicas: number;
       readonly replicaTimeoutMs: number;
+      /** Bound of the first connection, ms (a Sentinel client retries unreachable Sentinels forever). */
+      readonly commandTimeoutMs?: number;
     },
     epochs?: FailoverEpoch,
   ) {
+    this.#connectTimeoutMs = settings.commandTimeoutMs ?? DEFAULT_CONNECT_BOUND_MS;
     this.#epochs = epochs;
     this.#client = client;
     this.batchesRenewals = !isClusterClient(client);
@@ -421,7 +428,27 @@ export class RedisBackend implements Backend {
       if (this.#ownsClient && this.#client.status === 'wait') {
         // First use: connect now, so a failed SELECT is known before any script runs.
         this.#connecting ??= this.#client.connect();
-        await this.#connecting;
+        // Bounded: ioredis keeps trying (Sentinels it cannot reach, forever); a later call waits
+        // for the same connection again.
+        let timer: NodeJS.Timeout | undefined;
+        try {
+          await Promise.race([
+            this.#connecting,
+            new Promise<never>((_, reject) => {
+              timer = setTimeout(
+                () =>
+                  reject(
+                    new Error(
+                      `not connected within ${this.#connectTimeoutMs} ms (commandTimeoutMs)`,
+                    ),
+                  ),
+                this.#connectTimeoutMs,
+              );
+            }),
+          ]);
+        } finally {
+          clearTimeout(timer);
+        }
       }
       if (this.#fatal) throw this.#fatal;
       return await run();

@@ -231,9 +231,11 @@ async function acquireOrExit(
     if (watcher.received !== undefined) return exitOnSignal(watcher.received, options.key);
     if (error instanceof LockTimeoutError) {
       stderrLine(
-        error.engineAnswered
+        error.sawHolder
           ? `lock "${options.key}" is held by another owner: gave up after waiting ${options.waitMs} ms (--wait)`
-          : `lock "${options.key}": the store answered no attempt within ${options.waitMs} ms (--wait); is it reachable?`,
+          : error.engineAnswered
+            ? `lock "${options.key}" was not granted within ${options.waitMs} ms (--wait): ${withoutPrefix(error.message)}`
+            : `lock "${options.key}": the store answered no attempt within ${options.waitMs} ms (--wait); is it reachable?`,
       );
       return RUN_EXIT_CODES.waitTimeout;
     }

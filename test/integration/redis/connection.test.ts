@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createRedisBackend } from '../../../src/backends/redis/index.js';
 import { BackendError, createLocker, InvalidArgumentError } from '../../../src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
+import { closedPort } from '../../helpers/ports.js';
 
 const admin = new Redis(REDIS_URL);
 afterAll(() => admin.quit());
@@ -35,6 +36,18 @@ describe('redis connection', () => {
     expect(error).toBeInstanceOf(BackendError);
     expect((error as BackendError).message).toContain('127.0.0.1:1');
     expect((error as BackendError).message).toContain('ECONNREFUSED');
+    await locker.close();
+  });
+
+  it('gives up within commandTimeoutMs when no Sentinel answers (ioredis would retry forever)', async () => {
+    // Found by trying to break it: tryAcquire on such a store never returned.
+    const port = await closedPort();
+    const locker = createLocker(`redis+sentinel://127.0.0.1:${port}/mymaster?commandTimeoutMs=500`);
+    const startedAt = performance.now();
+    const error = await locker.tryAcquire('k').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(BackendError);
+    expect((error as BackendError).message).toContain('not connected within 500 ms');
+    expect(performance.now() - startedAt).toBeLessThan(5_000);
     await locker.close();
   });
 

@@ -4,7 +4,9 @@
  * sidecar processes that agree on one store, the exact counters `/metrics` exposes after known
  * traffic (refused renewals included), and graceful shutdown on SIGTERM / SIGINT.
  */
+import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -22,6 +24,7 @@ import {
   runCli,
   type ServerProcess,
   sampleValue,
+  sleep,
   spawnServer,
   TOKEN,
   uniqueKey,
@@ -355,7 +358,7 @@ describe('/metrics after known traffic (a fresh sidecar process)', () => {
     }
   });
 
-  it('counts a refused renewal as a renew failure and the lease no longer held, never as a lost lease (a caller cannot prove it held the grant)', async () => {
+  it('counts a refused renewal as a renew failure and the lease no longer held, never as a lost lease (a caller cannot prove it held the grant); a forged release leaves the holder counted', async () => {
     const harness = redisHarness();
     const server = await spawnServer(['--store', REDIS_URL, '--port', '0']);
     try {
@@ -399,7 +402,12 @@ describe('/metrics after known traffic (a fresh sidecar process)', () => {
       });
       expect(otherOwner.status).toBe(409);
       expect(await figures()).toEqual({ failures: 3, lost: 0, holders: 1 });
+      // A release naming B with a wrong token is refused and leaves B counted too.
+      const forgedRelease = await ext(k2, 'release', { owner: 'B', fencingToken: '999' });
+      expect(forgedRelease.status).toBe(409);
+      expect((await figures()).holders).toBe(1);
       await ext(k2, 'release', { owner: 'B', fencingToken: b.body.fencingToken });
+      expect((await figures()).holders).toBe(0);
     } finally {
       expect(await server.stop()).toBe(0);
       await harness.close();
@@ -436,4 +444,27 @@ describe('graceful shutdown', () => {
       await harness.close();
     }
   });
+
+  it('on SIGTERM does not wait for a client that stalls its request: its connection is closed within seconds', async () => {
+    // Found by trying to break it: Node stops enforcing requestTimeout once the server closes.
+    const server = await spawnServer(['--store', REDIS_URL, '--port', '0']);
+    const { hostname, port } = new URL(server.url);
+    const socket = connect(Number(port), hostname);
+    try {
+      await once(socket, 'connect');
+      // Headers and half a body, then nothing.
+      socket.write(
+        `POST ${lockPath('stalled', 'acquire')} HTTP/1.1\r\nHost: ${hostname}\r\n` +
+          'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"owner":',
+      );
+      await sleep(300);
+      const startedAt = performance.now();
+      expect(await server.stop('SIGTERM')).toBe(0);
+      // The shutdown grace is 5 s; before the fix it lasted as long as the client stalled.
+      expect(performance.now() - startedAt).toBeLessThan(15_000);
+    } finally {
+      socket.destroy();
+      await server.stop();
+    }
+  }, 30_000);
 });
