@@ -91,8 +91,8 @@ const SWEEP_GROWTH = 1024;
  *
  * A lease counts as held from its grant until its release, its loss, a renewal of it the engine
  * refused, or the end of the last TTL the engine applied (from the grant or a renewal) —
- * whichever comes first. The TTL bound covers
- * owner-addressed grants (the sidecar's), which no process tracks and which may simply expire.
+ * whichever comes first. The TTL bound covers owner-addressed grants (the sidecar's), which no
+ * process tracks and which may simply expire.
  * An acquire counts as waiting between its `wait` start and end events. Both are counted per
  * backend and store (`LockLabels`).
  */
