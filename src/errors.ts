@@ -3,7 +3,7 @@
  * versions), keeps the engine's error as `cause`, and carries context fields such as `key`.
  * Messages start with the domain (`fencelock:`), as etcd's sentinel errors do.
  */
-import { redactStoreUrl, redactStoreUrlsIn } from './redact.js';
+import { isStoreUrl, redactStoreUrl, redactStoreUrlsIn } from './redact.js';
 
 /** Stable machine-readable codes, one per error class. */
 export type FencelockErrorCode =
@@ -43,7 +43,7 @@ export class InvalidArgumentError extends FencelockError {
       typeof received !== 'string'
         ? received
         : // A whole store URL (quotes and spaces in a password included), or URLs in a text.
-          /^[a-z][a-z0-9+.-]*:/i.test(received)
+          isStoreUrl(received)
           ? redactStoreUrl(received)
           : redactStoreUrlsIn(received);
     super(
@@ -64,13 +64,13 @@ export class LockTimeoutError extends FencelockError {
   /**
    * False when the acquire ran out of time with none of its attempts answered: the engine may be
    * unreachable or overloaded rather than the lock busy (e.g. PostgreSQL retrying a refused
-   * connection within `commandTimeoutMs`). True otherwise.
+   * connection within `commandTimeoutMs`). True otherwise, cancellations included.
    */
   readonly engineAnswered: boolean;
   /**
    * True when an attempt found the key held by another owner: the lock was busy. False when it
-   * timed out for another reason (no answer, a grant that came too late to be of use) or was
-   * cancelled before any such answer.
+   * timed out for another reason (no answer, a grant that came too late to be of use), and when
+   * it was cancelled (abort, locker closed, session ended): those do not say.
    */
   readonly sawHolder: boolean;
 

@@ -18,6 +18,7 @@ export type {
 export {
   type AcquireEvent,
   CHANNELS,
+  type EventOrigin,
   type LostEvent,
   type ReleaseEvent,
   type RenewEvent,

@@ -1,16 +1,26 @@
 /**
  * Store URLs may carry a password (`redis://user:pass@host`, `postgres://u:pw@host/db`,
- * `postgres://host/db?password=pw`). Anything the CLI or the sidecar prints that echoes a store
- * URL goes through `redactStoreUrl` first, as `psql` and libpq hide a connection string's
- * password: the user name, hosts, path and the other parameters stay, so the message still
- * tells which store was meant.
+ * `postgres://host/db?password=pw`). Whatever echoes a store URL — an `InvalidArgumentError`,
+ * the CLI's and the sidecar's messages, a metrics label — goes through `redactStoreUrl` first, as
+ * `psql` and libpq hide a connection string's password: the user name, hosts, path and the
+ * other parameters stay, so the message still tells which store was meant.
  */
 
 /** What a password is replaced with. */
 export const REDACTED = '***';
 
-/** `scheme://` at the start of a store URL; `scheme:` alone too (`redis:user:pw@host` parses). */
-const SCHEME = /^[a-z][a-z0-9+.-]*:(?:\/\/)?/i;
+/**
+ * `scheme://` at the start of a store URL; a store scheme without `//` too (`redis:user:pw@host`
+ * parses). Only fencelock's own schemes count without `//`: a lock key such as
+ * `order:pay:joe@x` is not a URL.
+ */
+const SCHEME =
+  /^(?:[a-z][a-z0-9+.-]*:\/\/|(?:redis|rediss|redis\+sentinel|redis\+cluster|redlock|etcd|zk|postgres|postgresql|sqlite):)/i;
+
+/** Whether `value` starts like a store URL (a `scheme://`, or a store scheme without `//`). */
+export function isStoreUrl(value: string): boolean {
+  return SCHEME.test(value);
+}
 
 /** A `password=` parameter (also `sslpassword=` and the like) and its value. */
 const PASSWORD_PARAM = /([?&;][^=&#?;]*password=)[^&#;]*/gi;
@@ -19,12 +29,14 @@ const PASSWORD_PARAM = /([?&;][^=&#?;]*password=)[^&#;]*/gi;
  * A store URL inside a longer text: a scheme, `://`, and everything up to a space or quote; or a
  * scheme without `//` directly followed by user info (`redis:user:pw@host`).
  */
-const URL_IN_TEXT = /[a-z][a-z0-9+.-]*:(?:\/\/[^\s"'`<>]*|[^\s"'`<>/@]*@[^\s"'`<>]*)/gi;
+const URL_IN_TEXT =
+  /[a-z][a-z0-9+.-]*:\/\/[^\s"'`<>]*|\b(?:redis|rediss|redis\+sentinel|redis\+cluster|redlock|etcd|zk|postgres|postgresql):[^\s"'`<>/@]*@[^\s"'`<>]*/gi;
 
 /**
  * `store` with its password replaced by `***`: the password of the user-info part
- * (`scheme://user:***@host…`, also without `//`) and the value of any `…password=` query
- * parameter. A string that is not a URL (no scheme) only has its `password=` parameters redacted.
+ * (`scheme://user:***@host…`, also without `//`), the value of any `…password=` query parameter,
+ * and the password of a store URL percent-encoded in a parameter (`listenUrl`). A string that is
+ * not a URL (no scheme) only has its parameters redacted.
  *
  * It errs on the side of hiding: the user-info part runs up to the last `@` of the string (a
  * password may hold an unencoded `@`, `/`, `?` or `#`), so a URL with an `@` in a later part and

@@ -231,8 +231,8 @@ export class Lock {
     let answered = 0;
     /** Whether an attempt found the key held by another owner. */
     let sawHolder = false;
-    const timedOut = (options?: { reason?: string; engineAnswered?: boolean }) =>
-      new LockTimeoutError(this.key, monotonicNow() - startedAt, { ...options, sawHolder });
+    const timeoutError = (details?: { reason?: string; engineAnswered?: boolean }) =>
+      new LockTimeoutError(this.key, monotonicNow() - startedAt, { ...details, sawHolder });
     let sent = false;
     /**
      * Whether a grant that arrives after the caller gave up (and a queue entry left at a timeout)
@@ -298,7 +298,7 @@ export class Lock {
         const attemptStartedAt = monotonicNow();
         // No attempt starts past the deadline (after a wait that ran to it): nothing would bound
         // it but the engine's command timeout. A tryAcquire's one attempt starts at its deadline.
-        if (attempts > 0 && attemptStartedAt >= deadline) throw lastQuorumError ?? timedOut();
+        if (attempts > 0 && attemptStartedAt >= deadline) throw lastQuorumError ?? timeoutError();
         sent = true;
         let result: AttemptResult | undefined;
         try {
@@ -323,7 +323,7 @@ export class Lock {
           this.#throwIfAborted(aborted(), startedAt);
           // Out of time while the votes kept failing: the nodes' outcomes say more than a timeout.
           if (lastQuorumError) throw lastQuorumError;
-          throw timedOut(
+          throw timeoutError(
             answered === 0
               ? { reason: 'got no answer from the engine', engineAnswered: false }
               : undefined,
@@ -340,7 +340,7 @@ export class Lock {
             this.#throwIfAborted(aborted(), startedAt);
             await withdrawLate();
             if (once || monotonicNow() >= deadline) {
-              throw timedOut({ reason: 'granted with no validity left' });
+              throw timeoutError({ reason: 'granted with no validity left' });
             }
             continue;
           }
@@ -381,7 +381,7 @@ export class Lock {
         }
         sawHolder = true;
         const left = deadline - monotonicNow();
-        if (left <= 0) throw timedOut();
+        if (left <= 0) throw timeoutError();
         const backoff = backoffDelayMs(attempts - 1, options.retry);
         // The holder's key cannot outlive its TTL; a little jitter keeps waiters apart then.
         const holderBound =

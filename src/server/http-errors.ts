@@ -143,7 +143,7 @@ export function fromLockError(
     return invalidField(field, allowed(field), error.received);
   }
   if (error instanceof LockTimeoutError && !error.engineAnswered) {
-    // Never seen held: the store did not answer in time, which is not a busy lock.
+    // No attempt was answered: the store did not answer in time, which is not a busy lock.
     return new HttpError(503, { errorCode: 'ERR_BACKEND', message: strip(error.message) });
   }
   if (error instanceof LockTimeoutError) {

@@ -40,6 +40,8 @@ describe('redactStoreUrl', () => {
     ],
     // No "//" after the scheme: user info all the same.
     ['redis:default:S3cretPw@127.0.0.1:6390', 'redis:default:***@127.0.0.1:6390'],
+    // A lock key is not a URL, even with a colon and an at sign.
+    ['order:pay:joe@example.com', 'order:pay:joe@example.com'],
     ['etcd:root:S3cretPw@e1:2379', 'etcd:root:***@e1:2379'],
     // Nothing to hide.
     [

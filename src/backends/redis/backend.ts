@@ -110,9 +110,6 @@ interface Channel {
   confirmed: boolean;
 }
 
-/** Bound of a first connection when no commandTimeoutMs is known (a client passed in), ms. */
-const DEFAULT_CONNECT_BOUND_MS = 5_000;
-
 /** The Redis backend. Build it with `createRedisBackend`. */
 export class RedisBackend implements Backend {
   readonly name = 'redis';
@@ -151,12 +148,15 @@ export class RedisBackend implements Backend {
       readonly notifications: boolean;
       readonly minReplicas: number;
       readonly replicaTimeoutMs: number;
-      /** Bound of the first connection, ms (a Sentinel client retries unreachable Sentinels forever). */
-      readonly commandTimeoutMs?: number;
+      /**
+       * Bound of the first connection of a client this backend opened, ms (a Sentinel client
+       * retries unreachable Sentinels forever).
+       */
+      readonly commandTimeoutMs: number;
     },
     epochs?: FailoverEpoch,
   ) {
-    this.#connectTimeoutMs = settings.commandTimeoutMs ?? DEFAULT_CONNECT_BOUND_MS;
+    this.#connectTimeoutMs = settings.commandTimeoutMs;
     this.#epochs = epochs;
     this.#client = client;
     this.batchesRenewals = !isClusterClient(client);
@@ -428,8 +428,8 @@ export class RedisBackend implements Backend {
       if (this.#ownsClient && this.#client.status === 'wait') {
         // First use: connect now, so a failed SELECT is known before any script runs.
         this.#connecting ??= this.#client.connect();
-        // Bounded: ioredis keeps trying (Sentinels it cannot reach, forever); a later call waits
-        // for the same connection again.
+        // Bounded: ioredis keeps trying (Sentinels it cannot reach, forever). The client has
+        // left 'wait' by then, so later calls take the hot path, bounded by commandTimeout.
         let timer: NodeJS.Timeout | undefined;
         try {
           await Promise.race([
