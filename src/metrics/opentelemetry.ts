@@ -6,7 +6,7 @@
  */
 import type { BatchObservableResult, Meter } from '@opentelemetry/api';
 import { InvalidArgumentError } from '../errors.js';
-import { DEFAULT_MAX_STORES, LockActivity } from './activity.js';
+import { LockActivity } from './activity.js';
 import { HOLD_BUCKETS_SECONDS, WAIT_BUCKETS_SECONDS } from './buckets.js';
 
 /** Options of `collectOpenTelemetryMetrics`. */
@@ -66,7 +66,7 @@ export function collectOpenTelemetryMetrics(
   if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'a string', prefix);
   const name = (suffix: string) => `${prefix}${suffix}`;
   // Before any instrument is made: it validates `maxStores`.
-  const activity = new LockActivity({ maxStores: options.maxStores ?? DEFAULT_MAX_STORES });
+  const activity = new LockActivity(options);
 
   const acquires = meter.createCounter(name('acquire.attempts'), {
     description: 'Acquire calls (acquire, tryAcquire, withLock, owner-addressed) by outcome.',

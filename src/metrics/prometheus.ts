@@ -7,7 +7,7 @@
  */
 import { Counter, Gauge, Histogram, type Registry, register } from 'prom-client';
 import { InvalidArgumentError } from '../errors.js';
-import { DEFAULT_MAX_STORES, LockActivity, type LockLabels } from './activity.js';
+import { LockActivity, type LockLabels } from './activity.js';
 import { HOLD_BUCKETS_SECONDS, WAIT_BUCKETS_SECONDS } from './buckets.js';
 
 /** Options of `collectPrometheusMetrics`. */
@@ -87,7 +87,7 @@ export function collectPrometheusMetrics(
     'holdBucketsSeconds',
   );
 
-  const activity = new LockActivity({ maxStores: options.maxStores ?? DEFAULT_MAX_STORES });
+  const activity = new LockActivity(options);
   const registers = [registry];
   const names: string[] = [];
   /** Build (and so register) one metric, and remember its name once it is registered. */

@@ -13,7 +13,6 @@ import { InvalidArgumentError } from '../errors.js';
 import { createLocker } from '../locker.js';
 import { collectPrometheusMetrics, type PrometheusMetrics } from '../metrics/prometheus.js';
 import { MAX_TIMER_MS } from '../options.js';
-import { redactStoreUrl } from '../redact.js';
 import { bearerChecker, isLoopbackHost, MIN_TOKEN_CHARS } from './auth.js';
 import { daprAnswer, fromFastifyError, HttpError, sendError, utf8Body } from './http-errors.js';
 import type { RouteContext } from './routes/context.js';
@@ -125,7 +124,8 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   }
   const ownsLocker = typeof options.store === 'string';
   const locker =
-    typeof options.store === 'string' ? createStoreLocker(options.store) : options.store;
+    // A refusal of the URL never shows its password (`InvalidArgumentError` redacts it).
+    typeof options.store === 'string' ? createLocker(options.store) : options.store;
 
   const shutdown = new AbortController();
   const allowed = (field: string) => allowedFor(field, maxWaitMs);
@@ -293,18 +293,4 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       return closing;
     },
   };
-}
-
-/**
- * `createLocker(store)`, with the store URL's password redacted from a refusal: the error's
- * message and `received` echo the URL, and callers log them.
- * @throws InvalidArgumentError for a malformed store URL or a bad store parameter.
- */
-function createStoreLocker(store: string): Locker {
-  try {
-    return createLocker(store);
-  } catch (error) {
-    if (!(error instanceof InvalidArgumentError) || typeof error.received !== 'string') throw error;
-    throw new InvalidArgumentError(error.argument, error.allowed, redactStoreUrl(error.received));
-  }
 }

@@ -18,7 +18,6 @@
  */
 import { InvalidArgumentError } from '../../errors.js';
 import { integerParameter } from '../../options.js';
-import { redactStoreUrl } from '../../redact.js';
 
 /** How a PostgreSQL backend holds a lock. */
 export type PostgresLockMode = 'lease' | 'advisory';
@@ -234,14 +233,13 @@ function checkUrlShape(argument: string, value: string, shown: string, shape = S
 
 /**
  * `listenUrl`: a `postgres://` URL with node-postgres' parameters only (fencelock's own belong
- * to the store URL). Errors show it without its password (as they show the store URL).
+ * to the store URL). Errors show it without its password (`InvalidArgumentError` redacts URLs).
  */
 function checkListenUrl(value: unknown): asserts value is string {
   if (typeof value !== 'string') {
     throw new InvalidArgumentError('listenUrl', 'a postgres:// or postgresql:// URL', value);
   }
-  const shown = redactStoreUrl(value);
-  const url = checkUrlShape('listenUrl', value, shown, LISTEN_SHAPE);
+  const url = checkUrlShape('listenUrl', value, value, LISTEN_SHAPE);
   for (const name of url.searchParams.keys()) {
     if (!DRIVER_PARAMS.has(name)) {
       throw new InvalidArgumentError(
@@ -263,7 +261,7 @@ export function readPostgresUrl(store: string): {
   connectionString: string;
   options: PostgresOptionsInput;
 } {
-  const url = checkUrlShape('store', store, redactStoreUrl(store));
+  const url = checkUrlShape('store', store, store);
   for (const name of url.searchParams.keys()) {
     if (!OWN_PARAMS.has(name) && !DRIVER_PARAMS.has(name)) {
       throw new InvalidArgumentError(
