@@ -10,7 +10,11 @@ import { existsSync, readdirSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import type { NativeZooKeeper, NativeZooKeeperClass } from '../backends/zookeeper/session.js';
+import {
+  type NativeZooKeeper,
+  type NativeZooKeeperClass,
+  outsideNativeCallbacks,
+} from '../backends/zookeeper/session.js';
 import { PORTS } from './topologies.js';
 
 const run = promisify(execFile);
@@ -151,6 +155,7 @@ async function zkConnect(
   session?: { id: string; password: string },
 ): Promise<NativeZooKeeper> {
   const ZooKeeper = await nativeZooKeeper();
+  await outsideNativeCallbacks();
   const zk = new ZooKeeper({
     connect: zkConnectString(),
     timeout: 4_000,

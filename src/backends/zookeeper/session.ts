@@ -25,6 +25,20 @@ import { monotonicNow } from '../../core/clock.js';
 import { BackendError } from '../../errors.js';
 import { DEFAULTS, driftMs } from '../../options.js';
 
+/**
+ * Resolve on a later turn of the event loop (libuv's check phase), outside every callback of the
+ * native binding. A native client must not be made inside another client's callback, nor in the
+ * promise continuations that run before that callback returns (an `await` alone does not leave
+ * it). While the other client reconnects, its old socket is closed but the binding's poll handle
+ * on it is not; the new client's socket gets the same descriptor, libuv refuses a second poll
+ * handle on it, the binding ignores the refusal, and the process aborts in `uv_poll_start`
+ * (seen every time, when a lease's abort listener acquires on a new session after the holder's
+ * server was killed). `open` and `#revive` make their clients after this.
+ */
+export function outsideNativeCallbacks(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
 /** ZooKeeper's return codes used here (`ZooDefs`, the C client's `ZOO_ERRORS`). */
 export const ZCODE = Object.freeze({
   connectionLoss: -4,
@@ -193,6 +207,13 @@ export class ZkSession implements BackendSession {
     if (this.#reviving || !this.alive) return;
     this.#reviving = true;
     this.#suspend();
+    // Called from the old client's 'close' event: the new client is made on a later turn.
+    setImmediate(() => this.#reconnect());
+  }
+
+  /** The second half of `#revive`: a new native client on the session's id and password. */
+  #reconnect(): void {
+    if (!this.#reviving || !this.alive) return;
     let next: NativeZooKeeper;
     try {
       next = new this.#native({
@@ -250,6 +271,7 @@ export class ZkSession implements BackendSession {
   static async open(native: NativeZooKeeperClass, options: ZkSessionOptions): Promise<ZkSession> {
     const deadline = monotonicNow() + options.connectTimeoutMs;
     for (;;) {
+      await outsideNativeCallbacks();
       const startedAt = monotonicNow();
       const zk = new native({
         connect: options.connect,
