@@ -3,6 +3,7 @@
  * the ensemble behind fencelock's back. Never handed to a backend.
  */
 import { createRequire } from 'node:module';
+import { outsideNativeCallbacks } from '../../src/backends/zookeeper/session.js';
 import { ZK_HOSTS } from './engines.js';
 
 /** The promise API calls the tests use. */
@@ -18,17 +19,22 @@ export interface ZkAdmin {
 
 const require = createRequire(import.meta.url);
 
-/** Connect an admin client to the ensemble (10 s session). */
-export async function openAdmin(hosts = ZK_HOSTS): Promise<ZkAdmin> {
+/** Connect an admin client (10 s session) to `hosts`; throws if none answers within `timeoutMs`. */
+export async function openAdmin(hosts = ZK_HOSTS, timeoutMs = 10_000): Promise<ZkAdmin> {
   const ZooKeeper = require('zookeeper') as new (
     config: object,
   ) => ZkAdmin & {
     init(config: object): void;
     once(event: string, listener: (...args: unknown[]) => void): void;
   };
+  // Never from inside another client's callback (see outsideNativeCallbacks).
+  await outsideNativeCallbacks();
   const zk = new ZooKeeper({ connect: hosts, timeout: 10_000, debug_level: 0 });
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('admin client: no ZooKeeper answer')), 10_000);
+    const timer = setTimeout(() => {
+      zk.close();
+      reject(new Error(`admin client: no ZooKeeper answer within ${timeoutMs} ms`));
+    }, timeoutMs);
     zk.once('connect', () => {
       clearTimeout(timer);
       resolve();
