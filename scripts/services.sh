@@ -11,6 +11,17 @@
 # process is stopped by PID.
 set -euo pipefail
 
+# Descriptors the caller left open, other than stdin, stdout and stderr, are closed here, so the
+# servers started below do not keep them. The `zookeeper` package opens its sockets without
+# close-on-exec: a ZooKeeper server restarted from a test process kept that process's client
+# sockets open, so after the test closed one, epoll in the test process went on reporting it
+# under its number, and the next client given that number was woken with nothing to read until
+# the binding declared its session expired (no new session for 20 s). 255: bash's script.
+for fd in /proc/$$/fd/*; do
+  fd=${fd##*/}
+  if [[ $fd -gt 2 && $fd -ne 255 ]]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+done
+
 STATE=${FENCELOCK_SERVICES_DIR:-${TMPDIR:-/tmp}/fencelock-services}
 ENGINES=(redis redlock sentinel cluster etcd zookeeper postgres pgbouncer register)
 

@@ -144,13 +144,6 @@ export async function killServer(n: ServerNumber): Promise<void> {
 /**
  * Start every member this file killed, and any other that does not serve (left down by a run
  * that was interrupted), and wait until the ensemble serves with 3 servers.
- *
- * Each test that kills a server has a file of its own, so a fresh process: after a server was
- * killed, a new native client made later in the same test process at times never connected
- * (20 s, from any of the live servers, while a new process connected at once; cause not found),
- * so the next tests failed. Those tests also write (node changes) only once the killed server is
- * back: on a loaded machine, ZooKeeper 3.8.0 with one member down stalled new sessions for 18 s
- * and more.
  */
 export async function restoreEnsemble(): Promise<void> {
   // A start while the kill is still under way would find the member "already running".
@@ -165,14 +158,6 @@ export async function restoreEnsemble(): Promise<void> {
     await zkMember('start', n);
   }
   await waitUntil('ensemble of 3 healthy servers', ensembleHealthy, 30_000);
-}
-
-/** The leader. */
-export async function leader(): Promise<ServerNumber> {
-  const modes = await Promise.all(SERVERS.map(modeOf));
-  const found = SERVERS.find((_, i) => modes[i] === 'leader');
-  if (found === undefined) throw new Error(`no leader: ${modes.join(', ')}`);
-  return found;
 }
 
 /** A follower (never the leader: its kill is an election). */
@@ -323,17 +308,7 @@ class ReopeningAdmin implements ZkAdmin {
  * closed after each test, killed members restarted after each test, and the namespace's nodes
  * removed after the file.
  */
-export function useZookeeper(
-  tag: string,
-  options: {
-    /**
-     * The admin client connects to the leader only, which the tests do not kill: a new native
-     * client made in a test process after a server was killed at times never connected (see
-     * restoreEnsemble), and the admin reopens itself when its server goes.
-     */
-    adminOnLeader?: boolean;
-  } = {},
-): {
+export function useZookeeper(tag: string): {
   readonly namespace: string;
   readonly admin: ZkAdmin;
   url(hosts?: string, query?: string): string;
@@ -346,9 +321,7 @@ export function useZookeeper(
   let admin: ZkAdmin | undefined;
   beforeAll(async () => {
     await restoreEnsemble();
-    admin = new ReopeningAdmin(
-      await openAdmin(options.adminOnLeader ? hostsOf([await leader()]) : undefined),
-    );
+    admin = new ReopeningAdmin(await openAdmin());
   }, 60_000);
   afterEach(async () => {
     await Promise.allSettled(lockers.splice(0).map((l) => l.close()));

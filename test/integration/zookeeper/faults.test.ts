@@ -12,7 +12,7 @@
  * - the holder's server killed, and a lock on a new session taken from the lease's abort
  *   listener: granted, and the process lives (the native binding crashed it before).
  *
- * Server kills that a lock survives are in member-kill-*.test.ts, a process each.
+ * Server kills that a lock survives are in member-kill-*.test.ts.
  *
  * The holders that die or freeze are child processes running the package compiled from `src/`
  * into a private folder (not `dist/`, which other tests may rebuild), so the test process itself
@@ -373,8 +373,7 @@ describe('zookeeper faults', () => {
     // descriptor, and the process aborted in uv_poll_start every time.
     const TIMEOUT = 4000;
     const key = 'faults:reopen';
-    // Followers only: the leader's kill is an election. Last in this file: no test after it
-    // makes a native client in this process after a server was killed (see restoreEnsemble).
+    // Followers only: the leader's kill is an election.
     const holder = spawnHolder(key, TIMEOUT, REOPENER, await followersHosts());
     const granted = await holder.next('granted', 20_000);
     const [server] = await serversOfSession(granted.session!);

@@ -1,28 +1,27 @@
 /**
  * A ZooKeeper server killed while a lock is held, `suspended=wait`: the server the holder is
  * connected to (a follower) dies; the client moves to another server within the session timeout
- * and the lease survives, on the same session and node. Its own file, so its own process (see
- * `restoreEnsemble`).
+ * and the lease survives, on the same session and node; the lock works meanwhile. Then a new
+ * session in this process, after the server was started again by `scripts/services.sh`.
  */
 import { describe, expect, it } from 'vitest';
 import {
   abortTime,
   backendOf,
   followersHosts,
-  hostsOf,
   killServer,
-  leader,
   modeOf,
   nodesOf,
   restoreEnsemble,
   serversOfSession,
   sessionOf,
   sleep,
+  someFollower,
   useZookeeper,
   waitUntil,
 } from './fault-support.js';
 
-const zk = useZookeeper('member-kill-own', { adminOnLeader: true });
+const zk = useZookeeper('member-kill-own');
 
 describe("zookeeper: the holder's server is killed", () => {
   it('suspended=wait: the server the holder is connected to is killed; the client moves, the lease survives', async () => {
@@ -31,8 +30,7 @@ describe("zookeeper: the holder's server is killed", () => {
     // The holder reaches only the followers, so the server killed is a follower: the leader's
     // kill is an election, which is not what this test is about.
     const holder = zk.locker(zk.url(await followersHosts(), 'suspended=wait'), { ttlMs: TIMEOUT });
-    // The other locker on the leader, which is not killed.
-    const other = zk.locker(zk.url(hostsOf([await leader()])), { ttlMs: TIMEOUT });
+    const other = zk.locker(zk.url(), { ttlMs: TIMEOUT });
     const dir = (await backendOf(holder)).dirOf(k);
     const lease = await holder.acquire(k);
     const lost = abortTime(lease.signal);
@@ -87,9 +85,7 @@ describe("zookeeper: the holder's server is killed", () => {
     expect(lease.signal.aborted).toBe(false);
     expect(lease.isHeld).toBe(true);
     expect(await sessionOf(holder, TIMEOUT)).toBe(session);
-    // The node, and writes, once the killed server is back (see restoreEnsemble).
-    await restoreEnsemble();
-    expect(lost.at).toBeUndefined();
+    // And the lock works with the server still down.
     expect(await nodesOf(zk.admin, dir)).toEqual([
       expect.objectContaining({ czxid: lease.fencingToken, session: session.id }),
     ]);
@@ -99,5 +95,23 @@ describe("zookeeper: the holder's server is killed", () => {
     const after = await other.acquire(k, { waitMs: 5000 });
     expect(after.fencingToken).toBeGreaterThan(lease.fencingToken);
     expect(await after.release()).toBe('released');
+  }, 40_000);
+
+  it('a new session opens in this process after a server was killed and started again', async () => {
+    // scripts/services.sh starts the server from this process. It inherited this process's
+    // ZooKeeper sockets (the `zookeeper` package does not set close-on-exec) until the script
+    // closed them. A socket closed here then lived on in the server, and epoll here kept
+    // reporting it under its number: the next client given that number was woken with nothing
+    // to read until the binding declared its session expired, again and again (no session
+    // within 60 s, every run).
+    const first = zk.locker(zk.url(), { ttlMs: 4000 });
+    expect(await first.tryAcquire('member-kill-own:first')).not.toBeNull();
+    await killServer(await someFollower());
+    await restoreEnsemble();
+    await first.close();
+    const locker = zk.locker(zk.url(undefined, 'connectTimeoutMs=10000'), { ttlMs: 4000 });
+    const lease = await locker.acquire('member-kill-own:new-session');
+    expect(lease.isHeld).toBe(true);
+    expect(await lease.release()).toBe('released');
   }, 40_000);
 });
