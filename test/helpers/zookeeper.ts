@@ -19,8 +19,8 @@ export interface ZkAdmin {
 
 const require = createRequire(import.meta.url);
 
-/** Connect an admin client (10 s session) to `hosts`; throws if none answers within `timeoutMs`. */
-export async function openAdmin(hosts = ZK_HOSTS, timeoutMs = 10_000): Promise<ZkAdmin> {
+/** Connect an admin client (10 s session) to `hosts`; throws if none answers within 10 s. */
+export async function openAdmin(hosts = ZK_HOSTS): Promise<ZkAdmin> {
   const ZooKeeper = require('zookeeper') as new (
     config: object,
   ) => ZkAdmin & {
@@ -33,8 +33,8 @@ export async function openAdmin(hosts = ZK_HOSTS, timeoutMs = 10_000): Promise<Z
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {
       zk.close();
-      reject(new Error(`admin client: no ZooKeeper answer within ${timeoutMs} ms`));
-    }, timeoutMs);
+      reject(new Error('admin client: no ZooKeeper answer within 10 s'));
+    }, 10_000);
     zk.once('connect', () => {
       clearTimeout(timer);
       resolve();

@@ -28,8 +28,7 @@ describe('zookeeper: a follower the holder does not use is killed', () => {
     // default policy loses the lease (that is the policy, not a fault of the lock). The lockers
     // reach only the two other servers, so the holder is not connected to the victim.
     const victim = await someFollower();
-    // A generous connect timeout: a session opened while a member is down can take more than
-    // the default 5 s on a loaded machine, which is not what this test is about.
+    // 20 s to connect: this test is not about connecting on a loaded machine.
     const url = zk.url(hostsOf(SERVERS.filter((n) => n !== victim)), 'connectTimeoutMs=20000');
     const holder = zk.locker(url, { ttlMs: TIMEOUT });
     const other = zk.locker(url, { ttlMs: TIMEOUT });
@@ -40,8 +39,7 @@ describe('zookeeper: a follower the holder does not use is killed', () => {
     const [connected] = await serversOfSession(session.id);
     expect(connected).toBeDefined();
     expect(connected).not.toBe(victim);
-    // The other locker opens its session now, with every member up: opening one while a member
-    // is down took over 20 s on a loaded CI machine, which is not what this test is about.
+    // The other locker opens its session now, with every member up.
     expect(await other.tryAcquire(k)).toBeNull();
 
     // Any disconnection, even one followed by a reconnection, replaces this signal.
