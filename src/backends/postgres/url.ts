@@ -208,12 +208,12 @@ export function checkListenUrlIsNotThePooler(
  * The shape of a store URL (`store`) or of `listenUrl`: `postgres:` or `postgresql:`, a host, a
  * port in range, no fragment. Returns the parsed URL.
  */
-function checkUrlShape(argument: string, value: string, shown: string, shape = SHAPE): URL {
+function checkUrlShape(argument: string, value: string, shape = SHAPE): URL {
   let url: URL;
   try {
     url = new URL(value);
   } catch {
-    throw new InvalidArgumentError(argument, shape, shown);
+    throw new InvalidArgumentError(argument, shape, value);
   }
   // `postgres:u:pw@h/db` (no `//`) parses too, as a path: node-postgres would read it as a
   // database name, password and all.
@@ -222,12 +222,12 @@ function checkUrlShape(argument: string, value: string, shown: string, shape = S
     throw new InvalidArgumentError(argument, shape, `${url.protocol} without "//"`);
   }
   if (url.hostname === '' && !url.searchParams.has('host')) {
-    throw new InvalidArgumentError(argument, `${shape} with a host`, shown);
+    throw new InvalidArgumentError(argument, `${shape} with a host`, value);
   }
   if (url.port !== '' && !(Number(url.port) >= 1 && Number(url.port) <= 65535)) {
-    throw new InvalidArgumentError(argument, `${shape} with a port in [1, 65535]`, shown);
+    throw new InvalidArgumentError(argument, `${shape} with a port in [1, 65535]`, value);
   }
-  if (url.hash !== '') throw new InvalidArgumentError(argument, `${shape} without "#"`, shown);
+  if (url.hash !== '') throw new InvalidArgumentError(argument, `${shape} without "#"`, value);
   return url;
 }
 
@@ -239,7 +239,7 @@ function checkListenUrl(value: unknown): asserts value is string {
   if (typeof value !== 'string') {
     throw new InvalidArgumentError('listenUrl', 'a postgres:// or postgresql:// URL', value);
   }
-  const url = checkUrlShape('listenUrl', value, value, LISTEN_SHAPE);
+  const url = checkUrlShape('listenUrl', value, LISTEN_SHAPE);
   for (const name of url.searchParams.keys()) {
     if (!DRIVER_PARAMS.has(name)) {
       throw new InvalidArgumentError(
@@ -261,7 +261,7 @@ export function readPostgresUrl(store: string): {
   connectionString: string;
   options: PostgresOptionsInput;
 } {
-  const url = checkUrlShape('store', store, store);
+  const url = checkUrlShape('store', store);
   for (const name of url.searchParams.keys()) {
     if (!OWN_PARAMS.has(name) && !DRIVER_PARAMS.has(name)) {
       throw new InvalidArgumentError(
