@@ -1,15 +1,28 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
+import { sourceAliases } from './scripts/source-aliases.mjs';
+
+const root = fileURLToPath(new URL('.', import.meta.url));
+
+// The workspace's packages import each other by name; tests run their sources, not dist/.
+const alias = Object.entries(sourceAliases()).map(([specifier, source]) => ({
+  find: new RegExp(`^${specifier.replace(/[/.@-]/g, '\\$&')}$`),
+  replacement: `${root}${source}`,
+}));
 
 export default defineConfig({
+  resolve: { alias },
   test: {
     projects: [
       {
+        extends: true,
         test: {
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
         },
       },
       {
+        extends: true,
         test: {
           name: 'integration',
           include: [

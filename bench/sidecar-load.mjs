@@ -140,7 +140,7 @@ function startServer() {
     child = spawn(
       process.execPath,
       [
-        join(ROOT, 'dist/cli/main.js'),
+        join(ROOT, 'packages/cli/dist/cli/main.js'),
         'serve',
         '--store',
         values.store,
@@ -279,7 +279,7 @@ async function measure(url) {
   });
 
   // Requests autocannon cut at the end still run to completion in the sidecar (it does not
-  // withdraw a grant whose caller hung up: src/server/routes/locks.ts leaves it to its TTL, as
+  // withdraw a grant whose caller hung up: packages/cli/src/server/routes/locks.ts leaves it to its TTL, as
   // the caller may retry with the same owner). Give them a moment to land, then read what the
   // engine says about every key.
   await new Promise((resolve) => setTimeout(resolve, 1000));

@@ -1,15 +1,26 @@
-// Copy non-TypeScript runtime files (Lua scripts) from src/ into dist/ after tsc, and mark the bin executable.
+// After tsc: copy the files tsc does not emit (Lua scripts, SQL) from a package's src/ into its
+// dist/, and mark its bin executable. `node scripts/copy-assets.mjs <src> <dist> [--bin <file>]`,
+// run from the package's folder by its `build` script; test/helpers/private-build.ts calls
+// `copyAssets` for the copies it compiles.
 import { chmodSync, cpSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
-for (const backend of readdirSync('src/backends')) {
-  const scripts = join('src/backends', backend, 'scripts');
-  try {
-    cpSync(scripts, join('dist/backends', backend, 'scripts'), { recursive: true });
-  } catch (error) {
-    if (error.code !== 'ENOENT') throw error;
+/** Copy every file under `from` that is not TypeScript to the same place under `to`. */
+export function copyAssets(from, to) {
+  for (const entry of readdirSync(from, { withFileTypes: true, recursive: true })) {
+    if (!entry.isFile() || entry.name.endsWith('.ts')) continue;
+    const source = join(entry.parentPath, entry.name);
+    cpSync(source, join(to, relative(from, source)));
   }
 }
 
-// The `fencelock` bin must be executable when run directly from dist/.
-chmodSync('dist/cli/main.js', 0o755);
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const [from, to, flag, bin] = process.argv.slice(2);
+  if (from === undefined || to === undefined) {
+    throw new Error('usage: node scripts/copy-assets.mjs <src> <dist> [--bin <file>]');
+  }
+  copyAssets(from, to);
+  // A bin must be executable when run directly from dist/.
+  if (flag === '--bin' && bin !== undefined) chmodSync(bin, 0o755);
+}

@@ -105,18 +105,19 @@ function newestMtimeMs(dir) {
 }
 
 /**
- * The compiled package the bench imports: `FENCELOCK_BENCH_DIST` if set (a private build, so a
- * bench never races a `rm -rf dist` elsewhere), else `dist/`, rebuilt with `npm run build` when
- * it is missing or older than a file under `src/`.
+ * The compiled library the bench imports: `FENCELOCK_BENCH_DIST` if set (a private build, so a
+ * bench never races a `rm -rf dist` elsewhere), else `packages/fencelock/dist/`, rebuilt with
+ * `npm run build` when it is missing or older than a file under `packages/fencelock/src/`.
  */
 export function ensureBuild(log) {
   const own = process.env.FENCELOCK_BENCH_DIST;
   if (own) return own;
-  const dist = join(ROOT, 'dist');
+  const library = join(ROOT, 'packages', 'fencelock');
+  const dist = join(library, 'dist');
   const index = join(dist, 'index.js');
-  const stale = !existsSync(index) || statSync(index).mtimeMs < newestMtimeMs(join(ROOT, 'src'));
+  const stale = !existsSync(index) || statSync(index).mtimeMs < newestMtimeMs(join(library, 'src'));
   if (stale) {
-    log('dist/ is missing or older than src/: npm run build');
+    log('packages/fencelock/dist/ is missing or older than its src/: npm run build');
     const built = spawnSync('npm', ['run', 'build', '--silent'], { cwd: ROOT, stdio: 'inherit' });
     if (built.status !== 0) throw new Error('npm run build failed');
   }

@@ -27,7 +27,7 @@ import {
   LockLostError,
   LockTimeoutError,
   type ReleaseEvent,
-} from '../../src/index.js';
+} from '../../packages/fencelock/src/index.js';
 
 /** Engine access the suite needs that the backend contract does not offer (tests only). */
 export interface EngineHooks {

@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { Etcd3 } from 'etcd3';
 import { afterAll } from 'vitest';
-import { createEtcdBackend } from '../../src/backends/etcd/index.js';
+import { createEtcdBackend } from '../../packages/fencelock/src/backends/etcd/index.js';
 import { ETCD_ENDPOINTS } from '../helpers/engines.js';
 import { describeBackend } from './backend.contract.js';
 

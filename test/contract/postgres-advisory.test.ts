@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll } from 'vitest';
-import { createPostgresBackend } from '../../src/backends/postgres/index.js';
+import { createPostgresBackend } from '../../packages/fencelock/src/backends/postgres/index.js';
 import { PG_URL } from '../helpers/engines.js';
 import { describeBackend } from './backend.contract.js';
 

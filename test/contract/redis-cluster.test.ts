@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import { afterAll } from 'vitest';
-import { createRedisBackend } from '../../src/backends/redis/index.js';
+import { createRedisBackend } from '../../packages/fencelock/src/backends/redis/index.js';
 import { CLUSTER_PORT_BASE, CLUSTER_URL } from '../helpers/engines.js';
 import { describeBackend } from './backend.contract.js';
 

@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { createClient } from 'redis';
 import { afterAll } from 'vitest';
-import { createRedisBackend } from '../../src/backends/redis/index.js';
+import { createRedisBackend } from '../../packages/fencelock/src/backends/redis/index.js';
 import { REDIS_URL } from '../helpers/engines.js';
 import { describeBackend } from './backend.contract.js';
 

@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll } from 'vitest';
-import { createRedlockBackend } from '../../src/backends/redlock/index.js';
+import { createRedlockBackend } from '../../packages/fencelock/src/backends/redlock/index.js';
 import { REDLOCK_NODE_URLS } from '../helpers/engines.js';
 import { describeBackend } from './backend.contract.js';
 

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll } from 'vitest';
-import { createSqliteBackend } from '../../src/backends/sqlite/index.js';
+import { createSqliteBackend } from '../../packages/fencelock/src/backends/sqlite/index.js';
 import { describeBackend } from './backend.contract.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'fencelock-contract-'));

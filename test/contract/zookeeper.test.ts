@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll } from 'vitest';
-import { createZookeeperBackend } from '../../src/backends/zookeeper/index.js';
+import { createZookeeperBackend } from '../../packages/fencelock/src/backends/zookeeper/index.js';
 import { ZK_HOSTS } from '../helpers/engines.js';
 import { openAdmin, removeTree, type ZkAdmin } from '../helpers/zookeeper.js';
 import { describeBackend } from './backend.contract.js';

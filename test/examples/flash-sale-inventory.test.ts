@@ -18,15 +18,15 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
+import { PgFence, RedisFence } from '../../packages/fencelock/src/fencing/index.js';
+import { createLocker, StaleTokenError } from '../../packages/fencelock/src/index.js';
 import {
   createInventory,
   type Inventory,
   type InventoryLocation,
   inventoryLocation,
   openInventory,
-} from '../../src/demo/flash-sale/inventory.js';
-import { PgFence, RedisFence } from '../../src/fencing/index.js';
-import { createLocker, StaleTokenError } from '../../src/index.js';
+} from '../../tools/demos/src/flash-sale/inventory.js';
 import { PG_URL, REDIS_URL } from '../helpers/engines.js';
 
 /** The guarded resource's name in the demo's inventories. */

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker } from '../../src/index.js';
+import { createLocker } from '../../packages/fencelock/src/index.js';
 import { ETCD_ENDPOINTS, PG_URL, REDIS_URL, ZK_HOSTS } from '../helpers/engines.js';
 import {
   type CliRun,

@@ -20,7 +20,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { expect } from 'vitest';
-import type { Backend, Locker, RetryOptions } from '../../src/index.js';
+import type { Backend, Locker, RetryOptions } from '../../packages/fencelock/src/index.js';
 
 /** The crashed holder's TTL, ms. */
 export const HOLDER_TTL_MS = 1_500;

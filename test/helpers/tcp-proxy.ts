@@ -1,2 +1,2 @@
 /** The fault proxy lives with the torture harness; tests use the same one. */
-export * from '../../src/torture/proxy.js';
+export * from '../../tools/torture/src/proxy.js';

@@ -3,7 +3,7 @@
  * the ensemble behind fencelock's back. Never handed to a backend.
  */
 import { createRequire } from 'node:module';
-import { outsideNativeCallbacks } from '../../src/backends/zookeeper/session.js';
+import { outsideNativeCallbacks } from '../../packages/fencelock/src/backends/zookeeper/session.js';
 import { ZK_HOSTS } from './engines.js';
 
 /** The promise API calls the tests use. */

@@ -12,13 +12,13 @@
  *   written for it.
  */
 import { expect, it, vi } from 'vitest';
-import type { Backend } from '../../src/core/backend.js';
+import type { Backend } from '../../packages/fencelock/src/core/backend.js';
 import {
   InvalidArgumentError,
   type Lease,
   type Locker,
   type LockerOptions,
-} from '../../src/index.js';
+} from '../../packages/fencelock/src/index.js';
 import { settledWithin } from '../helpers/promises.js';
 
 /** What the rules need of a store's test fixture. */

@@ -10,7 +10,7 @@ import {
   type Locker,
   LockLostError,
   LockTimeoutError,
-} from '../../src/index.js';
+} from '../../packages/fencelock/src/index.js';
 import { MemoryBackend } from './memory-backend.js';
 
 const lockers: Locker[] = [];

@@ -3,7 +3,12 @@
  * a grant's `lost` signal (session loss) and `recheckAfterMs` (a reliable watch).
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { createLocker, InvalidArgumentError, type Locker, LockLostError } from '../../src/index.js';
+import {
+  createLocker,
+  InvalidArgumentError,
+  type Locker,
+  LockLostError,
+} from '../../packages/fencelock/src/index.js';
 import { MemoryBackend } from './memory-backend.js';
 
 let backend: MemoryBackend;

@@ -9,7 +9,7 @@ import {
   NotLockOwnerError,
   QuorumError,
   StaleTokenError,
-} from '../../src/index.js';
+} from '../../packages/fencelock/src/index.js';
 
 describe('errors', () => {
   it('carry a name, a stable code, context and a domain-prefixed message', () => {

@@ -7,7 +7,7 @@ import {
   LockLostError,
   LockTimeoutError,
   NotLockOwnerError,
-} from '../../src/index.js';
+} from '../../packages/fencelock/src/index.js';
 import { MemoryBackend } from './memory-backend.js';
 
 let backend: MemoryBackend;

@@ -3,7 +3,11 @@
  * any validity: acquire must reject it up front instead of abandoning every grant forever.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createLocker, InvalidArgumentError, type Locker } from '../../src/index.js';
+import {
+  createLocker,
+  InvalidArgumentError,
+  type Locker,
+} from '../../packages/fencelock/src/index.js';
 import { MemoryBackend } from './memory-backend.js';
 
 let backend: MemoryBackend;

@@ -11,8 +11,8 @@ import type {
   LockInfo,
   ReleaseOutcome,
   RenewResult,
-} from '../../src/core/backend.js';
-import { BackendError } from '../../src/errors.js';
+} from '../../packages/fencelock/src/core/backend.js';
+import { BackendError } from '../../packages/fencelock/src/errors.js';
 
 interface Entry {
   owner: string;

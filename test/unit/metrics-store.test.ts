@@ -8,9 +8,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createLocker, InvalidArgumentError, type Locker } from '../../src/index.js';
-import { collectPrometheusMetrics } from '../../src/metrics/index.js';
-import { storeName } from '../../src/stores.js';
+import {
+  createLocker,
+  InvalidArgumentError,
+  type Locker,
+} from '../../packages/fencelock/src/index.js';
+import { collectPrometheusMetrics } from '../../packages/fencelock/src/metrics/index.js';
+import { storeName } from '../../packages/fencelock/src/stores.js';
 import { MemoryBackend } from './memory-backend.js';
 
 const cleanups: (() => Promise<void> | void)[] = [];

@@ -14,14 +14,18 @@ import {
   type EventPayloads,
   type ReleaseEvent,
   type WaitEvent,
-} from '../../src/core/events.js';
-import { createLocker, InvalidArgumentError, type Locker } from '../../src/index.js';
+} from '../../packages/fencelock/src/core/events.js';
+import {
+  createLocker,
+  InvalidArgumentError,
+  type Locker,
+} from '../../packages/fencelock/src/index.js';
 import {
   collectOpenTelemetryMetrics,
   collectPrometheusMetrics,
   MAX_STORE_LABEL_CHARS,
   type PrometheusMetrics,
-} from '../../src/metrics/index.js';
+} from '../../packages/fencelock/src/metrics/index.js';
 import { MemoryBackend } from './memory-backend.js';
 
 const OWNER = 'f'.repeat(32);

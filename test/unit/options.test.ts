@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { createLocker, InvalidArgumentError } from '../../src/index.js';
+import { createLocker, InvalidArgumentError } from '../../packages/fencelock/src/index.js';
 import {
   DEFAULT_LOCK_OPTIONS,
   resolveLockOptions,
   validateKey,
   validateTtl,
-} from '../../src/options.js';
+} from '../../packages/fencelock/src/options.js';
 import { MemoryBackend } from './memory-backend.js';
 
 function invalid(fn: () => unknown, argument: string): InvalidArgumentError {

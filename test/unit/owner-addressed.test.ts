@@ -16,7 +16,7 @@ import {
   type ReleaseEvent,
   type RenewEvent,
   type WaitEvent,
-} from '../../src/index.js';
+} from '../../packages/fencelock/src/index.js';
 import { MemoryBackend } from './memory-backend.js';
 
 const A = 'a'.repeat(32);

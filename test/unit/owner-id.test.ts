@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { newOwnerId } from '../../src/core/lock.js';
+import { newOwnerId } from '../../packages/fencelock/src/core/lock.js';
 
 describe('newOwnerId', () => {
   it('hands out 128-bit hex ids, never the same bytes twice across refills of its pool', () => {

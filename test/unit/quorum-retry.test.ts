@@ -4,8 +4,8 @@
  * (its per-node outcomes say more than a timeout). Real timers, an in-memory backend.
  */
 import { describe, expect, it } from 'vitest';
-import type { AttemptRequest, AttemptResult } from '../../src/core/backend.js';
-import { createLocker, QuorumError } from '../../src/index.js';
+import type { AttemptRequest, AttemptResult } from '../../packages/fencelock/src/core/backend.js';
+import { createLocker, QuorumError } from '../../packages/fencelock/src/index.js';
 import { MemoryBackend } from './memory-backend.js';
 
 /** Fails the first `failures` attempts with a QuorumError. */

@@ -4,7 +4,7 @@
  * parameters stay; shapes in error wordings and IPv6 hosts are left alone.
  */
 import { describe, expect, it } from 'vitest';
-import { redactStoreUrl, redactStoreUrlsIn } from '../../src/redact.js';
+import { redactStoreUrl, redactStoreUrlsIn } from '../../packages/fencelock/src/redact.js';
 
 describe('redactStoreUrl', () => {
   it.each([

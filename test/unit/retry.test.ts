@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { backoffDelayMs, sleep } from '../../src/core/retry.js';
+import { backoffDelayMs, sleep } from '../../packages/fencelock/src/core/retry.js';
 
 const retry = { initialDelayMs: 20, maxDelayMs: 500, factor: 2 };
 

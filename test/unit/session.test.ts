@@ -3,7 +3,7 @@
  * engine call. (Sessions themselves are tested on etcd, the engine that has them.)
  */
 import { describe, expect, it } from 'vitest';
-import { createLocker, InvalidArgumentError } from '../../src/index.js';
+import { createLocker, InvalidArgumentError } from '../../packages/fencelock/src/index.js';
 import { MemoryBackend } from './memory-backend.js';
 
 describe('openSession', () => {

@@ -3,7 +3,7 @@
  * reach it) and its bearer-token check, without a server or an engine.
  */
 import { describe, expect, it } from 'vitest';
-import { bearerChecker, isLoopbackHost } from '../../src/server/auth.js';
+import { bearerChecker, isLoopbackHost } from '../../packages/cli/src/server/auth.js';
 
 describe('isLoopbackHost', () => {
   it.each([

@@ -5,10 +5,14 @@
  */
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { InvalidArgumentError } from '../../src/errors.js';
-import { validateOwnerId } from '../../src/options.js';
-import { isWellFormedOwnerName, OWNER_NAMESPACE, ownerIdFor } from '../../src/server/owner.js';
-import { allowedFor, daprLockSchema, renewSchema } from '../../src/server/schemas.js';
+import {
+  isWellFormedOwnerName,
+  OWNER_NAMESPACE,
+  ownerIdFor,
+} from '../../packages/cli/src/server/owner.js';
+import { allowedFor, daprLockSchema, renewSchema } from '../../packages/cli/src/server/schemas.js';
+import { InvalidArgumentError } from '../../packages/fencelock/src/errors.js';
+import { validateOwnerId } from '../../packages/fencelock/src/options.js';
 
 describe('ownerIdFor', () => {
   it('is the first 32 hex digits of SHA-256 over namespace, name length, name and key', () => {

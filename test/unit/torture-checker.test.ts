@@ -4,8 +4,8 @@
  * that go back or repeat, and the liveness and loss-detection figures.
  */
 import { describe, expect, it } from 'vitest';
-import { type ClientEvent, checkRun, percentile } from '../../src/torture/checker.js';
-import type { WriteRecord } from '../../src/torture/register.js';
+import { type ClientEvent, checkRun, percentile } from '../../tools/torture/src/checker.js';
+import type { WriteRecord } from '../../tools/torture/src/register.js';
 
 const acquired = (at: number, client: string, token: bigint, remainingMs = 1_000): ClientEvent => ({
   at,

@@ -4,7 +4,7 @@
  * holder's password lives only in the holder's process).
  */
 import { describe, expect, it } from 'vitest';
-import { javaRandomBytes, zkSessionPassword } from '../../src/torture/fault-tools.js';
+import { javaRandomBytes, zkSessionPassword } from '../../tools/torture/src/fault-tools.js';
 
 describe('javaRandomBytes', () => {
   it('matches java.util.Random: the first nextInt() of seeds 0 and 42, low byte first', () => {

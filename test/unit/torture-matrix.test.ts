@@ -4,11 +4,11 @@
  * documented failure (a failure under a fault outside the backend's documented assumptions).
  */
 import { describe, expect, it } from 'vitest';
-import { checkRun } from '../../src/torture/checker.js';
-import { FAULTS } from '../../src/torture/faults.js';
-import type { CellRun } from '../../src/torture/harness.js';
-import { summarize } from '../../src/torture/matrix.js';
-import type { BackendName } from '../../src/torture/topologies.js';
+import { checkRun } from '../../tools/torture/src/checker.js';
+import { FAULTS } from '../../tools/torture/src/faults.js';
+import type { CellRun } from '../../tools/torture/src/harness.js';
+import { summarize } from '../../tools/torture/src/matrix.js';
+import type { BackendName } from '../../tools/torture/src/topologies.js';
 
 const fault = (id: string) => FAULTS.find((f) => f.id === id)!;
 

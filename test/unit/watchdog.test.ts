@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { Watchdog } from '../../src/core/watchdog.js';
+import { Watchdog } from '../../packages/fencelock/src/core/watchdog.js';
 
 describe('Watchdog', () => {
   beforeEach(() => vi.useFakeTimers());

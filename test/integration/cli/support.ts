@@ -13,7 +13,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { Redis } from 'ioredis';
-import { createRedisBackend } from '../../../src/backends/redis/index.js';
+import { createRedisBackend } from '../../../packages/fencelock/src/backends/redis/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { privateBuild, ROOT } from '../../helpers/private-build.js';
 
@@ -21,6 +21,7 @@ import { privateBuild, ROOT } from '../../helpers/private-build.js';
 export const CHILD = join(dirname(fileURLToPath(import.meta.url)), 'fixtures/child.mjs');
 
 let cli: string | undefined;
+let buildRoot: string | undefined;
 
 /**
  * Compile `src/` for this test file (call in `beforeAll`, with a long hook timeout).
@@ -28,9 +29,11 @@ let cli: string | undefined;
  */
 export async function buildCli(): Promise<() => void> {
   const build = await privateBuild('cli');
-  cli = join(build.dir, 'cli', 'main.js');
+  cli = build.cli;
+  buildRoot = build.root;
   return () => {
     cli = undefined;
+    buildRoot = undefined;
     build.remove();
   };
 }
@@ -74,12 +77,18 @@ export interface CliOptions {
   readonly env?: Record<string, string>;
   /** Written to the CLI's stdin, which is then closed (default: no stdin at all). */
   readonly input?: string;
+  /**
+   * Another program of the build to run instead of the `fencelock` binary, relative to the build's
+   * root, e.g. `tools/torture/dist/main.js`.
+   */
+  readonly program?: string;
 }
 
 /** Start `fencelock <args>` in `cwd` with extra environment variables. */
 export function startCli(args: readonly string[], options: CliOptions = {}): RunningCli {
-  if (cli === undefined) throw new Error('buildCli() first');
-  const child = spawn(process.execPath, [cli, ...args], {
+  if (cli === undefined || buildRoot === undefined) throw new Error('buildCli() first');
+  const entry = options.program === undefined ? cli : join(buildRoot, options.program);
+  const child = spawn(process.execPath, [entry, ...args], {
     cwd: options.cwd ?? ROOT,
     env: { ...process.env, ...options.env },
     stdio: [options.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],

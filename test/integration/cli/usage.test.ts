@@ -6,10 +6,12 @@
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Command } from 'commander';
+import { Command } from 'commander';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createProgram } from '../../../src/cli/program.js';
-import { STORE_SCHEMES } from '../../../src/index.js';
+import { createProgram } from '../../../packages/cli/src/cli/program.js';
+import { STORE_SCHEMES } from '../../../packages/fencelock/src/index.js';
+import { registerDemoCommand } from '../../../tools/demos/src/command.js';
+import { registerTortureCommand } from '../../../tools/torture/src/command.js';
 import { monitorRedis } from '../handed/stores.js';
 import {
   buildCli,
@@ -225,18 +227,41 @@ describe('store URLs in usage errors', () => {
 interface CommandEntry {
   readonly words: readonly string[];
   readonly command: Command;
+  /** The program that answers it: the `fencelock` binary, unless a tool's own (see `CliOptions`). */
+  readonly program?: string;
 }
 
 /** Every command of the commander tree under `command`, itself first, depth first. */
-function commandTree(command: Command, words: readonly string[] = []): CommandEntry[] {
+function commandTree(
+  command: Command,
+  program?: string,
+  words: readonly string[] = [],
+): CommandEntry[] {
   return [
-    { words, command },
-    ...command.commands.flatMap((sub) => commandTree(sub, [...words, sub.name()])),
+    { words, command, ...(program === undefined ? {} : { program }) },
+    ...command.commands.flatMap((sub) => commandTree(sub, program, [...words, sub.name()])),
   ];
 }
 
-/** The program as the CLI builds it (only read here: its commands, options and texts). */
-const TREE = commandTree(createProgram());
+/** A tool's commands as its own program builds them (a `fencelock` program with them added). */
+function toolProgram(register: (program: Command) => void): Command {
+  const program = new Command('fencelock');
+  register(program);
+  return program;
+}
+
+/**
+ * The programs as the CLI and the tools build them (only read here: their commands, options and
+ * texts). `fencelock demo …` runs the demos' own program, which answers its --help; the torture
+ * harness is a program of its own (`npm run torture`).
+ */
+const TREE = [
+  ...commandTree(createProgram()).filter(({ words }) => words[0] !== 'demo'),
+  ...commandTree(toolProgram(registerDemoCommand)).filter(({ words }) => words.length > 0),
+  ...commandTree(toolProgram(registerTortureCommand), 'tools/torture/dist/main.js').filter(
+    ({ words }) => words.length > 0,
+  ),
+];
 
 /**
  * Commands whose `--help` is not commander's: they pass every option through to a script, whose
@@ -275,7 +300,7 @@ describe('--help', () => {
       (entry) => [['fencelock', ...entry.words].join(' '), entry] as const,
     ),
   )('%s --help: exit code 0, its usage line, every option documented', async (name, entry) => {
-    const { command, words } = entry;
+    const { command, words, program } = entry;
     const help = command.createHelp();
     // A command that switches commander's help off must say whose help answers instead.
     expect(
@@ -283,7 +308,7 @@ describe('--help', () => {
       `${name} has no --help`,
     ).toContain('--help');
 
-    const result = await runCli([...words, '--help']);
+    const result = await runCli([...words, '--help'], program === undefined ? {} : { program });
     expect([result.code, result.stderr]).toEqual([0, '']);
     const lines = result.stdout.split('\n');
     expect(lines[0]).toBe(`Usage: ${name} ${command.usage()}`);

@@ -3,20 +3,18 @@
  * frozen with SIGSTOP past its TTL (its fenced write must then be rejected by the owner-key
  * guard), and the etcd leader killed while a lock is held (the lock survives the failover).
  *
- * The holders that die or freeze are child processes running the built package (`dist/`), so
- * the test process itself is never frozen. The cluster is left whole (3 healthy members).
+ * The holders that die or freeze are child processes running the library compiled from its
+ * sources (a private build), so the test process itself is never frozen. The cluster is left whole (3 healthy members).
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
-import { readdirSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import type { Etcd3 } from 'etcd3';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { EtcdBackend } from '../../../src/backends/etcd/index.js';
-import { createLocker, type Locker } from '../../../src/index.js';
+import type { EtcdBackend } from '../../../packages/fencelock/src/backends/etcd/index.js';
+import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import { ETCD_ENDPOINTS } from '../../helpers/engines.js';
 import {
   endpointOf,
@@ -29,6 +27,7 @@ import {
   waitForLeader,
   waitHealthy,
 } from '../../helpers/etcd-cluster.js';
+import { privateBuild, ROOT } from '../../helpers/private-build.js';
 import {
   adminClient,
   contenders,
@@ -43,8 +42,8 @@ import {
 const { ConnectionPool } = createRequire(import.meta.url)('etcd3/lib/connection-pool.js') as {
   ConnectionPool: { new (...args: never[]): object; deterministicOrder: boolean };
 };
-const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
-const DIST_INDEX = join(ROOT, 'dist', 'index.js');
+/** The library's `index.js`, compiled from its sources (a private build shared by the run). */
+let buildIndex: string;
 const namespace = uniqueNamespace('faults');
 const url = etcdUrl(namespace);
 let admin: Etcd3;
@@ -52,39 +51,11 @@ const lockers: Locker[] = [];
 const children: ChildProcess[] = [];
 let killedMember: Member | undefined;
 
-/** Newest mtime of any file under `dir`, ms (0 when there is none). */
-function newestMtime(dir: string): number {
-  let newest = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true, recursive: true })) {
-    if (!entry.isFile()) continue;
-    newest = Math.max(newest, statSync(join(entry.parentPath, entry.name)).mtimeMs);
-  }
-  return newest;
-}
-
 beforeAll(async () => {
-  let distMtime = 0;
-  try {
-    distMtime = statSync(DIST_INDEX).mtimeMs;
-  } catch {
-    // Not built yet.
-  }
-  if (distMtime === 0 || newestMtime(join(ROOT, 'src')) > distMtime) {
-    try {
-      execFileSync('npm', ['run', 'build', '--silent'], { cwd: ROOT, stdio: 'pipe' });
-    } catch (error) {
-      // tsc still emits on type errors (e.g. someone else's edit in progress elsewhere in src);
-      // only a missing build is fatal here.
-      try {
-        statSync(DIST_INDEX);
-      } catch {
-        throw error;
-      }
-    }
-  }
+  buildIndex = join((await privateBuild('etcd-faults')).dir, 'index.js');
   await waitHealthy(30_000);
   admin = adminClient();
-}, 120_000);
+}, 180_000);
 
 afterEach(() => {
   for (const child of children.splice(0)) {
@@ -162,7 +133,7 @@ function spawnHolder(key: string, ttlMs: number, resourceKey: string): Holder {
     cwd: ROOT,
     env: {
       ...process.env,
-      FL_DIST: DIST_INDEX,
+      FL_DIST: buildIndex,
       FL_URL: url,
       FL_KEY: key,
       FL_TTL_MS: String(ttlMs),

@@ -5,8 +5,8 @@
  * tokens of the grants strictly increase.
  */
 import { describe, expect, it } from 'vitest';
-import type { EtcdBackend } from '../../../src/backends/etcd/index.js';
-import type { Lease } from '../../../src/index.js';
+import type { EtcdBackend } from '../../../packages/fencelock/src/backends/etcd/index.js';
+import type { Lease } from '../../../packages/fencelock/src/index.js';
 import { contenders, useNamespace, waitForCount } from './support.js';
 
 const fixture = useNamespace('fifo');

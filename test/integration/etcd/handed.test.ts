@@ -8,15 +8,15 @@
  */
 import type { Etcd3 } from 'etcd3';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import type { EtcdBackend } from '../../../src/backends/etcd/index.js';
-import { EtcdSession } from '../../../src/backends/etcd/session.js';
+import type { EtcdBackend } from '../../../packages/fencelock/src/backends/etcd/index.js';
+import { EtcdSession } from '../../../packages/fencelock/src/backends/etcd/session.js';
 import {
   createLocker,
   InvalidArgumentError,
   type Lease,
   type Locker,
   LockLostError,
-} from '../../../src/index.js';
+} from '../../../packages/fencelock/src/index.js';
 import { ETCD_CLIENT_PORT_BASE } from '../../helpers/engines.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
 import {

@@ -15,8 +15,11 @@
  */
 import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createEtcdBackend, type EtcdBackend } from '../../../src/backends/etcd/index.js';
-import { createLocker, type Locker } from '../../../src/index.js';
+import {
+  createEtcdBackend,
+  type EtcdBackend,
+} from '../../../packages/fencelock/src/backends/etcd/index.js';
+import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import { ETCD_ENDPOINTS } from '../../helpers/engines.js';
 import { adminClient, etcdUrl, sleep, uniqueNamespace, waitForCount } from './support.js';
 

@@ -7,8 +7,8 @@
  */
 import type { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EtcdBackend } from '../../../src/backends/etcd/index.js';
-import { createLocker, type Locker } from '../../../src/index.js';
+import type { EtcdBackend } from '../../../packages/fencelock/src/backends/etcd/index.js';
+import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import { adminClient, contenders, etcdUrl, sleep, uniqueNamespace } from './support.js';
 
 const namespace = uniqueNamespace('release');

@@ -4,8 +4,8 @@
  * frozen. Each failed before its fix.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import type { EtcdBackend } from '../../../src/backends/etcd/index.js';
-import { createLocker, type Locker } from '../../../src/index.js';
+import type { EtcdBackend } from '../../../packages/fencelock/src/backends/etcd/index.js';
+import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import { pauseMember, restoreCluster, resumeMember } from '../../helpers/etcd-cluster.js';
 import { adminClient, contenders, etcdUrl, sleep, uniqueNamespace } from './support.js';
 

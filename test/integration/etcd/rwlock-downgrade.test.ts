@@ -3,7 +3,7 @@
  * 3-member cluster.
  */
 import { describe } from 'vitest';
-import type { EtcdBackend } from '../../../src/backends/etcd/index.js';
+import type { EtcdBackend } from '../../../packages/fencelock/src/backends/etcd/index.js';
 import { downgradeAndUpgradeTests } from '../rwlock-rules.js';
 import { contenders, useNamespace, waitForCount } from './support.js';
 

@@ -5,9 +5,9 @@
  * all grants strictly increase in grant order.
  */
 import { describe, expect, it } from 'vitest';
-import type { EtcdBackend } from '../../../src/backends/etcd/index.js';
-import type { LockMode } from '../../../src/core/backend.js';
-import { type Lease, LockTimeoutError } from '../../../src/index.js';
+import type { EtcdBackend } from '../../../packages/fencelock/src/backends/etcd/index.js';
+import type { LockMode } from '../../../packages/fencelock/src/core/backend.js';
+import { type Lease, LockTimeoutError } from '../../../packages/fencelock/src/index.js';
 import { settledWithin, useNamespace, waitForCount } from './support.js';
 
 const fixture = useNamespace('rwlock');

@@ -4,13 +4,13 @@
  * `close()` revokes it, `orphan()` lets it run out, and its loss ends all its leases at once.
  */
 import { describe, expect, it } from 'vitest';
-import type { EtcdBackend } from '../../../src/backends/etcd/index.js';
+import type { EtcdBackend } from '../../../packages/fencelock/src/backends/etcd/index.js';
 import {
   createLocker,
   InvalidArgumentError,
   LockLostError,
   LockTimeoutError,
-} from '../../../src/index.js';
+} from '../../../packages/fencelock/src/index.js';
 import { contenders, sleep, useNamespace } from './support.js';
 
 const ns = useNamespace('session');

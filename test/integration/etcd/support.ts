@@ -6,7 +6,11 @@
 import { randomBytes } from 'node:crypto';
 import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll } from 'vitest';
-import { createLocker, type Locker, type LockerOptions } from '../../../src/index.js';
+import {
+  createLocker,
+  type Locker,
+  type LockerOptions,
+} from '../../../packages/fencelock/src/index.js';
 import { ETCD_ENDPOINTS } from '../../helpers/engines.js';
 
 /** `127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793` (the `etcd://` host list). */

@@ -21,9 +21,9 @@ import { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
 import { createClient } from 'redis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createRedisBackend } from '../../../src/backends/redis/index.js';
-import { PgFence, RedisFence } from '../../../src/fencing/index.js';
-import { createLocker, type Locker } from '../../../src/index.js';
+import { createRedisBackend } from '../../../packages/fencelock/src/backends/redis/index.js';
+import { PgFence, RedisFence } from '../../../packages/fencelock/src/fencing/index.js';
+import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import {
   CLUSTER_PORT_BASE,
   CLUSTER_URL,

@@ -8,8 +8,12 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PG_MAX_TOKEN, PgFence } from '../../../src/fencing/index.js';
-import { BackendError, InvalidArgumentError, StaleTokenError } from '../../../src/index.js';
+import { PG_MAX_TOKEN, PgFence } from '../../../packages/fencelock/src/fencing/index.js';
+import {
+  BackendError,
+  InvalidArgumentError,
+  StaleTokenError,
+} from '../../../packages/fencelock/src/index.js';
 import { PG_URL } from '../../helpers/engines.js';
 
 const schema = `fencelock_it_fence_${randomBytes(4).toString('hex')}`;

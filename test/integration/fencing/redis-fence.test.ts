@@ -10,8 +10,15 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { type CompareAndSetResult, RedisFence } from '../../../src/fencing/index.js';
-import { BackendError, InvalidArgumentError, StaleTokenError } from '../../../src/index.js';
+import {
+  type CompareAndSetResult,
+  RedisFence,
+} from '../../../packages/fencelock/src/fencing/index.js';
+import {
+  BackendError,
+  InvalidArgumentError,
+  StaleTokenError,
+} from '../../../packages/fencelock/src/index.js';
 import { REDIS_PORT } from '../../helpers/engines.js';
 
 const prefix = `fencelock-it-fence-${randomBytes(3).toString('hex')}`;

@@ -11,9 +11,16 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { createRedisBackend, type RedisBackend } from '../../../src/backends/redis/index.js';
-import { createSqliteBackend } from '../../../src/backends/sqlite/index.js';
-import { createLocker, type Locker, type LockerOptions } from '../../../src/index.js';
+import {
+  createRedisBackend,
+  type RedisBackend,
+} from '../../../packages/fencelock/src/backends/redis/index.js';
+import { createSqliteBackend } from '../../../packages/fencelock/src/backends/sqlite/index.js';
+import {
+  createLocker,
+  type Locker,
+  type LockerOptions,
+} from '../../../packages/fencelock/src/index.js';
 import { PG_URL, PGBOUNCER_URL, REDIS_PORT, REDIS_URL } from '../../helpers/engines.js';
 
 /** A lease as the engine stores it. */

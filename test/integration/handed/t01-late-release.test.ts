@@ -4,7 +4,7 @@
  * the sidecar does not exist yet.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { LockLostError } from '../../../src/index.js';
+import { LockLostError } from '../../../packages/fencelock/src/index.js';
 import { ALL_STORES, redisHarness, type StoreHarness, sleep, uniqueKey } from './stores.js';
 
 describe.each(ALL_STORES)('T01 late release after expiry ($name)', ({ make }) => {

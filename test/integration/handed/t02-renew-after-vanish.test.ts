@@ -7,7 +7,12 @@ import diagnostics_channel from 'node:diagnostics_channel';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { CHANNELS, LockLostError, type LostEvent, type RenewEvent } from '../../../src/index.js';
+import {
+  CHANNELS,
+  LockLostError,
+  type LostEvent,
+  type RenewEvent,
+} from '../../../packages/fencelock/src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { monitorRedis, redisHarness, sleep, uniqueKey } from './stores.js';
 

@@ -11,12 +11,16 @@ import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createRedisBackend } from '../../../src/backends/redis/index.js';
-import { CHANNELS, type LostEvent, type RenewEvent } from '../../../src/core/events.js';
-import type { Lease } from '../../../src/core/lease.js';
-import type { Locker } from '../../../src/core/locker.js';
-import { LockLostError } from '../../../src/errors.js';
-import { createLocker } from '../../../src/locker.js';
+import { createRedisBackend } from '../../../packages/fencelock/src/backends/redis/index.js';
+import {
+  CHANNELS,
+  type LostEvent,
+  type RenewEvent,
+} from '../../../packages/fencelock/src/core/events.js';
+import type { Lease } from '../../../packages/fencelock/src/core/lease.js';
+import type { Locker } from '../../../packages/fencelock/src/core/locker.js';
+import { LockLostError } from '../../../packages/fencelock/src/errors.js';
+import { createLocker } from '../../../packages/fencelock/src/locker.js';
 import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
 

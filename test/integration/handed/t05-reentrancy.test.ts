@@ -7,7 +7,7 @@
  * — is in `test/integration/postgres/advisory.test.ts`.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Lease, Locker } from '../../../src/index.js';
+import type { Lease, Locker } from '../../../packages/fencelock/src/index.js';
 import { ALL_STORES, type StoreHarness, uniqueKey } from './stores.js';
 
 describe.each(ALL_STORES)('T05 reentrancy ($name)', ({ make }) => {

@@ -12,7 +12,7 @@ import {
   type Locker,
   LockTimeoutError,
   MAX_TIMER_MS,
-} from '../../../src/index.js';
+} from '../../../packages/fencelock/src/index.js';
 import {
   ALL_STORES,
   monitorRedis,

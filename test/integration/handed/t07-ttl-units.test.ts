@@ -4,7 +4,7 @@
  * apply yet (no such backends).
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { LockLostError } from '../../../src/index.js';
+import { LockLostError } from '../../../packages/fencelock/src/index.js';
 import { redisHarness, sleep, uniqueKey } from './stores.js';
 
 describe('T07 TTL units (redis)', () => {

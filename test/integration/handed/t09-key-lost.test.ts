@@ -8,8 +8,8 @@
  */
 import { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { RedisFence } from '../../../src/fencing/index.js';
-import { LockLostError, StaleTokenError } from '../../../src/index.js';
+import { RedisFence } from '../../../packages/fencelock/src/fencing/index.js';
+import { LockLostError, StaleTokenError } from '../../../packages/fencelock/src/index.js';
 import { REDIS_PORT } from '../../helpers/engines.js';
 import { redisHarness, uniqueKey } from './stores.js';
 

@@ -13,20 +13,23 @@ import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { createRedisBackend, type RedisBackend } from '../../../src/backends/redis/index.js';
-import { createSqliteBackend } from '../../../src/backends/sqlite/index.js';
-import type { Backend } from '../../../src/core/backend.js';
+import {
+  createRedisBackend,
+  type RedisBackend,
+} from '../../../packages/fencelock/src/backends/redis/index.js';
+import { createSqliteBackend } from '../../../packages/fencelock/src/backends/sqlite/index.js';
+import type { Backend } from '../../../packages/fencelock/src/core/backend.js';
 import {
   type AcquireEvent,
   CHANNELS,
   type LostEvent,
   type RenewEvent,
-} from '../../../src/core/events.js';
-import type { Lease } from '../../../src/core/lease.js';
-import type { Locker } from '../../../src/core/locker.js';
-import { LockTimeoutError } from '../../../src/errors.js';
-import { createLocker } from '../../../src/locker.js';
-import { DEFAULTS, driftMs } from '../../../src/options.js';
+} from '../../../packages/fencelock/src/core/events.js';
+import type { Lease } from '../../../packages/fencelock/src/core/lease.js';
+import type { Locker } from '../../../packages/fencelock/src/core/locker.js';
+import { LockTimeoutError } from '../../../packages/fencelock/src/errors.js';
+import { createLocker } from '../../../packages/fencelock/src/locker.js';
+import { DEFAULTS, driftMs } from '../../../packages/fencelock/src/options.js';
 import { PG_URL } from '../../helpers/engines.js';
 import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';

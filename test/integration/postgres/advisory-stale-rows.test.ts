@@ -10,9 +10,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import {
   createPostgresBackend,
   type PostgresAdvisoryBackend,
-} from '../../../src/backends/postgres/index.js';
-import { sqlFor } from '../../../src/backends/postgres/sql.js';
-import { createLocker, type Lease } from '../../../src/index.js';
+} from '../../../packages/fencelock/src/backends/postgres/index.js';
+import { sqlFor } from '../../../packages/fencelock/src/backends/postgres/sql.js';
+import { createLocker, type Lease } from '../../../packages/fencelock/src/index.js';
 import { adminPool, dropSchema, eventually, PG_URL, sleep, uniqueSchema } from './support.js';
 
 const schema = uniqueSchema('advstale');

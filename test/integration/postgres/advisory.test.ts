@@ -10,8 +10,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import {
   createPostgresBackend,
   type PostgresAdvisoryBackend,
-} from '../../../src/backends/postgres/index.js';
-import { createLocker, LockLostError } from '../../../src/index.js';
+} from '../../../packages/fencelock/src/backends/postgres/index.js';
+import { createLocker, LockLostError } from '../../../packages/fencelock/src/index.js';
 import {
   adminPool,
   advisoryLocksOf,

@@ -10,8 +10,8 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { xactLockPairOf } from '../../../src/backends/postgres/sql.js';
-import { createLocker, LockTimeoutError } from '../../../src/index.js';
+import { xactLockPairOf } from '../../../packages/fencelock/src/backends/postgres/sql.js';
+import { createLocker, LockTimeoutError } from '../../../packages/fencelock/src/index.js';
 import { adminPool, dropSchema, PG_URL, sleep, uniqueSchema } from './support.js';
 
 const schema = uniqueSchema('late');

@@ -7,8 +7,11 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createPostgresBackend, lockIdOf } from '../../../src/backends/postgres/index.js';
-import { createLocker } from '../../../src/index.js';
+import {
+  createPostgresBackend,
+  lockIdOf,
+} from '../../../packages/fencelock/src/backends/postgres/index.js';
+import { createLocker } from '../../../packages/fencelock/src/index.js';
 import { adminPool, dropSchema, eventually, PG_URL, uniqueSchema } from './support.js';
 
 const schema = uniqueSchema('table');

@@ -12,8 +12,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import {
   createPostgresBackend,
   type PostgresBackend,
-} from '../../../src/backends/postgres/index.js';
-import { createLocker, type Lease, type Locker } from '../../../src/index.js';
+} from '../../../packages/fencelock/src/backends/postgres/index.js';
+import { createLocker, type Lease, type Locker } from '../../../packages/fencelock/src/index.js';
 import {
   adminPool,
   countingAttempts,

@@ -8,15 +8,15 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createPostgresBackend } from '../../../src/backends/postgres/index.js';
-import { xactLockPairOf } from '../../../src/backends/postgres/sql.js';
+import { createPostgresBackend } from '../../../packages/fencelock/src/backends/postgres/index.js';
+import { xactLockPairOf } from '../../../packages/fencelock/src/backends/postgres/sql.js';
 import {
   BackendError,
   createLocker,
   type Lease,
   type Locker,
   LockTimeoutError,
-} from '../../../src/index.js';
+} from '../../../packages/fencelock/src/index.js';
 import { PGBOUNCER_URL } from '../../helpers/engines.js';
 import {
   adminPool,

@@ -7,8 +7,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, it } from 'vitest';
-import { createPostgresBackend } from '../../../src/backends/postgres/index.js';
-import { createLocker } from '../../../src/index.js';
+import { createPostgresBackend } from '../../../packages/fencelock/src/backends/postgres/index.js';
+import { createLocker } from '../../../packages/fencelock/src/index.js';
 import {
   expectGrantedSoonAfterTtl,
   NOTIFIED_RETRY,

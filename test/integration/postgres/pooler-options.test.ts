@@ -12,8 +12,8 @@ import {
   createPostgresBackend,
   type PostgresBackendOptions,
   parsePostgresUrl,
-} from '../../../src/backends/postgres/index.js';
-import { createLocker, InvalidArgumentError } from '../../../src/index.js';
+} from '../../../packages/fencelock/src/backends/postgres/index.js';
+import { createLocker, InvalidArgumentError } from '../../../packages/fencelock/src/index.js';
 
 let server: Server;
 let connections = 0;

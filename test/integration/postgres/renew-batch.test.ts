@@ -9,8 +9,8 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createPostgresBackend } from '../../../src/backends/postgres/index.js';
-import { createLocker } from '../../../src/index.js';
+import { createPostgresBackend } from '../../../packages/fencelock/src/backends/postgres/index.js';
+import { createLocker } from '../../../packages/fencelock/src/index.js';
 import { PG_URL } from '../../helpers/engines.js';
 
 const schema = `renew_batch_${randomBytes(4).toString('hex')}`;

@@ -8,7 +8,7 @@
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createLocker } from '../../../src/index.js';
+import { createLocker } from '../../../packages/fencelock/src/index.js';
 import { adminPool, dropSchema, PG_URL, sleep, uniqueSchema } from './support.js';
 
 const schema = uniqueSchema('restart');

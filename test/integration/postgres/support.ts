@@ -4,7 +4,11 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import type { AttemptRequest, AttemptResult, Backend } from '../../../src/index.js';
+import type {
+  AttemptRequest,
+  AttemptResult,
+  Backend,
+} from '../../../packages/fencelock/src/index.js';
 import { PG_URL } from '../../helpers/engines.js';
 
 export { PG_URL };

@@ -5,9 +5,9 @@
  */
 import { createClient } from 'redis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createRedisBackend } from '../../../src/backends/redis/index.js';
-import { createRedlockBackend } from '../../../src/backends/redlock/index.js';
-import { createLocker, InvalidArgumentError } from '../../../src/index.js';
+import { createRedisBackend } from '../../../packages/fencelock/src/backends/redis/index.js';
+import { createRedlockBackend } from '../../../packages/fencelock/src/backends/redlock/index.js';
+import { createLocker, InvalidArgumentError } from '../../../packages/fencelock/src/index.js';
 import { REDLOCK_NODE_URLS } from '../../helpers/engines.js';
 
 const clients: { isOpen: boolean; close(): Promise<void> }[] = [];

@@ -4,8 +4,12 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createRedisBackend } from '../../../src/backends/redis/index.js';
-import { BackendError, createLocker, InvalidArgumentError } from '../../../src/index.js';
+import { createRedisBackend } from '../../../packages/fencelock/src/backends/redis/index.js';
+import {
+  BackendError,
+  createLocker,
+  InvalidArgumentError,
+} from '../../../packages/fencelock/src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { closedPort } from '../../helpers/ports.js';
 

@@ -18,8 +18,13 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { RedisFence } from '../../../src/fencing/index.js';
-import { BackendError, createLocker, type Locker, StaleTokenError } from '../../../src/index.js';
+import { RedisFence } from '../../../packages/fencelock/src/fencing/index.js';
+import {
+  BackendError,
+  createLocker,
+  type Locker,
+  StaleTokenError,
+} from '../../../packages/fencelock/src/index.js';
 import {
   REDIS_PORT,
   SENTINEL_DATA_PORT_BASE,

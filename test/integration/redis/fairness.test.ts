@@ -8,14 +8,22 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { QUEUE_ENTRY_TTL_MS } from '../../../src/backends/redis/backend.js';
-import { createRedisBackend, type RedisBackend } from '../../../src/backends/redis/index.js';
+import { QUEUE_ENTRY_TTL_MS } from '../../../packages/fencelock/src/backends/redis/backend.js';
+import {
+  createRedisBackend,
+  type RedisBackend,
+} from '../../../packages/fencelock/src/backends/redis/index.js';
 import {
   queuedAbandonScript,
   queuedAcquireScript,
   queuedReleaseScript,
-} from '../../../src/backends/redis/scripts.js';
-import { createLocker, type Lease, type Locker, LockTimeoutError } from '../../../src/index.js';
+} from '../../../packages/fencelock/src/backends/redis/scripts.js';
+import {
+  createLocker,
+  type Lease,
+  type Locker,
+  LockTimeoutError,
+} from '../../../packages/fencelock/src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 
 const prefix = `fencelock-fair-${randomBytes(4).toString('hex')}`;

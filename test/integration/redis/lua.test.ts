@@ -17,7 +17,7 @@ import {
   inspectScript,
   releaseScript,
   renewScript,
-} from '../../../src/backends/redis/scripts.js';
+} from '../../../packages/fencelock/src/backends/redis/scripts.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 
 const run = `fencelock-lua-${randomBytes(4).toString('hex')}`;

@@ -8,8 +8,8 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { createCluster } from 'redis';
 import { expect, it } from 'vitest';
-import { createRedisBackend } from '../../../src/backends/redis/index.js';
-import { createLocker, type Lease } from '../../../src/index.js';
+import { createRedisBackend } from '../../../packages/fencelock/src/backends/redis/index.js';
+import { createLocker, type Lease } from '../../../packages/fencelock/src/index.js';
 import { CLUSTER_PORT_BASE } from '../../helpers/engines.js';
 
 it('node-redis Cluster client: leases on keys of different slots survive their renewals', async () => {

@@ -7,8 +7,8 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, expect, it } from 'vitest';
-import { createRedisBackend } from '../../../src/backends/redis/index.js';
-import { createLocker, type Locker } from '../../../src/index.js';
+import { createRedisBackend } from '../../../packages/fencelock/src/backends/redis/index.js';
+import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 
 const prefix = `fencelock-it-queue-${randomBytes(4).toString('hex')}`;

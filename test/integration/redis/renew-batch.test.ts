@@ -9,11 +9,18 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { createRedisBackend } from '../../../src/backends/redis/index.js';
-import { renewManyScript, renewScript } from '../../../src/backends/redis/scripts.js';
-import { createRedlockBackend } from '../../../src/backends/redlock/index.js';
-import type { AttemptRequest, Backend, LeaseRef } from '../../../src/core/backend.js';
-import { createLocker, type Lease } from '../../../src/index.js';
+import { createRedisBackend } from '../../../packages/fencelock/src/backends/redis/index.js';
+import {
+  renewManyScript,
+  renewScript,
+} from '../../../packages/fencelock/src/backends/redis/scripts.js';
+import { createRedlockBackend } from '../../../packages/fencelock/src/backends/redlock/index.js';
+import type {
+  AttemptRequest,
+  Backend,
+  LeaseRef,
+} from '../../../packages/fencelock/src/core/backend.js';
+import { createLocker, type Lease } from '../../../packages/fencelock/src/index.js';
 import { REDIS_URL, REDLOCK_NODE_URLS } from '../../helpers/engines.js';
 
 const prefix = `fencelock-it-renew-batch-${randomBytes(4).toString('hex')}`;

@@ -7,8 +7,8 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createRedisBackend } from '../../../src/backends/redis/index.js';
-import { BackendError, createLocker, type Locker } from '../../../src/index.js';
+import { createRedisBackend } from '../../../packages/fencelock/src/backends/redis/index.js';
+import { BackendError, createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import { SENTINEL_DATA_PORT_BASE, SENTINEL_URL } from '../../helpers/engines.js';
 
 const prefix = `fencelock-it-sentinel-${randomBytes(4).toString('hex')}`;

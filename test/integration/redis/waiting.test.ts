@@ -3,7 +3,11 @@
  * locker with waiters closes promptly even when the server is frozen.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, type Locker, LockTimeoutError } from '../../../src/index.js';
+import {
+  createLocker,
+  type Locker,
+  LockTimeoutError,
+} from '../../../packages/fencelock/src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';
 

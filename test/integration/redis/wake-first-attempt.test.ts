@@ -8,9 +8,9 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, expect, it } from 'vitest';
-import { createRedisBackend } from '../../../src/backends/redis/index.js';
-import { queuedAcquireScript } from '../../../src/backends/redis/scripts.js';
-import { createLocker } from '../../../src/index.js';
+import { createRedisBackend } from '../../../packages/fencelock/src/backends/redis/index.js';
+import { queuedAcquireScript } from '../../../packages/fencelock/src/backends/redis/scripts.js';
+import { createLocker } from '../../../packages/fencelock/src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 
 const prefix = `fencelock-it-queue-${randomBytes(4).toString('hex')}`;

@@ -5,8 +5,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createRedlockBackend } from '../../../src/backends/redlock/index.js';
-import { createLocker } from '../../../src/index.js';
+import { createRedlockBackend } from '../../../packages/fencelock/src/backends/redlock/index.js';
+import { createLocker } from '../../../packages/fencelock/src/index.js';
 import { REDLOCK_PORT_BASE } from '../../helpers/engines.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
 

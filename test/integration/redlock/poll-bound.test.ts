@@ -8,8 +8,8 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, it } from 'vitest';
-import { createRedlockBackend } from '../../../src/backends/redlock/index.js';
-import { createLocker } from '../../../src/index.js';
+import { createRedlockBackend } from '../../../packages/fencelock/src/backends/redlock/index.js';
+import { createLocker } from '../../../packages/fencelock/src/index.js';
 import { REDLOCK_NODE_URLS } from '../../helpers/engines.js';
 import {
   expectGrantedSoonAfterTtl,

@@ -7,8 +7,11 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createRedlockBackend, type RedlockBackend } from '../../../src/backends/redlock/index.js';
-import { createLocker, type Locker, QuorumError } from '../../../src/index.js';
+import {
+  createRedlockBackend,
+  type RedlockBackend,
+} from '../../../packages/fencelock/src/backends/redlock/index.js';
+import { createLocker, type Locker, QuorumError } from '../../../packages/fencelock/src/index.js';
 import { REDLOCK_PORT_BASE } from '../../helpers/engines.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
 

@@ -6,8 +6,8 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createRedlockBackend } from '../../../src/backends/redlock/index.js';
-import type { LeaseRef } from '../../../src/core/backend.js';
+import { createRedlockBackend } from '../../../packages/fencelock/src/backends/redlock/index.js';
+import type { LeaseRef } from '../../../packages/fencelock/src/core/backend.js';
 import { REDLOCK_NODE_URLS, REDLOCK_PORT_BASE } from '../../helpers/engines.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
 

@@ -7,8 +7,8 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { NODE_RESTARTED_WARNING } from '../../../src/backends/redlock/index.js';
-import { createLocker, type Locker } from '../../../src/index.js';
+import { NODE_RESTARTED_WARNING } from '../../../packages/fencelock/src/backends/redlock/index.js';
+import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import { REDLOCK_NODE_URLS, REDLOCK_PORT_BASE } from '../../helpers/engines.js';
 
 const SERVICES_SH = fileURLToPath(new URL('../../../scripts/services.sh', import.meta.url));

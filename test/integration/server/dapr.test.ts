@@ -6,8 +6,8 @@
  * ZooKeeper) on a loopback port. Engine failures: `private-redis.test.ts`.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_TIMER_MS } from '../../../src/index.js';
-import { ownerIdFor } from '../../../src/server/index.js';
+import { ownerIdFor } from '../../../packages/cli/src/server/index.js';
+import { MAX_TIMER_MS } from '../../../packages/fencelock/src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { useNamespace as useEtcdNamespace } from '../etcd/support.js';
 import { redisHarness, type StoreHarness, sqliteHarness } from '../handed/stores.js';

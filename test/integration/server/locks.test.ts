@@ -8,8 +8,8 @@
  * engine failures: `private-redis.test.ts`.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_TIMER_MS } from '../../../src/index.js';
-import { ownerIdFor } from '../../../src/server/index.js';
+import { ownerIdFor } from '../../../packages/cli/src/server/index.js';
+import { MAX_TIMER_MS } from '../../../packages/fencelock/src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { settledWithin } from '../../helpers/promises.js';
 import { redisHarness, type StoreHarness, sqliteHarness } from '../handed/stores.js';
@@ -483,7 +483,7 @@ describe('shutdown of an in-process sidecar', () => {
   });
 
   it('refuses to listen beyond loopback without a token', async () => {
-    const { createSidecar } = await import('../../../src/server/index.js');
+    const { createSidecar } = await import('../../../packages/cli/src/server/index.js');
     const sidecar = createSidecar({ store: REDIS_URL });
     try {
       await expect(sidecar.listen({ host: '0.0.0.0', port: 0 })).rejects.toMatchObject({
@@ -501,7 +501,7 @@ describe('shutdown of an in-process sidecar', () => {
     ['redis://:S3cretPw@127.0.0.1:6390/x', 'redis://:***@127.0.0.1:6390/x'],
     ['postgres://u@127.0.0.1/db?password=S3cretPw#x', 'postgres://u@127.0.0.1/db?password=***#x'],
   ])('refuses the malformed store URL %s without echoing its password', async (store, shown) => {
-    const { createSidecar } = await import('../../../src/server/index.js');
+    const { createSidecar } = await import('../../../packages/cli/src/server/index.js');
     let error: unknown;
     try {
       createSidecar({ store });

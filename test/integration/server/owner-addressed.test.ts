@@ -7,7 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { createLocker, type Locker } from '../../../src/index.js';
+import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { settledWithin } from '../../helpers/promises.js';
 import { useNamespace as useEtcdNamespace } from '../etcd/support.js';

@@ -10,7 +10,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ownerIdFor } from '../../../src/server/index.js';
+import { ownerIdFor } from '../../../packages/cli/src/server/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { settledWithin } from '../../helpers/promises.js';
 import { redisHarness } from '../handed/stores.js';

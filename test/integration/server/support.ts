@@ -7,9 +7,12 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { createSidecar, type Sidecar, type SidecarOptions } from '../../../src/server/index.js';
+import {
+  createSidecar,
+  type Sidecar,
+  type SidecarOptions,
+} from '../../../packages/cli/src/server/index.js';
 import { privateBuild, ROOT } from '../../helpers/private-build.js';
 import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';
 import { redisHarness } from '../handed/stores.js';
@@ -30,7 +33,7 @@ let cli: Promise<string> | undefined;
  * `BUILD_TIMEOUT_MS`; `spawnServer` and `runCli` call it too.
  */
 export function buildCli(): Promise<string> {
-  cli ??= privateBuild('sidecar').then((build) => join(build.dir, 'cli', 'main.js'));
+  cli ??= privateBuild('sidecar').then((build) => build.cli);
   cli.catch(() => {
     cli = undefined;
   });

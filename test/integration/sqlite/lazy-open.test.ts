@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, expect, it } from 'vitest';
-import { createLocker } from '../../../src/index.js';
+import { createLocker } from '../../../packages/fencelock/src/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'fencelock-lazy-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

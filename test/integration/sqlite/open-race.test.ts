@@ -13,7 +13,7 @@ const root = join(import.meta.dirname, '../../..');
 const dir = mkdtempSync(join(tmpdir(), 'fencelock-open-race-'));
 
 const child = `
-import { createSqliteBackend } from ${JSON.stringify(join(root, 'dist/backends/sqlite/index.js'))};
+import { createSqliteBackend } from ${JSON.stringify(join(root, 'packages/fencelock/dist/backends/sqlite/index.js'))};
 const [dir, start, files] = process.argv.slice(1);
 let failures = 0;
 for (let i = 0; i < Number(files); i++) {
@@ -50,8 +50,10 @@ function run(start: number): Promise<number> {
 }
 
 beforeAll(async () => {
-  if (!existsSync(join(root, 'dist/backends/sqlite/index.js'))) {
-    throw new Error('run `npm run build` first (the test spawns processes that load dist/)');
+  if (!existsSync(join(root, 'packages/fencelock/dist/backends/sqlite/index.js'))) {
+    throw new Error(
+      'run `npm run build` first (the test spawns processes that load packages/fencelock/dist/)',
+    );
   }
 });
 

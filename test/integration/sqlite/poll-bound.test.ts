@@ -10,8 +10,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, it } from 'vitest';
-import { createSqliteBackend } from '../../../src/backends/sqlite/index.js';
-import { createLocker } from '../../../src/index.js';
+import { createSqliteBackend } from '../../../packages/fencelock/src/backends/sqlite/index.js';
+import { createLocker } from '../../../packages/fencelock/src/index.js';
 import {
   expectGrantedSoonAfterTtl,
   POLLING_RETRY,

@@ -10,9 +10,13 @@ import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll } from 'vitest';
-import type { ZookeeperBackend } from '../../../src/backends/zookeeper/index.js';
-import type { ZkSession } from '../../../src/backends/zookeeper/session.js';
-import { createLocker, type Locker, type LockerOptions } from '../../../src/index.js';
+import type { ZookeeperBackend } from '../../../packages/fencelock/src/backends/zookeeper/index.js';
+import type { ZkSession } from '../../../packages/fencelock/src/backends/zookeeper/session.js';
+import {
+  createLocker,
+  type Locker,
+  type LockerOptions,
+} from '../../../packages/fencelock/src/index.js';
 import { ZK_CLIENT_PORT_BASE, ZK_HOSTS } from '../../helpers/engines.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
 import { openAdmin, removeTree, type ZkAdmin } from '../../helpers/zookeeper.js';

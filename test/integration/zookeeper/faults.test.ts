@@ -18,13 +18,12 @@
  * into a private folder (not `dist/`, which other tests may rebuild), so the test process itself
  * is never frozen. Every server killed is started again after the test (see `restoreEnsemble`).
  */
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { promisify } from 'node:util';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type Lease, LockLostError } from '../../../src/index.js';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type Lease, LockLostError } from '../../../packages/fencelock/src/index.js';
+import { privateBuild } from '../../helpers/private-build.js';
 import {
   abortTime,
   backendOf,
@@ -43,36 +42,14 @@ const zk = useZookeeper('faults');
 const children: ChildProcess[] = [];
 let buildDir: string | undefined;
 
-/** The package compiled from `src/` (tsc still emits when someone's edit has a type error). */
+/** The library compiled from its sources (a private build shared by the run's test files). */
 function buildIndex(): string {
   return join(buildDir!, 'index.js');
 }
 
 beforeAll(async () => {
-  const cache = join(ROOT, 'node_modules', '.cache');
-  // Inside node_modules/, so that the compiled files resolve the `zookeeper` package.
-  mkdirSync(cache, { recursive: true });
-  buildDir = mkdtempSync(join(cache, 'fencelock-zk-faults-'));
-  try {
-    await promisify(execFile)(
-      process.execPath,
-      [
-        join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'),
-        '-p',
-        join(ROOT, 'tsconfig.build.json'),
-        '--outDir',
-        buildDir,
-      ],
-      { cwd: ROOT, timeout: 90_000 },
-    );
-  } catch (error) {
-    try {
-      statSync(buildIndex());
-    } catch {
-      throw error;
-    }
-  }
-}, 120_000);
+  buildDir = (await privateBuild('zk-faults')).dir;
+}, 180_000);
 
 afterEach(() => {
   for (const child of children.splice(0)) {
@@ -81,10 +58,6 @@ afterEach(() => {
       child.kill('SIGKILL');
     }
   }
-});
-
-afterAll(() => {
-  if (buildDir !== undefined) rmSync(buildDir, { recursive: true, force: true });
 });
 
 /**

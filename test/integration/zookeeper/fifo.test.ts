@@ -5,8 +5,8 @@
  * node sequence numbers, and the fencing tokens (the nodes' czxids) strictly increase.
  */
 import { describe, expect, it } from 'vitest';
-import type { ZookeeperBackend } from '../../../src/backends/zookeeper/index.js';
-import type { Lease } from '../../../src/index.js';
+import type { ZookeeperBackend } from '../../../packages/fencelock/src/backends/zookeeper/index.js';
+import type { Lease } from '../../../packages/fencelock/src/index.js';
 import { contenders, countChildren, useNamespace, waitForCount } from './support.js';
 
 const fixture = useNamespace('fifo');

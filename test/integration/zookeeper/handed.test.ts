@@ -13,9 +13,9 @@
 import { randomBytes } from 'node:crypto';
 import { connect } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import type { ZookeeperBackend } from '../../../src/backends/zookeeper/index.js';
-import type { AttemptRequest } from '../../../src/core/backend.js';
-import { LockLostError } from '../../../src/index.js';
+import type { ZookeeperBackend } from '../../../packages/fencelock/src/backends/zookeeper/index.js';
+import type { AttemptRequest } from '../../../packages/fencelock/src/core/backend.js';
+import { LockLostError } from '../../../packages/fencelock/src/index.js';
 import { ZK_CLIENT_PORT_BASE } from '../../helpers/engines.js';
 import { contenders, countChildren, sleep, useNamespace } from './support.js';
 

@@ -21,12 +21,12 @@
  */
 import { createRequire } from 'node:module';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ZookeeperBackend } from '../../../src/backends/zookeeper/index.js';
+import { ZookeeperBackend } from '../../../packages/fencelock/src/backends/zookeeper/index.js';
 import type {
   NativeZooKeeper,
   NativeZooKeeperClass,
-} from '../../../src/backends/zookeeper/session.js';
-import { createLocker, type Locker } from '../../../src/index.js';
+} from '../../../packages/fencelock/src/backends/zookeeper/session.js';
+import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import { openAdmin, type ZkAdmin } from '../../helpers/zookeeper.js';
 import {
   contenders,

@@ -6,7 +6,7 @@
  * 10,000-lease benchmark hit, and the listeners are a leak besides.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { ZookeeperBackend } from '../../../src/backends/zookeeper/index.js';
+import type { ZookeeperBackend } from '../../../packages/fencelock/src/backends/zookeeper/index.js';
 import { sleep, useNamespace, waitForCount } from './support.js';
 
 const fixture = useNamespace('listeners');

@@ -7,9 +7,13 @@
  * Downgrade and upgrade: the rules of test/integration/rwlock-rules.ts.
  */
 import { describe, expect, it } from 'vitest';
-import type { ZookeeperBackend } from '../../../src/backends/zookeeper/index.js';
-import type { LockMode } from '../../../src/core/backend.js';
-import { type Lease, type Locker, LockTimeoutError } from '../../../src/index.js';
+import type { ZookeeperBackend } from '../../../packages/fencelock/src/backends/zookeeper/index.js';
+import type { LockMode } from '../../../packages/fencelock/src/core/backend.js';
+import {
+  type Lease,
+  type Locker,
+  LockTimeoutError,
+} from '../../../packages/fencelock/src/index.js';
 import { downgradeAndUpgradeTests } from '../rwlock-rules.js';
 import { contenders, countChildren, settledWithin, useNamespace, waitForCount } from './support.js';
 

@@ -16,7 +16,7 @@ import {
   type Lease,
   LockLostError,
   LockTimeoutError,
-} from '../../../src/index.js';
+} from '../../../packages/fencelock/src/index.js';
 import {
   abortTime,
   backendOf,

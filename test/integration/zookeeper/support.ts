@@ -11,8 +11,12 @@ import { afterAll, beforeAll } from 'vitest';
 import {
   createZookeeperBackend,
   type ZookeeperBackend,
-} from '../../../src/backends/zookeeper/index.js';
-import { createLocker, type Locker, type LockerOptions } from '../../../src/index.js';
+} from '../../../packages/fencelock/src/backends/zookeeper/index.js';
+import {
+  createLocker,
+  type Locker,
+  type LockerOptions,
+} from '../../../packages/fencelock/src/index.js';
 import { ZK_HOSTS } from '../../helpers/engines.js';
 import { openAdmin, removeTree, type ZkAdmin } from '../../helpers/zookeeper.js';
 

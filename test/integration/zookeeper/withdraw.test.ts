@@ -10,9 +10,12 @@
  * the admin client checks what the ensemble has.
  */
 import { describe, expect, it } from 'vitest';
-import { ZooKeeperError, type ZookeeperBackend } from '../../../src/backends/zookeeper/index.js';
-import type { ZkSession } from '../../../src/backends/zookeeper/session.js';
-import { LockTimeoutError } from '../../../src/index.js';
+import {
+  ZooKeeperError,
+  type ZookeeperBackend,
+} from '../../../packages/fencelock/src/backends/zookeeper/index.js';
+import type { ZkSession } from '../../../packages/fencelock/src/backends/zookeeper/session.js';
+import { LockTimeoutError } from '../../../packages/fencelock/src/index.js';
 import { contenders, sleep, useNamespace, waitForCount } from './support.js';
 
 const fixture = useNamespace('withdraw');

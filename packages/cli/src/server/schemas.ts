@@ -1,0 +1,212 @@
+/**
+ * JSON schemas of the sidecar's requests and responses (validated by fastify's Ajv, with type
+ * coercion off: `"1000"` is not a number), and the wording of each field's allowed range for
+ * 400 answers. Durations: `ttlMs` and `waitMs` in milliseconds; Dapr's `expiryInSeconds` in
+ * seconds. Fencing tokens travel as decimal strings (they may exceed 2^53).
+ */
+import { MAX_KEY_BYTES, MAX_TIMER_MS } from 'fencelock';
+
+/** Longest TTL in whole seconds (Dapr's `expiryInSeconds`): the longest timer, in seconds. */
+export const MAX_EXPIRY_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
+/** Longest accepted owner name (Dapr `lockOwner`, extension `owner`), characters. */
+export const MAX_OWNER_CHARS = 1024;
+
+/** Allowed range of each request field, as told in a 400 answer. */
+export function allowedFor(field: string, maxWaitMs: number): string {
+  switch (field) {
+    case 'expiryInSeconds':
+      return `an integer number of seconds in [1, ${MAX_EXPIRY_SECONDS}]`;
+    case 'ttlMs':
+      return `a number of milliseconds in (0, ${MAX_TIMER_MS}]`;
+    case 'waitMs':
+      return `a number of milliseconds in [0, ${maxWaitMs}]`;
+    case 'resourceId':
+    case 'key':
+      return `a string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes`;
+    case 'lockOwner':
+    case 'owner':
+      return `a well-formed string (no lone surrogate) of 1 to ${MAX_OWNER_CHARS} characters`;
+    case 'fencingToken':
+      return 'a decimal string of a fencing token, e.g. "42"';
+    default:
+      return 'a JSON object with the documented fields';
+  }
+}
+
+const resourceId = { type: 'string', minLength: 1, maxLength: MAX_KEY_BYTES } as const;
+/**
+ * An owner name: no lone surrogate (Ajv compiles patterns with the `u` flag, where a surrogate
+ * pair is one code point and only a lone surrogate is in `\p{Surrogate}`). A lone surrogate has
+ * no UTF-8 form: hashed, it would give the owner id of the name with U+FFFD in its place.
+ */
+const ownerName = {
+  type: 'string',
+  minLength: 1,
+  maxLength: MAX_OWNER_CHARS,
+  pattern: '^\\P{Surrogate}*$',
+} as const;
+const ttlMs = { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_MS } as const;
+const fencingToken = { type: 'string', pattern: '^[1-9][0-9]{0,38}$' } as const;
+
+/** Dapr `POST /v1.0-alpha1/lock/{storeName}`. Unknown fields are ignored, as Dapr does. */
+export const daprLockSchema = {
+  params: {
+    type: 'object',
+    properties: { storeName: { type: 'string', minLength: 1 } },
+    required: ['storeName'],
+  },
+  body: {
+    type: 'object',
+    properties: {
+      resourceId,
+      lockOwner: ownerName,
+      expiryInSeconds: { type: 'integer', minimum: 1, maximum: MAX_EXPIRY_SECONDS },
+    },
+    required: ['resourceId', 'lockOwner', 'expiryInSeconds'],
+  },
+  response: {
+    200: {
+      type: 'object',
+      properties: { success: { type: 'boolean' } },
+      required: ['success'],
+    },
+  },
+} as const;
+
+/** Dapr `POST /v1.0-alpha1/unlock/{storeName}`. */
+export const daprUnlockSchema = {
+  params: daprLockSchema.params,
+  body: {
+    type: 'object',
+    properties: { resourceId, lockOwner: ownerName },
+    required: ['resourceId', 'lockOwner'],
+  },
+  response: {
+    200: {
+      type: 'object',
+      properties: { status: { type: 'integer' } },
+      required: ['status'],
+    },
+  },
+} as const;
+
+const keyParams = {
+  type: 'object',
+  properties: { key: { type: 'string', minLength: 1 } },
+  required: ['key'],
+} as const;
+
+const grantResponse = {
+  type: 'object',
+  properties: {
+    key: { type: 'string' },
+    owner: { type: 'string' },
+    ownerId: { type: 'string' },
+    fencingToken: { type: 'string' },
+    ttlMs: { type: 'number' },
+  },
+  required: ['key', 'owner', 'ownerId', 'fencingToken', 'ttlMs'],
+} as const;
+
+/** `POST /v1/locks/{key}/acquire`. */
+export function acquireSchema(maxWaitMs: number) {
+  return {
+    params: keyParams,
+    body: {
+      type: 'object',
+      properties: {
+        owner: ownerName,
+        ttlMs,
+        waitMs: { type: 'number', minimum: 0, maximum: maxWaitMs },
+      },
+      required: ['ttlMs'],
+      additionalProperties: false,
+    },
+    response: { 200: grantResponse },
+  } as const;
+}
+
+/** `POST /v1/locks/{key}/renew`. */
+export const renewSchema = {
+  params: keyParams,
+  body: {
+    type: 'object',
+    properties: { owner: ownerName, fencingToken, ttlMs },
+    required: ['owner', 'fencingToken', 'ttlMs'],
+    additionalProperties: false,
+  },
+  response: { 200: grantResponse },
+} as const;
+
+/** `POST /v1/locks/{key}/release`. */
+export const releaseSchema = {
+  params: keyParams,
+  body: {
+    type: 'object',
+    properties: { owner: ownerName, fencingToken },
+    required: ['owner', 'fencingToken'],
+    additionalProperties: false,
+  },
+  response: {
+    200: {
+      type: 'object',
+      properties: { key: { type: 'string' }, outcome: { type: 'string' } },
+      required: ['key', 'outcome'],
+    },
+  },
+} as const;
+
+/** `GET /v1/locks/{key}[?owner=name]`. */
+export const inspectSchema = {
+  params: keyParams,
+  querystring: {
+    type: 'object',
+    properties: { owner: ownerName },
+    additionalProperties: false,
+  },
+  response: {
+    200: {
+      type: 'object',
+      properties: {
+        key: { type: 'string' },
+        holder: {
+          type: ['object', 'null'],
+          properties: {
+            ownerId: { type: 'string' },
+            fencingToken: { type: 'string' },
+            ttlMs: { type: 'number' },
+          },
+          required: ['ownerId', 'fencingToken', 'ttlMs'],
+        },
+        lastFencingToken: { type: 'string' },
+        heldByOwner: { type: 'boolean' },
+      },
+      required: ['key', 'holder', 'lastFencingToken'],
+    },
+  },
+} as const;
+
+/** Request bodies, as validated by the schemas above. */
+export interface DaprLockBody {
+  readonly resourceId: string;
+  readonly lockOwner: string;
+  readonly expiryInSeconds: number;
+}
+export interface DaprUnlockBody {
+  readonly resourceId: string;
+  readonly lockOwner: string;
+}
+export interface AcquireBody {
+  readonly owner?: string;
+  readonly ttlMs: number;
+  readonly waitMs?: number;
+}
+export interface RenewBody {
+  readonly owner: string;
+  readonly fencingToken: string;
+  readonly ttlMs: number;
+}
+export interface ReleaseBody {
+  readonly owner: string;
+  readonly fencingToken: string;
+}

@@ -1,0 +1,66 @@
+/**
+ * fencelock: distributed locks with a fencing token on every lease.
+ *
+ * Core entry point; engines live in subpaths (`fencelock/redis`, `fencelock/redlock`,
+ * `fencelock/etcd`, `fencelock/zookeeper`, `fencelock/postgres`, `fencelock/sqlite`), the
+ * resource-side guards in `fencelock/fencing/redis` and `fencelock/fencing/postgres`, the metrics
+ * adapters in `fencelock/metrics/prometheus` and `fencelock/metrics/opentelemetry`.
+ */
+export { DEFAULT_SQLITE_PATH } from './backends/sqlite/url.js';
+export type {
+  AttemptRequest,
+  AttemptResult,
+  Backend,
+  BackendSession,
+  Granted,
+  LeaseRef,
+  LockInfo,
+  NotGranted,
+  ReleaseOutcome,
+  RenewResult,
+} from './core/backend.js';
+export {
+  type AcquireEvent,
+  CHANNELS,
+  type EventOrigin,
+  type LostEvent,
+  type ReleaseEvent,
+  type RenewEvent,
+  type WaitEvent,
+} from './core/events.js';
+export { Lease } from './core/lease.js';
+export { Lock, type OwnerGrant } from './core/lock.js';
+export {
+  type AcquireOptions,
+  Locker,
+  type OwnerAcquireOptions,
+  type OwnerReleaseRef,
+  type OwnerRenewOutcome,
+  type SessionOptions,
+} from './core/locker.js';
+export { Session } from './core/session.js';
+export {
+  BackendError,
+  FencelockError,
+  type FencelockErrorCode,
+  InvalidArgumentError,
+  LockLostError,
+  type LockLostReason,
+  LockTimeoutError,
+  type NodeOutcome,
+  NotLockOwnerError,
+  QuorumError,
+  StaleTokenError,
+} from './errors.js';
+export { createLocker } from './locker.js';
+export {
+  DEFAULTS,
+  type LockerOptions,
+  type LockOptions,
+  MAX_KEY_BYTES,
+  MAX_TIMER_MS,
+  type RetryOptions,
+  validateKey,
+} from './options.js';
+export { redactStoreUrl, redactStoreUrlsIn } from './redact.js';
+export { STORE_SCHEMES, validateStoreUrl } from './stores.js';

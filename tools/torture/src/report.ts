@@ -1,0 +1,191 @@
+/**
+ * Reports of a torture matrix: the markdown table, the SVG chart (liveness gaps and double-grant
+ * rates per cell) and the guarantees page, all generated from the JSON result.
+ */
+import type { CellSummary, MatrixResult } from './matrix.js';
+
+const dash = (value: number | null, suffix = '') => (value === null ? '–' : `${value}${suffix}`);
+
+/** The per-cell table as markdown. */
+export function markdownTable(result: MatrixResult): string {
+  const header =
+    '| backend | fault | runs | grants | double grants (runs) | stale writes rejected | stale writes accepted | token regressions / duplicates | next grant after fault p50 / p99 (× TTL) | loss detected p50 / p99 (ms) | verdict |';
+  const rule = `|${' --- |'.repeat(11)}`;
+  const rows = result.cells.map(
+    (c) =>
+      `| ${c.backend} | ${c.fault} | ${c.runs} | ${c.grants} | ${c.believedOverlaps} (${c.doubleGrantRuns}) | ${c.staleRejected} | **${c.staleAccepted}** | ${c.tokenRegressions} / ${c.tokenDuplicates} | ${dash(c.livenessP50Ttl)} / ${dash(c.livenessP99Ttl)} | ${dash(c.lossDetectionP50Ms)} / ${dash(c.lossDetectionP99Ms)} | ${c.verdict}${c.reasons.length > 0 ? `: ${c.reasons.join('; ')}` : ''} |`,
+  );
+  return [header, rule, ...rows].join('\n');
+}
+
+/** The fault legend (id → what was done). */
+export function faultLegend(result: MatrixResult): string {
+  const seen = new Map<string, string>();
+  for (const cell of result.cells) seen.set(cell.fault, cell.title);
+  return [...seen].map(([id, title]) => `- **${id}**: ${title}`).join('\n');
+}
+
+/** The self-test lines. */
+export function selfTestLines(result: MatrixResult): string {
+  if (result.selfTest.length === 0) return '_The self-test was not run._';
+  return result.selfTest
+    .map(
+      (t) =>
+        `- ${t.name}: ${t.caught ? 'caught' : '**not caught**'} (${t.cell.staleAccepted} stale writes accepted, ${t.cell.believedOverlaps} double grants; expected: ${t.expectation}).`,
+    )
+    .join('\n');
+}
+
+/** Horizontal bars: next-grant gap p50/p99 (× TTL) and double-grant rate per cell. */
+export function svgChart(result: MatrixResult): string {
+  const cells = result.cells;
+  const rowHeight = 18;
+  const labelWidth = 190;
+  const panelWidth = 300;
+  const top = 40;
+  const height = top + cells.length * rowHeight + 30;
+  const width = labelWidth + 2 * panelWidth + 60;
+  const maxGap = Math.max(1, ...cells.map((c) => c.livenessP99Ttl ?? 0));
+  const escapeXml = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+  const parts: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="11">`,
+    `<title>fencelock torture: next grant after each fault and runs with a double grant, per backend and fault</title>`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="${labelWidth}" y="16" font-weight="bold">next grant after the fault (× TTL): p50 dark, p99 light</text>`,
+    `<text x="${labelWidth + panelWidth + 40}" y="16" font-weight="bold">runs with a double grant (lock alone)</text>`,
+  ];
+  cells.forEach((cell, i) => {
+    const y = top + i * rowHeight;
+    parts.push(`<text x="4" y="${y + 12}">${escapeXml(`${cell.backend} ${cell.fault}`)}</text>`);
+    const p99 = ((cell.livenessP99Ttl ?? 0) / maxGap) * panelWidth;
+    const p50 = ((cell.livenessP50Ttl ?? 0) / maxGap) * panelWidth;
+    parts.push(
+      `<rect x="${labelWidth}" y="${y + 3}" width="${p99.toFixed(1)}" height="12" fill="#9ecae1"/>`,
+    );
+    parts.push(
+      `<rect x="${labelWidth}" y="${y + 3}" width="${p50.toFixed(1)}" height="12" fill="#3182bd"/>`,
+    );
+    if (cell.livenessP99Ttl !== null) {
+      parts.push(
+        `<text x="${labelWidth + p99 + 4}" y="${y + 12}">${cell.livenessP50Ttl} / ${cell.livenessP99Ttl}</text>`,
+      );
+    }
+    const rate = cell.runs === 0 ? 0 : cell.doubleGrantRuns / cell.runs;
+    const x = labelWidth + panelWidth + 40;
+    parts.push(
+      `<rect x="${x}" y="${y + 3}" width="${(rate * panelWidth).toFixed(1)}" height="12" fill="${rate > 0 ? '#e6550d' : '#31a354'}"/>`,
+    );
+    parts.push(
+      `<text x="${x + rate * panelWidth + 4}" y="${y + 12}">${(rate * 100).toFixed(0)}%${cell.staleAccepted > 0 ? ' STALE ACCEPTED' : ''}</text>`,
+    );
+  });
+  parts.push(
+    `<text x="4" y="${height - 8}" fill="#555">${escapeXml(`${result.generatedAt} · ${result.command}`)}</text>`,
+    '</svg>',
+  );
+  return `${parts.join('\n')}\n`;
+}
+
+/** Totals for the headline. */
+function totals(cells: readonly CellSummary[]) {
+  const sum = (pick: (c: CellSummary) => number) => cells.reduce((n, c) => n + pick(c), 0);
+  return {
+    runs: sum((c) => c.runs),
+    writes: sum((c) => c.writes),
+    staleAccepted: sum((c) => c.staleAccepted),
+    staleRejected: sum((c) => c.staleRejected),
+    failed: cells.filter((c) => c.verdict === 'fail').length,
+    documented: cells.filter((c) => c.verdict === 'documented failure').length,
+    notExercised: cells.filter((c) => c.verdict === 'not exercised').length,
+    skipped: cells.filter((c) => c.verdict === 'skipped').length,
+  };
+}
+
+/** The headline sentence of a result. */
+export function headline(result: MatrixResult): string {
+  const t = totals(result.cells);
+  const backends = new Set(result.cells.map((c) => c.backend)).size;
+  const faults = new Set(result.cells.map((c) => c.fault)).size;
+  return `${t.staleAccepted} stale writes accepted and ${t.staleRejected} rejected by the fenced register, over ${t.runs} runs (${t.writes} fenced writes) of ${faults} faults on ${backends} backends; ${t.failed} cells failed${t.documented > 0 ? ` (and ${t.documented} failed as their backend documents, outside its assumptions)` : ''}, ${t.notExercised} not exercised${t.skipped > 0 ? `, ${t.skipped} skipped (fault not available on the machine)` : ''}.`;
+}
+
+/** docs/guarantees.md, generated from a committed result. */
+export function guaranteesPage(result: MatrixResult, source: string, chart: string): string {
+  return `# Guarantees, measured
+
+<!-- Generated by \`npm run torture:report -- ${source}\` from ${source}; do not edit by hand. -->
+
+Every figure below comes from \`npm run torture\`: ${result.settings.clients} client processes
+contend for one key on a real engine, each writing through a fenced register (a PostgreSQL
+server that no fault touches) after it acquires, while a fault from FAULTS.md hits the holder.
+The checker counts stale writes the register accepted (must be 0) and rejected (how often
+fencing saved the day), double grants as the lock alone delivered them (two clients that
+believed they held the lock at the same moment), token regressions and duplicates, the time
+from the fault to the next grant to another client, and the time the library took to report a
+lease lost once the engine had given it away.
+
+**${headline(result)}**
+
+Reproduce: \`${result.command}\` (${result.settings.runs} runs per cell, TTL ${result.settings.ttlMs} ms,
+${result.settings.durationMs} ms per run; etcd leases are at least 2 s). Machine:
+${result.machine.cpus} CPUs, load average ${result.machine.loadAverage.join(' / ')} at the end,
+Node ${result.machine.node}, ${result.generatedAt}.
+
+## Faults
+
+${faultLegend(result)}
+
+## Results
+
+${markdownTable(result)}
+
+Verdicts: **fail** — stale writes accepted, lost register updates, token regressions or
+duplicates on a backend that promises strict tokens, or double grants without any fault;
+**not exercised** — the fault can make a stale holder write on this backend, but no stale
+write happened in these runs, so the cell proves nothing about fencing; **documented
+failure** — a failure under a fault outside the backend's documented assumptions (the reason
+names the assumption; Redlock's delayed restart is the case); **skipped** — the
+fault could not be caused on the machine (the reason says which tool was missing); **pass**
+otherwise.
+Double grants are expected under pauses, partitions and early expiry on every backend
+(Kleppmann; Jepsen on etcd): that is what the fencing token is for.
+
+![liveness and double grants](${chart})
+
+## Checker self-test
+
+${selfTestLines(result)}
+`;
+}
+
+/** The README's short table (backend × verdict per fault). */
+export function readmeSummary(result: MatrixResult, source: string): string {
+  const faults = [...new Set(result.cells.map((c) => c.fault))];
+  const backends = [...new Set(result.cells.map((c) => c.backend))];
+  const header = `| backend | ${faults.join(' | ')} |`;
+  const rule = `|${' --- |'.repeat(faults.length + 1)}`;
+  const rows = backends.map((backend) => {
+    const cells = faults.map((fault) => {
+      const cell = result.cells.find((c) => c.backend === backend && c.fault === fault);
+      if (cell === undefined) return 'n/a';
+      if (cell.verdict === 'skipped') return 'skipped';
+      const mark =
+        cell.verdict === 'pass'
+          ? '✓'
+          : cell.verdict === 'fail'
+            ? '✗'
+            : cell.verdict === 'documented failure'
+              ? '✗ (documented)'
+              : '·';
+      return `${mark} ${cell.staleAccepted}/${cell.staleRejected}`;
+    });
+    return `| ${backend} | ${cells.join(' | ')} |`;
+  });
+  return [
+    `${headline(result)} Each cell: verdict, then stale writes accepted / rejected (✓ pass, · not exercised, ✗ fail; "documented": outside the backend's documented assumptions); details, double grants and liveness in [docs/guarantees.md](docs/guarantees.md), generated from \`${source}\`.`,
+    '',
+    header,
+    rule,
+    ...rows,
+  ].join('\n');
+}
