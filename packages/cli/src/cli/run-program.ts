@@ -10,7 +10,7 @@
  */
 import { type Command, CommanderError } from 'commander';
 import { redactStoreUrlsIn } from 'fencelock';
-import { UsageError } from './options.js';
+import { UsageError } from './usage.js';
 
 /**
  * Parse `argv` (as `process.argv`) with `program`, which must have `exitOverride()` set, and

@@ -9,6 +9,6 @@ export {
   parseKeyArgument,
   parseStoreOption,
   UsageError,
-} from './options.js';
+} from './usage.js';
 export { findInRepository } from './repository.js';
 export { runProgram } from './run-program.js';

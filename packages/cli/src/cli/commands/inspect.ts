@@ -5,7 +5,7 @@
  */
 import type { Command } from 'commander';
 import { createLocker, type LockInfo } from 'fencelock';
-import { DEFAULT_CLI_STORE, parseKeyArgument, parseStoreOption } from '../options.js';
+import { DEFAULT_CLI_STORE, parseKeyArgument, parseStoreOption } from '../usage.js';
 
 /** Raw option values of `inspect`, as commander hands them over. */
 interface InspectCliOptions {

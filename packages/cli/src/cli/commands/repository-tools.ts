@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
-import { UsageError } from '../options.js';
+import { UsageError } from '../usage.js';
 import { findInRepository } from '../repository.js';
 
 /** A command that runs a script of the clone with `node`, passing its arguments on. */

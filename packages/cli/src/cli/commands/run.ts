@@ -41,7 +41,7 @@ import {
   parseKeyArgument,
   parseStoreOption,
   UsageError,
-} from '../options.js';
+} from '../usage.js';
 
 /**
  * Exit codes of `run` besides the command's own. They sit next to the shell's 126/127 and

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { parseIntegerOption, parseStoreOption, UsageError } from '../options.js';
+import { parseIntegerOption, parseStoreOption, UsageError } from '../usage.js';
 
 /** Environment variable holding the bearer token when `--token-file` is not given. */
 export const TOKEN_ENV = 'FENCELOCK_SERVER_TOKEN';
