@@ -8,7 +8,7 @@
  */
 import { Redis } from 'ioredis';
 import { InvalidArgumentError } from '../../errors.js';
-import { describeClient, isIoredisClient } from '../redis/index.js';
+import { describeClient, isIoredisClient } from '../redis/client.js';
 import {
   adaptNodeRedis,
   isNodeRedisClient,
