@@ -26,6 +26,7 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
+import { type QueueEntry, queueVerdict } from '../../core/predecessor.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
@@ -200,20 +201,16 @@ export class EtcdBackend implements Backend {
       throw new BackendError(this.name, 'acquire', new Error('contender key vanished'));
     }
     const token = BigInt(mine.create_revision);
-    const blocking = kvs.filter(
-      (kv) =>
-        BigInt(kv.create_revision) < token &&
-        (request.mode === 'write' ||
-          (isWriter(kv, dir) &&
-            (request.heldWriter === undefined ||
-              !kv.key.toString().endsWith(`-${request.heldWriter}`)))),
+    const verdict = queueVerdict(
+      kvs.map((kv) => entryOf(kv, dir)),
+      { owner: request.owner, mode: request.mode, order: token },
+      request.heldWriter,
     );
-    const predecessor = blocking.at(-1);
-    if (predecessor !== undefined && request.heldWriter !== undefined) {
+    if (verdict.outcome === 'downgrade-blocked') {
       await this.abandon(request);
       throw downgradeBlocked(request.key);
     }
-    if (predecessor === undefined) {
+    if (verdict.outcome === 'granted') {
       const held =
         request.autoRenew || !contenderSession.shared
           ? contenderSession
@@ -232,7 +229,7 @@ export class EtcdBackend implements Backend {
       queued: true,
       recheckAfterMs: RECHECK_AFTER_MS,
       waitForChange: (signal, maxMs) =>
-        this.#waitForDelete(predecessor.key.toString(), revision, signal, maxMs),
+        this.#waitForDelete(verdict.predecessor.key, revision, signal, maxMs),
     };
   }
 
@@ -579,8 +576,15 @@ function modeOf(key: string, dir: string): LockMode {
   return key.startsWith(`${dir}r-`) ? 'read' : 'write';
 }
 
-function isWriter(kv: IKeyValue, dir: string): boolean {
-  return kv.key.toString().startsWith(`${dir}w-`);
+/** A contender key `<dir><w|r>-<lease hex>-<owner>` as an entry of the key's line. */
+function entryOf(kv: IKeyValue, dir: string): QueueEntry & { readonly key: string } {
+  const key = kv.key.toString();
+  return {
+    key,
+    owner: key.slice(key.lastIndexOf('-') + 1),
+    mode: modeOf(key, dir),
+    order: BigInt(kv.create_revision),
+  };
 }
 
 /** The end of the range of all keys that start with `prefix` (etcd's `GetPrefixRangeEnd`). */
