@@ -9,8 +9,8 @@
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { Registry } from 'prom-client';
 import type { Locker } from '../core/locker.js';
+import { createLocker } from '../create-locker.js';
 import { InvalidArgumentError } from '../errors.js';
-import { createLocker } from '../locker.js';
 import { collectPrometheusMetrics, type PrometheusMetrics } from '../metrics/prometheus.js';
 import { MAX_TIMER_MS } from '../options.js';
 import { bearerChecker, isLoopbackHost, MIN_TOKEN_CHARS } from './auth.js';

@@ -15,8 +15,8 @@ import { createRedisBackend } from '../../../src/backends/redis/index.js';
 import { CHANNELS, type LostEvent, type RenewEvent } from '../../../src/core/events.js';
 import type { Lease } from '../../../src/core/lease.js';
 import type { Locker } from '../../../src/core/locker.js';
+import { createLocker } from '../../../src/create-locker.js';
 import { LockLostError } from '../../../src/errors.js';
-import { createLocker } from '../../../src/locker.js';
 import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
 

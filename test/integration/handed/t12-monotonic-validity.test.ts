@@ -24,8 +24,8 @@ import {
 } from '../../../src/core/events.js';
 import type { Lease } from '../../../src/core/lease.js';
 import type { Locker } from '../../../src/core/locker.js';
+import { createLocker } from '../../../src/create-locker.js';
 import { LockTimeoutError } from '../../../src/errors.js';
-import { createLocker } from '../../../src/locker.js';
 import { DEFAULTS, driftMs } from '../../../src/options.js';
 import { PG_URL } from '../../helpers/engines.js';
 import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';
