@@ -1,6 +1,7 @@
 /**
- * etcd backend (the `etcd3` package). The recipe of etcd's `concurrency` package
- * (`mutex.go`, `key.go`), with a fencing token, read-write modes and per-acquisition owners:
+ * etcd backend (the `etcd3` package). The recipe of etcd's `concurrency` package (`Mutex`,
+ * which waits for the deletion of older keys), with a fencing token, read-write modes and
+ * per-acquisition owners:
  *
  * - Every contender puts `<namespace>/locks/<key>/<w|r>-<lease hex>-<owner>` bound to its
  *   session's lease, in one transaction that also lists the contenders under the key in
@@ -8,10 +9,11 @@
  * - A writer holds the lock when no key is older than its own; a reader when no writer's key is.
  *   Otherwise it watches only its predecessor (the newest older key that blocks it) for
  *   deletion, so a release wakes one waiter (no herd), and asks again when that key is gone.
+ *   The rule is `queueVerdict` (src/core/predecessor.ts), shared with the ZooKeeper backend.
  * - Release deletes the contender's key only if its create revision still equals the token.
  *
- * The owner id is part of the key (not only the lease id, as in `mutex.go`), so two handles in
- * one process never share a lock by accident.
+ * The owner id is part of the key (not only the lease id, as in etcd's `Mutex`), so two handles
+ * in one process never share a lock by accident.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Etcd3, type IKeyValue, type IRequestOp, type ITxnResponse } from 'etcd3';

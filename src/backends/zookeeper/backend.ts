@@ -9,6 +9,7 @@
  * - A writer holds the lock when its node has the lowest sequence, a reader when no writer's node
  *   is lower. Everyone else watches only its predecessor (the nearest lower node that blocks it),
  *   so a release wakes one waiter (no herd), and reads the children again when it is deleted.
+ *   The rule is `queueVerdict` (src/core/predecessor.ts), shared with the etcd backend.
  * - The fencing token is the czxid of the owner's node (zxids only grow).
  * - Release deletes the owner's node by path and version; a node of another session is never
  *   touched.

@@ -1,5 +1,5 @@
 /**
- * handed.md T12 — validity is measured from the winning attempt on a monotonic clock.
+ * Scenario T12 — validity is measured from the winning attempt on a monotonic clock.
  *
  * Redis runs on a private server (and through a delaying proxy for the slow-acquisition step);
  * the wall-clock jump step also runs on the embedded SQLite store.

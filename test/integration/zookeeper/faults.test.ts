@@ -3,7 +3,7 @@
  *
  * - a holder process killed with SIGKILL: the waiter is granted when the server expires the
  *   holder's session (within the session timeout + 3 s), with a higher token;
- * - handed.md T04: a holder cut off (TCP proxy) for 10 s learns it lost the lock no later than
+ * - Scenario T04: a holder cut off (TCP proxy) for 10 s learns it lost the lock no later than
  *   the waiter's grant (at the disconnection, with the default policy); its late release touches
  *   nothing;
  * - a holder process frozen with SIGSTOP past its session timeout: the waiter is granted with a
