@@ -5,6 +5,7 @@
  * adapter in `node-redis.ts`). Shared by the Redis and Redlock backends.
  */
 import { Cluster, Redis } from 'ioredis';
+import { InvalidArgumentError } from '../../errors.js';
 import { FailoverEpoch } from './failover-epoch.js';
 import type { RedisUrlConfig } from './url.js';
 
@@ -18,6 +19,7 @@ export interface OpenedRedisClient {
 /**
  * Open (lazily: no connection before the first command) the client `config` names. Commands
  * time out after `config.commandTimeoutMs`.
+ * @throws InvalidArgumentError for a config that names no server (no `url`, Sentinel or Cluster).
  */
 export function openRedisClient(config: RedisUrlConfig): OpenedRedisClient {
   const options = {
@@ -36,10 +38,10 @@ export function openRedisClient(config: RedisUrlConfig): OpenedRedisClient {
     return { client, epochs: undefined };
   }
   if (sentinel === undefined) {
-    return {
-      client: new Redis(config.url ?? 'redis://127.0.0.1:6379', options),
-      epochs: undefined,
-    };
+    // parseRedisUrl always sets `url`; never fall back to a server other than the one named.
+    if (config.url === undefined)
+      throw new InvalidArgumentError('url', 'a redis:// URL', undefined);
+    return { client: new Redis(config.url, options), epochs: undefined };
   }
   const client = new Redis({
     ...options,

@@ -119,7 +119,6 @@ export class RedlockBackend implements Backend {
             (r.status === 'ok' && r.value[0] === 1 && BigInt(r.value[1]) !== token),
         );
         if (!unsettled || this.#closed) return;
-        const k = this.keysOf(request.key);
         return this.#vote(
           this.#timeoutFor(request.ttlMs),
           (client) =>
