@@ -46,7 +46,7 @@ ZK_ELECTION_PORT_BASE=${FENCELOCK_ZK_ELECTION_PORT_BASE:-23881}
 # PostgreSQL: one server, database "fencelock", user "fencelock" (trust auth on loopback only).
 PG_PORT=${FENCELOCK_PG_PORT:-25432}
 # A second PostgreSQL server that fault runs never touch: the fenced register of the torture
-# harness (FAULTS.md 2.3) lives there, database "register", user "fencelock".
+# harness (src/torture/register.ts) lives there, database "register", user "fencelock".
 REGISTER_PORT=${FENCELOCK_REGISTER_PORT:-25433}
 # PgBouncer in transaction mode in front of the PostgreSQL server above (database fencelock).
 PGBOUNCER_PORT=${FENCELOCK_PGBOUNCER_PORT:-25434}
@@ -174,7 +174,8 @@ redlock_node() { # redlock_node stop|kill|start|restart-empty|pause|resume <1..5
 
 # --- Sentinel: a primary, one replica and three Sentinels ---------------------------------------
 # Data nodes sdata1 (primary at start) and sdata2 (its replica), Sentinels sentinel1..3, each in
-# $STATE/sentinel/<name>. down-after 1000 ms and failover-timeout 5000 ms (FAULTS.md F4), quorum 2.
+# $STATE/sentinel/<name>. down-after 1000 ms and failover-timeout 5000 ms (fault F4 of
+# docs/guarantees.md), quorum 2.
 # `up` always starts a fresh topology with sdata1 as primary, so a test that failed over (and
 # killed the old primary) gets it back with `down sentinel` then `up sentinel`.
 SENTINEL_MASTER=fencelock

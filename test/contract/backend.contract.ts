@@ -46,7 +46,7 @@ export interface EngineHooks {
 
 /**
  * What the suite must know about an engine to scale its expectations: properties the engine is
- * free to choose under the contract (DESIGN.md, "Semantics every backend must meet"), stated per
+ * free to choose under the contract (docs/semantics.md), stated per
  * engine so that every other assertion stays exact.
  */
 export interface EngineTraits {

@@ -1,5 +1,5 @@
 /**
- * The flash-sale demo end to end: spawn the CLI compiled from `src/` (`node <build>/cli/main.js
+ * The flash-sale demo end to end: spawn the CLI compiled from the sources (`node <build>/packages/cli/dist/cli/main.js
  * demo flash-sale … --json`), parse the JSON on the last stdout line, and check the figures. Runs
  * against the embedded store and the Redis, etcd, ZooKeeper and PostgreSQL started by
  * `scripts/services.sh`; no engine is mocked. The stock is written through the guard of the

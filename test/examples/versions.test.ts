@@ -1,5 +1,5 @@
 /**
- * The five-versions demo end to end: spawn the CLI compiled from `src/` (`node <build>/cli/main.js
+ * The five-versions demo end to end: spawn the CLI compiled from the sources (`node <build>/packages/cli/dist/cli/main.js
  * demo versions … --json`) against the Redis started by `scripts/services.sh`, parse the JSON on
  * the last stdout line, and check that each version showed its failure (v1–v4) or its protection
  * (v5), that every key of the run is gone and that every client process has exited. No engine is

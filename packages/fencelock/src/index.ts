@@ -39,6 +39,7 @@ export {
   type SessionOptions,
 } from './core/locker.js';
 export { Session } from './core/session.js';
+export { createLocker } from './create-locker.js';
 export {
   BackendError,
   FencelockError,
@@ -52,7 +53,6 @@ export {
   QuorumError,
   StaleTokenError,
 } from './errors.js';
-export { createLocker } from './locker.js';
 export {
   DEFAULTS,
   type LockerOptions,

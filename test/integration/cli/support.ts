@@ -1,5 +1,5 @@
 /**
- * Helpers of the CLI tests: run the CLI compiled from `src/` (a private build, as the flash-sale
+ * Helpers of the CLI tests: run the CLI compiled from the sources (a private build, as the flash-sale
  * test does: `dist/` may be stale or rebuilt by other tests meanwhile) as a real process, the
  * child fixture it runs, and a raw view of each store that bypasses fencelock (an ioredis
  * client, or a separate SQLite connection on the same file) to read or delete a lease on the
@@ -24,7 +24,7 @@ let cli: string | undefined;
 let buildRoot: string | undefined;
 
 /**
- * Compile `src/` for this test file (call in `beforeAll`, with a long hook timeout).
+ * Compile the workspaces for this test file (call in `beforeAll`, with a long hook timeout).
  * @returns a function that deletes the build (call in `afterAll`).
  */
 export async function buildCli(): Promise<() => void> {

@@ -1,5 +1,5 @@
 /**
- * handed.md scenarios on etcd:
+ * Failure scenarios (as in test/integration/handed/) on etcd:
  * - T04: a holder cut off from the cluster past its lease must learn it lost the lock; the
  *   waiter gets it within the lease TTL + 3 s; the stale holder's late release touches nothing;
  *   no key and no library lease is left behind.

@@ -7,7 +7,7 @@
  * the PostgreSQL register and a PostgreSQL transaction of the caller's own SQL — and the
  * resources must keep the newer holder's writes.
  *
- * The frozen holder runs the package compiled from `src/` into a private folder (not `dist/`,
+ * The frozen holder runs the package compiled from the sources into a private folder (not `dist/`,
  * which other tests may rebuild), so the test process itself is never frozen. Engines are the
  * ones of `scripts/services.sh`; nothing is mocked.
  */

@@ -1,6 +1,6 @@
 /**
- * Store harnesses for the handed.md scenario tests: lockers on a real engine plus a raw view of
- * the engine that bypasses fencelock (a separate ioredis client, or a separate SQLite
+ * Store harnesses for the failure scenario tests of this folder: lockers on a real engine plus a
+ * raw view of the engine that bypasses fencelock (a separate ioredis client, or a separate SQLite
  * connection on the same file), so tests can assert engine state and change it directly.
  */
 import { randomUUID } from 'node:crypto';

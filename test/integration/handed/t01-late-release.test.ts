@@ -1,5 +1,5 @@
 /**
- * handed.md T01: a late release after expiry must not touch the new holder, and must say why.
+ * Scenario T01: a late release after expiry must not touch the new holder, and must say why.
  * Runs on every backend that exists (Redis, SQLite). Variant c (sidecar HTTP API) is not here:
  * the sidecar does not exist yet.
  */

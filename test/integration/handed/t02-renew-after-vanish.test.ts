@@ -1,5 +1,5 @@
 /**
- * handed.md T02: renewing after the key vanished must fail, not resurrect the lock (Redis).
+ * Scenario T02: renewing after the key vanished must fail, not resurrect the lock (Redis).
  * Step 3 freezes this process's event loop while a separate Node process takes the key.
  */
 import { type ChildProcessWithoutNullStreams, execFileSync, spawn } from 'node:child_process';

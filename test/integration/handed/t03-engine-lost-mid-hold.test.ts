@@ -1,5 +1,5 @@
 /**
- * handed.md T03 — losing the engine mid-hold is reported through the API, never as a crash.
+ * Scenario T03 — losing the engine mid-hold is reported through the API, never as a crash.
  *
  * A holds `k` inside `withLock` (ttlMs 1000, watchdog on) and waits on `lease.signal`. The
  * private engine becomes unreachable for 3000 ms (SIGSTOP of the server; or a proxy cut), then
@@ -19,15 +19,15 @@ import {
 } from '../../../packages/fencelock/src/core/events.js';
 import type { Lease } from '../../../packages/fencelock/src/core/lease.js';
 import type { Locker } from '../../../packages/fencelock/src/core/locker.js';
+import { createLocker } from '../../../packages/fencelock/src/create-locker.js';
 import { LockLostError } from '../../../packages/fencelock/src/errors.js';
-import { createLocker } from '../../../packages/fencelock/src/locker.js';
 import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
 
 const TTL_MS = 1000;
 const RENEW_INTERVAL_MS = TTL_MS / 3;
 const OUTAGE_MS = 3000;
-/** handed.md: abort within ttlMs + one renewal interval + 1000 ms of the outage start. */
+/** The bound: abort within ttlMs + one renewal interval + 1000 ms of the outage start. */
 const LOSS_BOUND_MS = TTL_MS + RENEW_INTERVAL_MS + 1000;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

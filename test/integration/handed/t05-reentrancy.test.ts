@@ -1,5 +1,5 @@
 /**
- * handed.md T05: reentrancy hold counts, over-release, and no accidental sharing between
+ * Scenario T05: reentrancy hold counts, over-release, and no accidental sharing between
  * independent handles of one locker. Runs on every store of `stores.ts`: Redis, SQLite and
  * PostgreSQL (lease mode, whose locks are rows, not session state), directly and through
  * PgBouncer in transaction mode. Step 5 on a shared PG

@@ -1,5 +1,5 @@
 /**
- * handed.md T06: invalid TTL values are rejected up front, before any engine command, with an
+ * Scenario T06: invalid TTL values are rejected up front, before any engine command, with an
  * `InvalidArgumentError` naming `ttlMs` and the allowed range; 123.45 is rounded up to 124.
  * Runs on every store of `stores.ts` (Redis, SQLite, PostgreSQL lease mode directly and through
  * PgBouncer): no lease and no token for the key on the engine afterwards. That not even a read reached the engine is checked

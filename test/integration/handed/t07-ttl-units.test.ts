@@ -1,5 +1,5 @@
 /**
- * handed.md T07 step 1 (Redis): `ttlMs` is milliseconds on the engine (PTTL) and in the lease,
+ * Scenario T07 step 1 (Redis): `ttlMs` is milliseconds on the engine (PTTL) and in the lease,
  * and an unrenewed key is gone after its TTL. The etcd, ZooKeeper and sidecar steps do not
  * apply yet (no such backends).
  */

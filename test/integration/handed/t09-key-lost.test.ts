@@ -1,5 +1,5 @@
 /**
- * handed.md T09 step 1–2 (Redis): the engine loses the lock key (a failover that lost the write,
+ * Scenario T09 step 1–2 (Redis): the engine loses the lock key (a failover that lost the write,
  * simulated by deleting it). B acquires; A must find out: its signal aborts no later than its
  * next renewal + 1000 ms, its fenced write is rejected by the resource guard, and its release
  * answers `not-owner` without touching B's key. (Step 3, Redlock, is in

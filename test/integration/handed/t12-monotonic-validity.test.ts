@@ -1,5 +1,5 @@
 /**
- * handed.md T12 — validity is measured from the winning attempt on a monotonic clock.
+ * Scenario T12 — validity is measured from the winning attempt on a monotonic clock.
  *
  * Redis runs on a private server (and through a delaying proxy for the slow-acquisition step);
  * the wall-clock jump step also runs on the embedded SQLite store.
@@ -27,8 +27,8 @@ import {
 } from '../../../packages/fencelock/src/core/events.js';
 import type { Lease } from '../../../packages/fencelock/src/core/lease.js';
 import type { Locker } from '../../../packages/fencelock/src/core/locker.js';
+import { createLocker } from '../../../packages/fencelock/src/create-locker.js';
 import { LockTimeoutError } from '../../../packages/fencelock/src/errors.js';
-import { createLocker } from '../../../packages/fencelock/src/locker.js';
 import { DEFAULTS, driftMs } from '../../../packages/fencelock/src/options.js';
 import { PG_URL } from '../../helpers/engines.js';
 import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';

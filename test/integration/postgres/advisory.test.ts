@@ -1,8 +1,9 @@
 /**
- * PostgreSQL advisory-lock mode: handles sharing one connection still exclude each other
- * (handed.md T05 step 5) and leave no advisory lock behind; a terminated connection loses its
- * leases at once and frees the key for others without waiting for a TTL; a lease that is not
- * renewed is given back after its TTL; inspect sees only holders whose session holds the lock.
+ * PostgreSQL advisory-lock mode: handles sharing one connection still exclude each other (scenario
+ * T05 step 5, test/integration/handed/t05-reentrancy.test.ts) and leave no advisory lock behind; a
+ * terminated connection loses its leases at once and frees the key for others without waiting for a
+ * TTL; a lease that is not renewed is given back after its TTL; inspect sees only holders whose
+ * session holds the lock.
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';

@@ -1,5 +1,5 @@
 /**
- * FAULTS.md F9 (c) on the lease mode: a crash-restart of the PostgreSQL server
+ * Fault F9 (docs/guarantees.md) on the lease mode: a crash-restart of the PostgreSQL server
  * (`pg_ctl stop -m immediate`, then start; WAL recovery) while a lease is held. The lease row
  * and the token sequence are durable: the holder keeps its lease once the pool reconnects
  * (its TTL is longer than the outage), nobody else is granted the key meanwhile, and tokens

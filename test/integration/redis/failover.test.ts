@@ -1,15 +1,15 @@
 /**
- * Sentinel failover reproduced for real (FAULTS.md F4): the replication stream from the primary
- * to its replica is dropped with nftables (so the kernel cannot deliver it later), A acquires on
- * the primary, the primary is killed with SIGKILL, the Sentinels promote the replica, which never
- * saw A's key, and B acquires the same key: a double grant. The lock alone cannot prevent it;
- * the fenced resource (a `RedisFence` on the standalone Redis, which is never faulted) rejects A's
- * late write, because B's token carries the newer failover epoch. With `minReplicas=1` the same
- * schedule refuses A's acquire instead.
+ * Sentinel failover reproduced for real (fault F4 of docs/guarantees.md): the replication stream
+ * from the primary to its replica is dropped with nftables (so the kernel cannot deliver it later),
+ * A acquires on the primary, the primary is killed with SIGKILL, the Sentinels promote the replica,
+ * which never saw A's key, and B acquires the same key: a double grant. The lock alone cannot
+ * prevent it; the fenced resource (a `RedisFence` on the standalone Redis, which is never faulted)
+ * rejects A's late write, because B's token carries the newer failover epoch. With `minReplicas=1`
+ * the same schedule refuses A's acquire instead.
  *
  * Needs root and `nft` (installed by scripts/install-engines.sh). The nft table is deleted only
  * after the promotion: removing the rule earlier lets the dead primary's socket retransmit the
- * write (FAULTS.md's pitfall). The Sentinel topology is rebuilt before and after.
+ * write (the pitfall of fault F4). The Sentinel topology is rebuilt before and after.
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -119,7 +119,7 @@ afterAll(async () => {
   freshTopology();
 }, 60_000);
 
-describe('Redis Sentinel failover (FAULTS.md F4)', () => {
+describe('Redis Sentinel failover (fault F4)', () => {
   it('double grant after a failover that lost the key; the fenced resource rejects the stale writer', async () => {
     const resource = new Redis(REDIS_PORT, '127.0.0.1');
     const fence = new RedisFence(resource, `${prefix}:fenced`);

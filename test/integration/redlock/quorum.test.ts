@@ -1,7 +1,7 @@
 /**
  * Redlock votes on real Redis nodes (`scripts/services.sh up redlock`), each reached through a
  * test-controlled TCP proxy so that a node can be refused (cut), blackholed or healed without
- * touching the shared servers: handed.md T08 (a minority down), T09 step 3 (a node restarted
+ * touching the shared servers: scenarios T08 (a minority down), T09 step 3 (a node restarted
  * empty), 2 of 5 and 3 of 5 nodes down, and fencing tokens across nodes whose counters diverged.
  */
 import { randomBytes } from 'node:crypto';
@@ -62,7 +62,7 @@ async function valueOn(backend: RedlockBackend, n: number, key: string): Promise
   return admins[n - 1]!.get(backend.keysOf(key).lock);
 }
 
-describe('Redlock with nodes down (handed.md T08)', () => {
+describe('Redlock with nodes down (scenario T08)', () => {
   it('grants with one of three refused, and releases on the others', async () => {
     const { locker, backend } = redlockOn(3);
     proxies[2]!.cut();
@@ -164,7 +164,7 @@ describe('Redlock with nodes down (handed.md T08)', () => {
   });
 });
 
-describe('Redlock and a node that lost its data (handed.md T09 step 3)', () => {
+describe('Redlock and a node that lost its data (scenario T09 step 3)', () => {
   it('another client cannot get a majority; the holder keeps and extends its lease', async () => {
     const a = redlockOn(3);
     const b = redlockOn(3);

@@ -1,6 +1,6 @@
 /**
  * fencelock's `/v1/locks/{key}` extensions on the sidecar: grants with fencing tokens and
- * effective TTLs, renew / release / inspect by owner and token, handed.md T01 variant c and T06
+ * effective TTLs, renew / release / inspect by owner and token, scenarios T01 variant c and T06
  * through HTTP, fencelock's own error codes (unchanged by Dapr's), a blocking acquire that
  * returns when the holder releases, and a caller that hangs up while waiting. A `fencelock serve`
  * process per store (the real Redis and a SQLite file) on a loopback port. The last block runs

@@ -1,5 +1,5 @@
 /**
- * The sidecar as a separate process (`fencelock serve` from a private build of `src/`) on
+ * The sidecar as a separate process (`fencelock serve` from a private build of the sources) on
  * loopback ports over the real Redis: bearer-token auth, the loopback rule without a token, two
  * sidecar processes that agree on one store, the exact counters `/metrics` exposes after known
  * traffic (refused renewals included), and graceful shutdown on SIGTERM / SIGINT.

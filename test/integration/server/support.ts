@@ -1,6 +1,6 @@
 /**
  * Helpers of the sidecar tests: a real sidecar process (`fencelock serve`, from the CLI compiled
- * into a private build of `src/`, never a possibly stale `dist/`), an in-process sidecar for the
+ * into a private build of the sources, never a possibly stale `dist/`), an in-process sidecar for the
  * few tests that need the factory's objects, a small JSON HTTP client over `fetch`, and a
  * Prometheus text parser. Stores are real: the engines of `scripts/services.sh`, SQLite files,
  * and private `redis-server`s for fault tests.
@@ -22,13 +22,13 @@ export { ROOT };
 /** A token long enough for the sidecar (>= 16 characters). */
 export const TOKEN = 'test-token-0123456789abcdef';
 
-/** Hook timeout of `beforeAll(buildCli, …)`: the first build of a run compiles `src/`. */
+/** Hook timeout of `beforeAll(buildCli, …)`: the first build of a run compiles the workspaces. */
 export const BUILD_TIMEOUT_MS = 180_000;
 
 let cli: Promise<string> | undefined;
 
 /**
- * The entry point of the CLI compiled from the current `src/` (a private build shared by every
+ * The entry point of the CLI compiled from the current sources (a private build shared by every
  * test file of the run while the sources are unchanged). Call it in `beforeAll` with
  * `BUILD_TIMEOUT_MS`; `spawnServer` and `runCli` call it too.
  */
@@ -146,7 +146,7 @@ export interface ServerProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Run `node <build>/cli/main.js serve <args>` and wait until it listens (or exits). */
+/** Run `node <build>/packages/cli/dist/cli/main.js serve <args>` and wait until it listens (or exits). */
 export async function spawnServer(
   args: readonly string[],
   env: NodeJS.ProcessEnv = {},

@@ -3,7 +3,7 @@
  *
  * - a holder process killed with SIGKILL: the waiter is granted when the server expires the
  *   holder's session (within the session timeout + 3 s), with a higher token;
- * - handed.md T04: a holder cut off (TCP proxy) for 10 s learns it lost the lock no later than
+ * - Scenario T04: a holder cut off (TCP proxy) for 10 s learns it lost the lock no later than
  *   the waiter's grant (at the disconnection, with the default policy); its late release touches
  *   nothing;
  * - a holder process frozen with SIGSTOP past its session timeout: the waiter is granted with a
@@ -14,7 +14,7 @@
  *
  * Server kills that a lock survives are in member-kill-*.test.ts.
  *
- * The holders that die or freeze are child processes running the package compiled from `src/`
+ * The holders that die or freeze are child processes running the package compiled from the sources
  * into a private folder (not `dist/`, which other tests may rebuild), so the test process itself
  * is never frozen. Every server killed is started again after the test (see `restoreEnsemble`).
  */

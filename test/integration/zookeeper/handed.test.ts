@@ -1,5 +1,5 @@
 /**
- * handed.md scenarios on ZooKeeper:
+ * Failure scenarios (as in test/integration/handed/) on ZooKeeper:
  * - T07 step 3: `ttlMs` is the session timeout asked for; the server negotiates it into its
  *   `[2, 20] × tickTime` (tickTime 500 in `scripts/services.sh`: 1000..60000 ms). The lease, the
  *   node's data (what `inspect()` reports as the holder's TTL) and the server's own record of the

@@ -1,5 +1,5 @@
 /**
- * handed.md T11 step 1 (ZooKeeper): no thundering herd on release. 50 waiters, each on its own
+ * Scenario T11 step 1 (ZooKeeper): no thundering herd on release. 50 waiters, each on its own
  * locker with its own backend (so its own ZooKeeper client and session), queue on a held key;
  * the holder releases and each new holder holds ~50 ms and releases, until all 50 have held it.
  *

@@ -1,5 +1,5 @@
 /**
- * The checker of a torture run (FAULTS.md 2.3): three oracles over what the clients reported
+ * The checker of a torture run: three oracles over what the clients reported
  * (stamped by the harness on receipt, one monotonic clock) and what the fenced register logged.
  *
  * 1. The fenced register: stale writes accepted (an accepted write whose token is lower than a

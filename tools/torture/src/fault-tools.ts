@@ -1,5 +1,5 @@
 /**
- * Tools the faults of FAULTS.md 2.4 use on the engines: an nftables table of the run's own on
+ * Tools the faults of `faults.ts` use on the engines: an nftables table of the run's own on
  * `lo`, the etcd leader, the ZooKeeper session behind a lock node and the server it is connected
  * to, Curator's `KillSession` trick, and the libfaketime library. Each tool touches only what it
  * names (one table, one member, one session); the faults undo what they did.

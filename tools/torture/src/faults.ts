@@ -1,7 +1,7 @@
 /**
- * The fault schedule of FAULTS.md 2.4, one entry per fault: which backends it applies to, and
- * how it is caused on these machines. Each `inject` hits the current (or next) holder once and
- * undoes what it did before it returns; the harness judges the run afterwards.
+ * The fault schedule (the faults docs/guarantees.md lists), one entry per fault: which backends it
+ * applies to, and how it is caused on these machines. Each `inject` hits the current (or next)
+ * holder once and undoes what it did before it returns; the harness judges the run afterwards.
  */
 import { execFile } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -307,7 +307,7 @@ export const FAULTS: readonly FaultSpec[] = [
 // --- F4 ---------------------------------------------------------------------------------------
 
 /**
- * FAULTS.md F4, step by step: cut only the replication stream (an nft rule on `lo` dropping the
+ * Fault F4, step by step: cut only the replication stream (an nft rule on `lo` dropping the
  * primary's output to the replica's socket, so not even the kernel can deliver it later), let
  * the next client acquire, kill -9 the primary, wait until the Sentinel names the replica, and
  * only then delete the table (removed earlier, the dead primary's socket would retransmit the
@@ -357,7 +357,7 @@ const HOLDER_NODES = [0, 1, 2];
 const OTHER_NODES = [3, 4];
 
 /**
- * FAULTS.md F5. The unsafe case needs the holder on exactly 3 of the 5 nodes: every client is
+ * Fault F5. The unsafe case needs the holder on exactly 3 of the 5 nodes: every client is
  * cut (fault proxy) from nodes 4 and 5 until the next grant, so that grant is on nodes 1–3 only;
  * then the others see nodes 4 and 5 again (the holder stays cut from them). Node 1 is killed and
  * restarted empty, at once (`delayed` false) or after more than the TTL (`delayed` true). With
@@ -410,7 +410,7 @@ async function redlockNodeRestart(
 const CLOCK_JUMPS = ['+30s', '-30s', '+3600s'];
 
 /**
- * FAULTS.md F6 (a): every client runs under libfaketime with only the wall clock faked. While the
+ * Fault F6a: every client runs under libfaketime with only the wall clock faked. While the
  * next holder holds the lock, the timestamp file moves the clients' wall clock to 30 s ahead of
  * real time, then 30 s behind it (a 60 s step back), then 1 h ahead, half a TTL apart. Validity
  * is monotonic-clock arithmetic, so nothing may change.
@@ -433,7 +433,7 @@ async function clientClockJumps(ctx: FaultContext): Promise<FaultMark | undefine
 
 // --- F7 ---------------------------------------------------------------------------------------
 
-/** FAULTS.md F7's last variant: kill -9 the etcd leader while the lock is held, restart it. */
+/** Fault F7's last variant: kill -9 the etcd leader while the lock is held, restart it. */
 async function etcdLeaderCrash(ctx: FaultContext): Promise<FaultMark | undefined> {
   const target = await ctx.holder();
   if (target === undefined) return undefined;
@@ -458,7 +458,7 @@ function zkLockDir(ctx: FaultContext): string {
 }
 
 /**
- * FAULTS.md F8 (c): the server expires the holder's session. The session id is the holder
+ * Fault F8: the server expires the holder's session. The session id is the holder
  * node's `ephemeralOwner`; its password is derived from the id as the server does it; a second
  * client resumes the session with both and closes it.
  */
@@ -475,7 +475,7 @@ async function zkForcedExpiry(ctx: FaultContext): Promise<FaultMark | undefined>
 // --- F10 --------------------------------------------------------------------------------------
 
 /**
- * FAULTS.md F10: the engine applies a waiting client's request (a grant) but the client hears the
+ * Fault F10: the engine applies a waiting client's request (a grant) but the client hears the
  * reply only after its timeout, so it cannot know whether it was granted. Every client but the
  * current holder gets its replies held; after the window everything flows again. The mark
  * starts at the restore, so the next grant after it shows whether a grant nobody knows of was
@@ -501,7 +501,7 @@ async function lostReplies(ctx: FaultContext): Promise<FaultMark | undefined> {
 // --- F11 --------------------------------------------------------------------------------------
 
 /**
- * FAULTS.md F11: kill -9 one engine process while the lock is held and start it again on the
+ * Fault F11: kill -9 one engine process while the lock is held and start it again on the
  * same data. etcd: a follower (the leader is F7). ZooKeeper: the server the holder's session is
  * connected to. Redis with AOF: the run's own server (never the shared one).
  */

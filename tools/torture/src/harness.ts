@@ -1,6 +1,6 @@
 /**
  * The torture harness (`npm run torture`): K client processes contend for
- * one key on a real engine while a fault from FAULTS.md hits the holder; the fenced register and
+ * one key on a real engine while a fault of `faults.ts` hits the holder; the fenced register and
  * the clients' reports are then judged by the checker. One call of `runCell` is one run of one
  * backend × fault cell; `runMatrix` runs the cells and the self-test.
  *

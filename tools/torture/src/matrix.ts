@@ -206,7 +206,8 @@ export async function runMatrix(options: MatrixOptions, command: string): Promis
 }
 
 /**
- * The checker's self-test (FAULTS.md 3.7): broken variants that the checker must fail.
+ * The checker's self-test (docs/guarantees.md, "Checker self-test"): broken variants that the
+ * checker must fail.
  * 1. Fencing off: the register accepts every write; a paused Redis holder's late write is then
  *    a stale write accepted.
  * 2. A Redlock quorum of 2 of 5: half the clients see nodes 1–3, the other half nodes 3–5, so

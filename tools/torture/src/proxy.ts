@@ -1,6 +1,6 @@
 /**
  * A small userspace TCP fault proxy on loopback (node:net), in front of one engine port. It stands
- * in for netem / Toxiproxy (neither is available on the project's machines, see FAULTS.md 2.2).
+ * in for netem / Toxiproxy (neither is available on the project's machines).
  *
  * Modes, switchable at any time:
  * - pass (default, and after `restore()`): forward both ways.

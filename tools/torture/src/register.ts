@@ -1,8 +1,9 @@
 /**
- * The fenced register of the torture harness (FAULTS.md 2.3, oracle 1): the protected resource,
- * kept in a PostgreSQL server that no fault touches. Every write is one statement that accepts
- * it only when its token is not older than the highest accepted so far (`>=`, so a holder may
- * write several times with its own token), and logs it, accepted or not, with the writer.
+ * The fenced register of the torture harness (the checker's oracle 1, see checker.ts): the
+ * protected resource, kept in a PostgreSQL server that no fault touches. Every write is one
+ * statement that accepts it only when its token is not older than the highest accepted so far
+ * (`>=`, so a holder may write several times with its own token), and logs it, accepted or not,
+ * with the writer.
  *
  * This SQL is the harness's own and deliberately independent of fencelock's guards
  * (`fencelock/fencing`): a bug there must not hide a bug here. `fenced: false` is the broken

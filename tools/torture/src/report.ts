@@ -117,7 +117,7 @@ export function guaranteesPage(result: MatrixResult, source: string, chart: stri
 
 Every figure below comes from \`npm run torture\`: ${result.settings.clients} client processes
 contend for one key on a real engine, each writing through a fenced register (a PostgreSQL
-server that no fault touches) after it acquires, while a fault from FAULTS.md hits the holder.
+server that no fault touches) after it acquires, while a fault (listed below) hits the holder.
 The checker counts stale writes the register accepted (must be 0) and rejected (how often
 fencing saved the day), double grants as the lock alone delivered them (two clients that
 believed they held the lock at the same moment), token regressions and duplicates, the time

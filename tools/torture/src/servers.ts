@@ -2,7 +2,7 @@
  * Engine processes a torture run starts for itself, on free loopback ports and in temporary
  * folders, so that faults which crash or lose data (F4, F11) never touch the shared engines of
  * `scripts/services.sh`: a Redis server (with AOF for the crash-restart cells) and a Sentinel
- * group of FAULTS.md F4 (one primary, one replica, one Sentinel).
+ * group of fault F4 (one primary, one replica, one Sentinel).
  *
  * Every process is a direct child of the harness (never daemonized), signalled only by its own
  * PID; `stop()` kills what is left and removes the folder.
@@ -224,7 +224,7 @@ export class OwnRedis {
 export const OWN_SENTINEL_MASTER = 'fencelock';
 
 /**
- * FAULTS.md F4's deployment: a primary, one replica and one Sentinel (quorum 1,
+ * Fault F4's deployment: a primary, one replica and one Sentinel (quorum 1,
  * down-after-milliseconds 1000, failover-timeout 5000), no persistence.
  */
 export class OwnSentinelGroup {

@@ -160,7 +160,7 @@ export function topologyOf(backend: BackendName, namespace: string): Topology {
 }
 
 /**
- * The `sentinel` backend on a Sentinel group of the run's own (FAULTS.md F4: one primary, one
+ * The `sentinel` backend on a Sentinel group of the run's own (fault F4: one primary, one
  * replica, one Sentinel, on free ports), so that crashing the primary leaves the shared Sentinel
  * deployment of `scripts/services.sh` alone. Clients reach the Sentinel directly.
  */

@@ -4,11 +4,12 @@
  * password-redacted messages) and `findInRepository`. The repository's demos and torture harness
  * are built on it; it is not needed to use the `fencelock` binary or the sidecar.
  */
+
+export { findInRepository } from './repository.js';
+export { runProgram } from './run-program.js';
 export {
   parseIntegerOption,
   parseKeyArgument,
   parseStoreOption,
   UsageError,
 } from './usage.js';
-export { findInRepository } from './repository.js';
-export { runProgram } from './run-program.js';

@@ -3,7 +3,7 @@
  * (Dapr's error bodies also use `errorCode` and `message`), with a stable `errorCode` per case.
  * Bad input is always a 4xx; only an engine that cannot answer, a shutdown or a bug gives a 5xx.
  * fencelock's own routes answer with fencelock's codes; Dapr's routes answer with Dapr's
- * (`daprAnswer`, after dapr/dapr `pkg/messages/predefined.go`).
+ * (`daprAnswer`, after the predefined error messages of Dapr's runtime).
  */
 import type { FastifyError, FastifyReply } from 'fastify';
 import { FencelockError, InvalidArgumentError, LockTimeoutError, QuorumError } from 'fencelock';
@@ -44,8 +44,8 @@ export interface ErrorBody {
 export type DaprOperation = 'lock' | 'unlock';
 
 /**
- * `answer` in Dapr's terms, as Dapr's own HTTP API words it for the same case (dapr/dapr
- * `pkg/messages/predefined.go`, `pkg/api/universal/lock.go`):
+ * `answer` in Dapr's terms, as Dapr's own HTTP API words it for the same case (the predefined
+ * error messages and the lock API of Dapr's runtime):
  * - bad input (400 `ERR_INVALID_ARGUMENT`, including malformed JSON) → 400
  *   `ERR_MALFORMED_REQUEST`, still naming the `field`;
  * - an engine failure or another error of the store (any 5xx but a shutdown) → 500

@@ -9,8 +9,8 @@ import { spawn } from 'node:child_process';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
-import { UsageError } from '../usage.js';
 import { findInRepository } from '../repository.js';
+import { UsageError } from '../usage.js';
 
 /** A command that runs a script of the clone with `node`, passing its arguments on. */
 interface RepositoryTool {

@@ -6,7 +6,7 @@
  *   `fencelock-fencing-token` (decimal) and `fencelock-ttl-ms` (the TTL the engine applied).
  * - `POST /v1.0-alpha1/unlock/{storeName}` `{ resourceId, lockOwner }` → 200 `{ status }`:
  *   0 released, 1 the lock does not exist, 2 it belongs to another owner.
- * Errors as Dapr's HTTP API answers them (dapr/dapr `pkg/messages/predefined.go`), in
+ * Errors as Dapr's HTTP API answers them (its runtime's predefined error messages), in
  * `{ errorCode, message }` bodies: another store name → 400 `ERR_LOCK_STORE_NOT_FOUND`; bad
  * input (a missing, empty or mistyped field, a non-positive `expiryInSeconds`, malformed JSON)
  * → 400 `ERR_MALFORMED_REQUEST`, with the `field` named as on fencelock's routes; an engine
@@ -14,7 +14,8 @@
  * Like Dapr (`UniversalHTTPHandler`: protojson with `DiscardUnknown`), these routes read the
  * body as JSON whatever its Content-Type (a bare `curl -d` sends
  * `application/x-www-form-urlencoded`), take an empty body as `{}`, and ignore unknown fields.
- * Unlike protojson, a number sent as a string (`"60"`) is refused (handed.md T06).
+ * Unlike protojson, a number sent as a string (`"60"`) is refused (failure scenario T06,
+ * test/integration/handed/t06-invalid-ttl.test.ts).
  * `resourceId` is the lock key; `lockOwner` maps to a backend owner id (see `owner.ts`).
  */
 import type { FastifyInstance } from 'fastify';

@@ -1,6 +1,7 @@
 /**
- * etcd backend (the `etcd3` package). The recipe of etcd's `concurrency` package
- * (`mutex.go`, `key.go`), with a fencing token, read-write modes and per-acquisition owners:
+ * etcd backend (the `etcd3` package). The recipe of etcd's `concurrency` package (`Mutex`,
+ * which waits for the deletion of older keys), with a fencing token, read-write modes and
+ * per-acquisition owners:
  *
  * - Every contender puts `<namespace>/locks/<key>/<w|r>-<lease hex>-<owner>` bound to its
  *   session's lease, in one transaction that also lists the contenders under the key in
@@ -8,10 +9,11 @@
  * - A writer holds the lock when no key is older than its own; a reader when no writer's key is.
  *   Otherwise it watches only its predecessor (the newest older key that blocks it) for
  *   deletion, so a release wakes one waiter (no herd), and asks again when that key is gone.
+ *   The rule is `queueVerdict` (src/core/predecessor.ts), shared with the ZooKeeper backend.
  * - Release deletes the contender's key only if its create revision still equals the token.
  *
- * The owner id is part of the key (not only the lease id, as in `mutex.go`), so two handles in
- * one process never share a lock by accident.
+ * The owner id is part of the key (not only the lease id, as in etcd's `Mutex`), so two handles
+ * in one process never share a lock by accident.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Etcd3, type IKeyValue, type IRequestOp, type ITxnResponse } from 'etcd3';
@@ -26,6 +28,7 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
+import { type QueueEntry, queueVerdict } from '../../core/predecessor.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
@@ -200,20 +203,16 @@ export class EtcdBackend implements Backend {
       throw new BackendError(this.name, 'acquire', new Error('contender key vanished'));
     }
     const token = BigInt(mine.create_revision);
-    const blocking = kvs.filter(
-      (kv) =>
-        BigInt(kv.create_revision) < token &&
-        (request.mode === 'write' ||
-          (isWriter(kv, dir) &&
-            (request.heldWriter === undefined ||
-              !kv.key.toString().endsWith(`-${request.heldWriter}`)))),
+    const verdict = queueVerdict(
+      kvs.map((kv) => entryOf(kv, dir)),
+      { owner: request.owner, mode: request.mode, order: token },
+      request.heldWriter,
     );
-    const predecessor = blocking.at(-1);
-    if (predecessor !== undefined && request.heldWriter !== undefined) {
+    if (verdict.outcome === 'downgrade-blocked') {
       await this.abandon(request);
       throw downgradeBlocked(request.key);
     }
-    if (predecessor === undefined) {
+    if (verdict.outcome === 'granted') {
       const held =
         request.autoRenew || !contenderSession.shared
           ? contenderSession
@@ -232,7 +231,7 @@ export class EtcdBackend implements Backend {
       queued: true,
       recheckAfterMs: RECHECK_AFTER_MS,
       waitForChange: (signal, maxMs) =>
-        this.#waitForDelete(predecessor.key.toString(), revision, signal, maxMs),
+        this.#waitForDelete(verdict.predecessor.key, revision, signal, maxMs),
     };
   }
 
@@ -579,8 +578,15 @@ function modeOf(key: string, dir: string): LockMode {
   return key.startsWith(`${dir}r-`) ? 'read' : 'write';
 }
 
-function isWriter(kv: IKeyValue, dir: string): boolean {
-  return kv.key.toString().startsWith(`${dir}w-`);
+/** A contender key `<dir><w|r>-<lease hex>-<owner>` as an entry of the key's line. */
+function entryOf(kv: IKeyValue, dir: string): QueueEntry & { readonly key: string } {
+  const key = kv.key.toString();
+  return {
+    key,
+    owner: key.slice(key.lastIndexOf('-') + 1),
+    mode: modeOf(key, dir),
+    order: BigInt(kv.create_revision),
+  };
 }
 
 /** The end of the range of all keys that start with `prefix` (etcd's `GetPrefixRangeEnd`). */

@@ -9,7 +9,7 @@
  *   twice gets the lock twice. Every lease of this backend shares the connection, so the backend
  *   keeps its own table of which owner holds which key and never asks the server for a key that
  *   another of its owners holds or is asking for: two handles on one connection still exclude
- *   each other (cases/handed.md T05).
+ *   each other (failure scenario T05, test/integration/handed/t05-reentrancy.test.ts).
  * - Fencing token: drawn from the schema's sequence in the statement that took the lock, after
  *   it was taken, and recorded with the owner and the server pid in
  *   `<schema>.fencelock_advisory_holders` for `inspect`.

@@ -8,7 +8,8 @@
  * - Fencing tokens come from one sequence per schema, drawn in the granting statement while a
  *   transaction-level lock on the key is held: a key's tokens strictly increase (not
  *   consecutively), across owners and restarts (a sequence can skip values after a crash but
- *   never goes back). Like etcd revisions, the DESIGN.md token source for PostgreSQL.
+ *   never goes back). docs/semantics.md ("Choices made where the issue was silent") says why a
+ *   sequence and not a per-key counter.
  * - Expiry is computed from the server's clock (`clock_timestamp()`), never the client's. An
  *   expired lease is taken over by the next acquirer in the same statement; released rows are
  *   deleted, and rows left expired by crashed holders are swept now and then by a statement

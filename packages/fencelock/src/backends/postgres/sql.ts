@@ -52,7 +52,7 @@ const REMAINING_MS = (column: string) =>
  * `fencelock:<schema>`, or for a schema too long for PostgreSQL's 63-byte channel names, its
  * first 36 characters and 16 hex digits of its SHA-256.
  */
-export function channelOf(schema: string): string {
+function channelOf(schema: string): string {
   const plain = `fencelock:${schema}`;
   if (plain.length <= 63) return plain;
   const digest = createHash('sha256').update(schema).digest('hex').slice(0, 16);

@@ -92,7 +92,7 @@ export const DEFAULT_SCHEMA = 'fencelock';
  * A schema name fencelock creates and quotes itself: a lower-case SQL identifier of at most 63
  * bytes (PostgreSQL's NAMEDATALEN − 1), so the same name works quoted and unquoted.
  */
-export function isSchemaName(value: unknown): value is string {
+function isSchemaName(value: unknown): value is string {
   return typeof value === 'string' && /^[a-z_][a-z0-9_]{0,62}$/.test(value);
 }
 

@@ -1,24 +1,25 @@
 /**
- * Single-node Redis backend (ioredis). One Lua script per operation, so acquire and release each
- * take one round trip; the fencing token is `INCR` of a per-key counter in the granting script.
- * Keys of one lock share a hash slot (`<prefix>:{<key>}:…`) so the scripts also run on Cluster.
+ * Single-node Redis backend (ioredis): the contract operations. One Lua script per operation, so
+ * acquire and release each take one round trip; the fencing token is `INCR` of a per-key counter
+ * in the granting script. Keys of one lock share a hash slot (`<prefix>:{<key>}:…`) so the
+ * scripts also run on Cluster. The client and its errors are `connection.ts`'s job, the release
+ * notifications `release-waiters.ts`'s, opening a client for a URL `client.ts`'s.
  *
  * Waiting is fair (first come, first served): a contender that will wait joins a FIFO line of
  * the key's waiters kept in the acquire script, a free key goes to the head of the line, and a
- * release publishes the head's owner id on the key's release channel. One shared subscriber
- * connection per backend listens on each contended key's channel and wakes exactly that waiter
- * (no herd, and the releaser cannot re-grab the key ahead of the line). Line entries expire
- * `QUEUE_ENTRY_TTL_MS` after their owner's latest attempt (a waiter that vanished blocks the
- * others that long at most); a waiter that gives up is taken out at once. Pub/sub is lossy, so
- * the core also polls, every `RECHECK_MS` at most. With `notifications: false` waiters still
+ * release publishes the head's owner id on the key's release channel, which wakes exactly that
+ * waiter (no herd, and the releaser cannot re-grab the key ahead of the line). Line entries
+ * expire `QUEUE_ENTRY_TTL_MS` after their owner's latest attempt (a waiter that vanished blocks
+ * the others that long at most); a waiter that gives up is taken out at once. Pub/sub is lossy,
+ * so the core also polls, every `RECHECK_MS` at most. With `notifications: false` waiters still
  * stand in line and only poll (every `RECHECK_MS` at most), so that polling and notified
  * waiters of one key are served in one order.
  *
- * Failover caveat (redis-doc, "Distributed locks with Redis"): replication is asynchronous, so
- * a promoted replica may not have the key and grant it again. The fencing token counter can be
- * lost the same way; use a consensus store where tokens must be strict.
+ * Failover caveat (the Redis documentation, "Distributed locks with Redis"): replication is
+ * asynchronous, so a promoted replica may not have the key and grant it again. The fencing token
+ * counter can be lost the same way; use a consensus store where tokens must be strict.
  */
-import { Cluster, Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type {
   AttemptRequest,
   AttemptResult,
@@ -32,8 +33,10 @@ import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js
 import { sleep } from '../../core/retry.js';
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
-import { composeToken, counterOf, FailoverEpoch } from './failover-epoch.js';
+import { isClusterClient, RedisConnection } from './connection.js';
+import { composeToken, counterOf, type FailoverEpoch } from './failover-epoch.js';
 import type { NodeRedisClientLike } from './node-redis.js';
+import { ReleaseWaiters } from './release-waiters.js';
 import {
   inspectScript,
   queuedAbandonScript,
@@ -42,7 +45,6 @@ import {
   renewManyScript,
   renewScript,
 } from './scripts.js';
-import type { RedisUrlConfig } from './url.js';
 
 /** Options of `createRedisBackend`. */
 export interface RedisBackendOptions {
@@ -71,14 +73,8 @@ export interface RedisBackendOptions {
   readonly replicaTimeoutMs?: number;
 }
 
-/** Longest wait for a server's answer to QUIT on close(), ms. */
-const CLOSE_TIMEOUT_MS = 1_000;
-
 /** Most renewals sent in one script call (one round trip). */
 const RENEW_BATCH_LIMIT = 1_000;
-
-/** How long an idle release-channel subscription is kept for the next waiter, ms. */
-const SUBSCRIPTION_LINGER_MS = 5_000;
 
 /**
  * How long a waiter's entry in a key's line lives after its owner's latest attempt, ms: a waiter
@@ -92,24 +88,6 @@ export const QUEUE_ENTRY_TTL_MS = 2_000;
  */
 const RECHECK_MS = 500;
 
-interface Waiter {
-  readonly owner: string;
-  wake(): void;
-}
-
-interface Channel {
-  readonly waiters: Set<Waiter>;
-  /** Owners of this process that are in the key's line (they attempt, then wait, in turn). */
-  readonly queued: Set<string>;
-  /** Queued owners named by a release message while they had no waiter registered. */
-  readonly missed: Set<string>;
-  /** Timer that drops an idle subscription. */
-  linger: NodeJS.Timeout | undefined;
-  /** Settles when the server confirmed the subscription (or it failed). */
-  readonly subscribed: Promise<void>;
-  confirmed: boolean;
-}
-
 /** The Redis backend. Build it with `createRedisBackend`. */
 export class RedisBackend implements Backend {
   readonly name = 'redis';
@@ -121,24 +99,14 @@ export class RedisBackend implements Backend {
    */
   readonly batchesRenewals: boolean;
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
-  readonly #client: Redis | Cluster;
-  readonly #ownsClient: boolean;
+  readonly #connection: RedisConnection;
   readonly #prefix: string;
   readonly #notifications: boolean;
   readonly #minReplicas: number;
   readonly #replicaTimeoutMs: number;
   /** On Sentinel: the failover epoch that prefixes every token; undefined on a single node. */
   readonly #epochs: FailoverEpoch | undefined;
-  #subscriber: Redis | Cluster | undefined;
-  readonly #channels = new Map<string, Channel>();
-  #closed = false;
-
-  #connecting: Promise<void> | undefined;
-  readonly #connectTimeoutMs: number;
-  /** An error that makes every command wrong (a db the server does not have). */
-  #fatal: Error | undefined;
-  /** Last connection-level error of a client this backend opened, for error messages. */
-  #lastConnectionError: Error | undefined;
+  readonly #waiters: ReleaseWaiters;
 
   constructor(
     client: Redis | Cluster,
@@ -156,26 +124,19 @@ export class RedisBackend implements Backend {
     },
     epochs?: FailoverEpoch,
   ) {
-    this.#connectTimeoutMs = settings.commandTimeoutMs;
+    this.#connection = new RedisConnection(
+      client,
+      ownsClient,
+      this.name,
+      settings.commandTimeoutMs,
+    );
+    this.#waiters = new ReleaseWaiters(client);
     this.#epochs = epochs;
-    this.#client = client;
     this.batchesRenewals = !isClusterClient(client);
-    this.#ownsClient = ownsClient;
     this.#prefix = settings.prefix;
     this.#notifications = settings.notifications;
     this.#minReplicas = settings.minReplicas;
     this.#replicaTimeoutMs = settings.replicaTimeoutMs;
-    if (ownsClient) {
-      // Connection errors surface through the commands that fail; keep the last one for them.
-      client.on('error', (error: Error) => {
-        this.#lastConnectionError = error;
-        // ioredis reports a failed SELECT (db out of range) only here and goes on in db 0.
-        if (/DB index is out of range|invalid DB index/i.test(error.message)) this.#fatal = error;
-      });
-      client.on('ready', () => {
-        this.#lastConnectionError = undefined;
-      });
-    }
   }
 
   /**
@@ -208,22 +169,27 @@ export class RedisBackend implements Backend {
     const queue = request.willWait !== false;
     // A wake-up that names this owner while the attempt is in flight must not be lost: it is
     // kept (`missed`) for the wait that follows, as between any attempt and its wait.
-    if (queue) this.#channels.get(k.channel)?.queued.add(request.owner);
+    if (queue) this.#waiters.inLine(k.channel, request.owner);
     const args = [request.owner, request.ttlMs, queue ? QUEUE_ENTRY_TTL_MS : 0] as const;
     const keys = [k.lock, k.fence, k.queue, k.waiters] as const;
     let epoch: Awaited<ReturnType<FailoverEpoch['current']>> | undefined;
     let reply: [1, string] | [0, number];
     if (this.#epochs === undefined) {
-      reply = await this.#call('acquire', () => queuedAcquireScript.run(this.#client, keys, args));
+      reply = await this.#connection.call('acquire', () =>
+        queuedAcquireScript.run(this.#connection.client, keys, args),
+      );
     } else {
       const epochs = this.#epochs;
-      [epoch, reply] = await this.#call('acquire', async () => {
+      [epoch, reply] = await this.#connection.call('acquire', async () => {
         const before = await epochs.current();
-        return [before, await queuedAcquireScript.run(this.#client, keys, args)] as const;
+        return [
+          before,
+          await queuedAcquireScript.run(this.#connection.client, keys, args),
+        ] as const;
       });
     }
     if (reply[0] === 1) {
-      if (queue) this.#dequeued(k.channel, request.owner);
+      if (queue) this.#waiters.leftLine(k.channel, request.owner);
       const counter = BigInt(reply[1]);
       if (epoch !== undefined && this.#epochs?.generation !== epoch.generation) {
         // The connection changed while the script ran: the grant may sit on another primary
@@ -250,7 +216,7 @@ export class RedisBackend implements Backend {
       queued: queue,
       // Without notifications a waiter still stands in line; it only polls.
       waitForChange: this.#notifications
-        ? (signal, maxMs) => this.#waitForRelease(k.channel, owner, signal, maxMs)
+        ? (signal, maxMs) => this.#waiters.wait(k.channel, owner, signal, maxMs)
         : (signal, maxMs) => sleep(maxMs, signal),
     };
   }
@@ -265,18 +231,20 @@ export class RedisBackend implements Backend {
    * @throws BackendError
    */
   async #awaitReplicas(request: AttemptRequest, token: bigint): Promise<void> {
-    const acked = await this.#call('acquire (WAIT for replicas)', () =>
-      this.#client.wait(this.#minReplicas, this.#replicaTimeoutMs),
+    const acked = await this.#connection.call('acquire (WAIT for replicas)', () =>
+      this.#connection.client.wait(this.#minReplicas, this.#replicaTimeoutMs),
     );
     if (acked >= this.#minReplicas) return;
     const k = this.keysOf(request.key);
-    await this.#call('acquire (release after WAIT)', () =>
-      queuedReleaseScript.run(
-        this.#client,
-        [k.lock, k.channel, k.queue, k.waiters],
-        [request.owner, String(token)],
-      ),
-    ).catch(() => undefined);
+    await this.#connection
+      .call('acquire (release after WAIT)', () =>
+        queuedReleaseScript.run(
+          this.#connection.client,
+          [k.lock, k.channel, k.queue, k.waiters],
+          [request.owner, String(token)],
+        ),
+      )
+      .catch(() => undefined);
     throw new BackendError(
       this.name,
       `acquire of "${request.key}"`,
@@ -299,7 +267,9 @@ export class RedisBackend implements Backend {
     if (batch.length === 1) return [await this.#renewOne(batch[0]!.lease, batch[0]!.ttlMs)];
     const keys = batch.map((r) => this.keysOf(r.lease.key).lock);
     const args = batch.flatMap((r) => [`${r.lease.owner}:${this.#counterOf(r.lease)}`, r.ttlMs]);
-    const codes = await this.#call('renew', () => renewManyScript.run(this.#client, keys, args));
+    const codes = await this.#connection.call('renew', () =>
+      renewManyScript.run(this.#connection.client, keys, args),
+    );
     if (codes.length !== batch.length) {
       throw new BackendError(
         this.name,
@@ -312,8 +282,12 @@ export class RedisBackend implements Backend {
 
   async #renewOne(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     const k = this.keysOf(lease.key);
-    const reply = await this.#call('renew', () =>
-      renewScript.run(this.#client, [k.lock], [lease.owner, this.#counterOf(lease), ttlMs]),
+    const reply = await this.#connection.call('renew', () =>
+      renewScript.run(
+        this.#connection.client,
+        [k.lock],
+        [lease.owner, this.#counterOf(lease), ttlMs],
+      ),
     );
     return renewResultOf(reply, ttlMs);
   }
@@ -324,9 +298,9 @@ export class RedisBackend implements Backend {
    */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const k = this.keysOf(lease.key);
-    const reply = await this.#call('release', () =>
+    const reply = await this.#connection.call('release', () =>
       queuedReleaseScript.run(
-        this.#client,
+        this.#connection.client,
         [k.lock, k.channel, k.queue, k.waiters],
         [lease.owner, this.#counterOf(lease)],
       ),
@@ -349,32 +323,24 @@ export class RedisBackend implements Backend {
 
   async #withdraw(request: AttemptRequest, operation: string, keepGrant: '0' | '1'): Promise<void> {
     const k = this.keysOf(request.key);
-    this.#dequeued(k.channel, request.owner);
-    await this.#call(operation, () =>
+    this.#waiters.leftLine(k.channel, request.owner);
+    await this.#connection.call(operation, () =>
       queuedAbandonScript.run(
-        this.#client,
+        this.#connection.client,
         [k.lock, k.channel, k.queue, k.waiters],
         [request.owner, keepGrant],
       ),
     );
   }
 
-  /** This process's `owner` left the line of `channel`'s key (granted or withdrawn). */
-  #dequeued(channel: string, owner: string): void {
-    const entry = this.#channels.get(channel);
-    if (entry === undefined) return;
-    entry.queued.delete(owner);
-    entry.missed.delete(owner);
-  }
-
   /** Holder, remaining PTTL and the fence counter, read atomically. */
   async inspect(key: string): Promise<LockInfo> {
     const k = this.keysOf(key);
-    const [epoch, [value, pttl, last]] = await this.#call('inspect', async () => {
+    const [epoch, [value, pttl, last]] = await this.#connection.call('inspect', async () => {
       const reading = await this.#epochs?.current();
       return [
         reading?.epoch,
-        await inspectScript.run(this.#client, [k.lock, k.fence], []),
+        await inspectScript.run(this.#connection.client, [k.lock, k.fence], []),
       ] as const;
     });
     const tokenOf = (counter: string) =>
@@ -393,239 +359,13 @@ export class RedisBackend implements Backend {
 
   /** Wake local waiters, quit the subscriber and (if owned) the client, each within 1 s. */
   async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    for (const channel of this.#channels.values()) {
-      clearTimeout(channel.linger);
-      for (const waiter of channel.waiters) waiter.wake();
-    }
-    this.#channels.clear();
-    const clients = [this.#subscriber, this.#ownsClient ? this.#client : undefined];
-    await Promise.all(clients.map((c) => (c ? quit(c, CLOSE_TIMEOUT_MS) : undefined)));
+    if (this.#connection.closed) return;
+    await Promise.all([this.#waiters.close(), this.#connection.close()]);
   }
-
-  #call<T>(operation: string, run: () => Promise<T>): Promise<T> {
-    if (this.#closed) {
-      return Promise.reject(new BackendError(this.name, operation, new Error('backend is closed')));
-    }
-    if ((this.#ownsClient && this.#client.status === 'wait') || this.#fatal) {
-      return this.#callSlow(operation, run);
-    }
-    // Hot path: no async frame; the command is written to the socket in this same tick.
-    let pending: Promise<T>;
-    try {
-      pending = run();
-    } catch (error) {
-      return Promise.reject(this.#wrap(operation, error));
-    }
-    return pending.catch((error: unknown) => {
-      throw this.#wrap(operation, error);
-    });
-  }
-
-  async #callSlow<T>(operation: string, run: () => Promise<T>): Promise<T> {
-    try {
-      if (this.#ownsClient && this.#client.status === 'wait') {
-        // First use: connect now, so a failed SELECT is known before any script runs.
-        this.#connecting ??= this.#client.connect();
-        // Bounded: ioredis keeps trying (Sentinels it cannot reach, forever). The client has
-        // left 'wait' by then, so later calls take the hot path, bounded by commandTimeout.
-        let timer: NodeJS.Timeout | undefined;
-        try {
-          await Promise.race([
-            this.#connecting,
-            new Promise<never>((_, reject) => {
-              timer = setTimeout(
-                () =>
-                  reject(
-                    new Error(
-                      `not connected within ${this.#connectTimeoutMs} ms (commandTimeoutMs)`,
-                    ),
-                  ),
-                this.#connectTimeoutMs,
-              );
-            }),
-          ]);
-        } finally {
-          clearTimeout(timer);
-        }
-      }
-      if (this.#fatal) throw this.#fatal;
-      return await run();
-    } catch (error) {
-      throw this.#wrap(operation, error);
-    }
-  }
-
-  #wrap(operation: string, error: unknown): BackendError {
-    const { host, port } = isClusterClient(this.#client)
-      ? { host: 'cluster', port: '' }
-      : this.#client.options;
-    const last = this.#lastConnectionError ? `: ${this.#lastConnectionError.message}` : '';
-    return new BackendError(this.name, `${operation} (${host}:${port}${last})`, error);
-  }
-
-  /**
-   * Wait until a release message names `owner` (the head of the key's line), or `maxMs`. Two gaps
-   * of pub/sub are closed here: a release published before the subscription was live (the first
-   * wait on a channel ends as soon as the server confirms the subscription, so the core attempts
-   * again), and a release that named this owner while it had no waiter registered (between an
-   * attempt and the next wait: it is kept, and the next wait ends at once).
-   */
-  #waitForRelease(
-    channel: string,
-    owner: string,
-    signal: AbortSignal,
-    maxMs: number,
-  ): Promise<void> {
-    if (this.#closed || signal.aborted) return Promise.resolve();
-    const entry = this.#subscribe(channel);
-    clearTimeout(entry.linger);
-    entry.queued.add(owner);
-    if (entry.missed.delete(owner)) {
-      if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
-      return Promise.resolve();
-    }
-    return new Promise<void>((resolve) => {
-      const waiter: Waiter = {
-        owner,
-        wake: () => {
-          clearTimeout(timer);
-          signal.removeEventListener('abort', waiter.wake);
-          entry.waiters.delete(waiter);
-          if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
-          resolve();
-        },
-      };
-      const timer = setTimeout(waiter.wake, Math.max(0, maxMs));
-      signal.addEventListener('abort', waiter.wake, { once: true });
-      entry.waiters.add(waiter);
-      if (!entry.confirmed) void entry.subscribed.then(waiter.wake);
-    });
-  }
-
-  #subscribe(channel: string): Channel {
-    const existing = this.#channels.get(channel);
-    if (existing) return existing;
-    const subscriber = this.#getSubscriber();
-    const entry: Channel = {
-      waiters: new Set(),
-      queued: new Set(),
-      missed: new Set(),
-      linger: undefined,
-      confirmed: false,
-      // A failed SUBSCRIBE only costs latency: the core's poll still runs.
-      subscribed: subscriber.subscribe(channel).then(
-        () => {
-          entry.confirmed = true;
-        },
-        () => undefined,
-      ),
-    };
-    this.#channels.set(channel, entry);
-    return entry;
-  }
-
-  #scheduleUnsubscribe(channel: string, entry: Channel): void {
-    if (this.#closed) return;
-    clearTimeout(entry.linger);
-    entry.linger = setTimeout(() => {
-      if (entry.waiters.size > 0 || this.#channels.get(channel) !== entry) return;
-      this.#channels.delete(channel);
-      this.#subscriber?.unsubscribe(channel).catch(() => undefined);
-    }, SUBSCRIPTION_LINGER_MS);
-    entry.linger.unref();
-  }
-
-  #getSubscriber(): Redis | Cluster {
-    if (this.#subscriber) return this.#subscriber;
-    const subscriber = isClusterClient(this.#client)
-      ? this.#client.duplicate()
-      : this.#client.duplicate({ commandTimeout: undefined });
-    subscriber.on('error', () => undefined);
-    subscriber.on('message', (channel: string, owner: string) => {
-      const entry = this.#channels.get(channel);
-      if (entry === undefined) return;
-      // The message names the head of the line: wake that waiter only, if it is one of ours.
-      for (const waiter of entry.waiters) {
-        if (waiter.owner === owner) {
-          waiter.wake();
-          return;
-        }
-      }
-      if (entry.queued.has(owner)) entry.missed.add(owner);
-    });
-    this.#subscriber = subscriber;
-    return subscriber;
-  }
-}
-
-/** An ioredis Cluster, by its own flag (two copies of ioredis defeat `instanceof`). */
-function isClusterClient(client: Redis | Cluster): client is Cluster {
-  return (client as { isCluster?: boolean }).isCluster === true;
-}
-
-/** QUIT, but never wait on a silent server longer than `timeoutMs`; then drop the socket. */
-async function quit(client: Redis | Cluster, timeoutMs: number): Promise<void> {
-  if (client.status === 'end' || client.status === 'wait') {
-    client.disconnect();
-    return;
-  }
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([
-    client.quit().catch(() => undefined),
-    new Promise((resolve) => {
-      timer = setTimeout(resolve, timeoutMs);
-    }),
-  ]);
-  clearTimeout(timer);
-  client.disconnect();
-}
-
-/**
- * Create a Redis backend from a URL or an existing ioredis client.
- * @throws InvalidArgumentError (from the URL check) when the URL is malformed.
- */
-export function createRedisBackendFromConfig(config: RedisUrlConfig): RedisBackend {
-  const options = {
-    commandTimeout: config.commandTimeoutMs,
-    maxRetriesPerRequest: 2,
-    connectTimeout: 5_000,
-    // Connect on the first command, not at construction.
-    lazyConnect: true,
-  };
-  const { sentinel, cluster } = config;
-  if (cluster) {
-    const client = new Cluster(
-      cluster.map((n) => ({ host: n.host, port: n.port })),
-      { lazyConnect: true, redisOptions: options },
-    );
-    return new RedisBackend(client, true, config);
-  }
-  const client = sentinel
-    ? new Redis({
-        ...options,
-        // A failover takes seconds (2.2 s measured with down-after 1 s): a command keeps waiting
-        // for the client to reach the new primary, still bounded by commandTimeoutMs.
-        maxRetriesPerRequest: 20,
-        // ioredis asks the Sentinels for the current primary, and again after a failover.
-        sentinels: sentinel.sentinels.map((s) => ({ host: s.host, port: s.port })),
-        name: sentinel.name,
-        db: sentinel.db,
-        ...(sentinel.username ? { username: sentinel.username } : {}),
-        ...(sentinel.password ? { password: sentinel.password } : {}),
-      })
-    : new Redis(config.url ?? 'redis://127.0.0.1:6379', options);
-  return new RedisBackend(
-    client,
-    true,
-    config,
-    sentinel ? new FailoverEpoch(client, sentinel, config.commandTimeoutMs) : undefined,
-  );
 }
 
 /** A renew script's code (1 renewed, 0 not held, -1 not owner) as the core's result. */
-export function renewResultOf(code: 1 | 0 | -1, ttlMs: number): RenewResult {
+function renewResultOf(code: 1 | 0 | -1, ttlMs: number): RenewResult {
   if (code === 1) return { ok: true, ttlMs };
   return { ok: false, reason: code === 0 ? 'not-held' : 'not-owner' };
 }

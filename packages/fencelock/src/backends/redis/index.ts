@@ -6,9 +6,9 @@
  * import { createRedisBackend } from 'fencelock/redis';
  * const locker = createLocker(createRedisBackend({ client: myIoredisClient }));
  */
-import type { Redis } from 'ioredis';
 import { InvalidArgumentError } from '../../errors.js';
-import { createRedisBackendFromConfig, RedisBackend, type RedisBackendOptions } from './backend.js';
+import { RedisBackend, type RedisBackendOptions } from './backend.js';
+import { describeClient, isIoredisClient, openRedisClient } from './client.js';
 import { adaptNodeRedis, isNodeRedisClient } from './node-redis.js';
 import { parseClusterUrl, parseRedisUrl, parseSentinelUrl, type RedisUrlConfig } from './url.js';
 
@@ -90,27 +90,14 @@ export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig
   return new RedisBackend(client, false, config);
 }
 
-/** What was passed as a client, for the error: its constructor's name, or its type. */
-export function describeClient(value: unknown): string {
-  if (typeof value !== 'object' || value === null) return String(value);
-  const name = (value as { constructor?: { name?: string } }).constructor?.name;
-  return name && name !== 'Object' ? `a ${name} instance` : 'a plain object';
+/** A backend on a client opened for `config` (closed with the backend). */
+function createRedisBackendFromConfig(config: RedisUrlConfig): RedisBackend {
+  const { client, epochs } = openRedisClient(config);
+  return new RedisBackend(client, true, config, epochs);
 }
 
 /** `url` with `params` added to its query string. */
 function withParams(url: string, params: URLSearchParams): string {
   if (params.size === 0) return url;
   return `${url}${url.includes('?') ? '&' : '?'}${params}`;
-}
-
-/**
- * An ioredis client, by shape rather than `instanceof`: an application and fencelock may load
- * two copies of ioredis (npm link, monorepos), and both are fine.
- */
-export function isIoredisClient(value: unknown): value is Redis {
-  if (typeof value !== 'object' || value === null) return false;
-  const c = value as Record<string, unknown>;
-  return ['evalsha', 'eval', 'duplicate', 'subscribe', 'quit', 'disconnect'].every(
-    (m) => typeof c[m] === 'function',
-  );
 }

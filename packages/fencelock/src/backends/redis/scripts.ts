@@ -1,7 +1,9 @@
 /**
- * The Lua scripts, one per operation in `scripts/*.lua`, behind a typed loader: each script is
- * hashed once, run by EVALSHA, and sent with EVAL only when the server answers NOSCRIPT (after a
- * restart or SCRIPT FLUSH). Shape after redis-semaphore's `createEval`.
+ * The Lua scripts of the Redis backend (and of the Redis fencing guard), one per operation in
+ * `scripts/*.lua`, behind a typed loader: each script is hashed once, run by EVALSHA, and sent
+ * with EVAL only when the server answers NOSCRIPT (after a restart or SCRIPT FLUSH). Shape after
+ * redis-semaphore's `createEval`. The Redlock backend loads its own scripts with the same loader
+ * and reuses `renew-many.lua` and `inspect.lua`.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -15,13 +17,16 @@ export interface Script<K extends readonly string[], A extends readonly (string 
   run(client: Redis | Cluster, keys: K, args: A): Promise<R>;
 }
 
-/** Load `scripts/<name>.lua` next to this module. */
+/** This module's folder of scripts. */
+const SCRIPTS = new URL('./scripts/', import.meta.url);
+
+/** Load `<name>.lua` from `folder` (a `file:` URL ending in `/`; default: this module's `scripts/`). */
 export function defineScript<
   K extends readonly string[],
   A extends readonly (string | number)[],
   R,
->(name: string): Script<K, A, R> {
-  const source = readFileSync(new URL(`./scripts/${name}.lua`, import.meta.url), 'utf8');
+>(name: string, folder: URL = SCRIPTS): Script<K, A, R> {
+  const source = readFileSync(new URL(`${name}.lua`, folder), 'utf8');
   const sha1 = createHash('sha1').update(source).digest('hex');
   return {
     name,
@@ -40,14 +45,7 @@ export function defineScript<
 }
 
 type LockKeys = readonly [lockKey: string, fenceKey: string];
-type ChannelKeys = readonly [lockKey: string, channel: string];
 
-/** Grant: `[1, token]` or `[0, holder PTTL]`. */
-export const acquireScript = defineScript<
-  LockKeys,
-  readonly [owner: string, ttlMs: number],
-  [1, string] | [0, number]
->('acquire');
 /** Renew: 1 renewed, 0 not held, -1 not owner. */
 export const renewScript = defineScript<
   readonly [lockKey: string],
@@ -63,12 +61,6 @@ export const renewManyScript = defineScript<
   readonly (string | number)[],
   (1 | 0 | -1)[]
 >('renew-many');
-/** Release: 1 released, 0 not held, -1 not owner. */
-export const releaseScript = defineScript<
-  ChannelKeys,
-  readonly [owner: string, token: string],
-  1 | 0 | -1
->('release');
 type QueueKeys = readonly [lockKey: string, fenceKey: string, queueKey: string, waitersKey: string];
 
 /**
@@ -96,18 +88,12 @@ export const queuedAbandonScript = defineScript<
   readonly [owner: string, keepGrant: '0' | '1'],
   1 | 0
 >('queued-abandon');
-/** Abandon: 1 deleted this owner's key, 0 nothing to delete. */
-export const abandonScript = defineScript<ChannelKeys, readonly [owner: string], 1 | 0>('abandon');
 /** Inspect: `[value | null, PTTL, last token | null]`. */
 export const inspectScript = defineScript<
   LockKeys,
   readonly [],
   [string | null, number, string | null]
 >('inspect');
-/** Settle (Redlock): 1 this owner's key now carries the combined token, 0 not held by it. */
-export const settleScript = defineScript<LockKeys, readonly [owner: string, token: string], 1 | 0>(
-  'settle',
-);
 /** Fenced write (the Redis fencing guard): `[1, token]` written, `[0, current token]` refused. */
 export const fencedWriteScript = defineScript<
   readonly [resourceKey: string],

@@ -1,15 +1,16 @@
 /**
  * Redlock over N independent Redis nodes (the algorithm of the Redis documentation,
- * "Distributed locks with Redis"), on the single-node backend's Lua scripts:
+ * "Distributed locks with Redis"), with Lua scripts of its own (`scripts/`: grant, release,
+ * withdraw and settle on one node) and two of the single-node backend's (renew many, inspect):
  *
- * - Acquire runs the acquire script on every node at once, each bounded by the per-node timeout.
+ * - Acquire runs the grant script on every node at once, each bounded by the per-node timeout.
  *   Granted when a majority (N/2+1) granted; the core then believes the lease valid until
  *   `start of the attempt + ttlMs − drift`, on the monotonic clock, so the time the vote took is
  *   charged to the lease. Otherwise the key is withdrawn on every node (also where the reply was
  *   lost) before the core retries with jitter.
- * - Fencing token: each node's acquire script bumps that node's counter; the token is the highest
+ * - Fencing token: each node's grant script bumps that node's counter; the token is the highest
  *   among the granting nodes. When fewer than a majority of them agree on it, a second round
- *   (`settle`) writes it into their lock values and raises their counters to it, on a majority.
+ *   (`settle-token.lua`) writes it into their lock values and raises their counters to it, on a majority.
  *   Any later grant needs a majority too, which shares a node with that one, so its counter (and
  *   the token) is higher — as long as no node loses its data (a restart without `appendfsync
  *   always`) and no key expires early on a node (a clock jump): then tokens can repeat. Use a
@@ -30,28 +31,17 @@ import type {
 import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
 import { BackendError, QuorumError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
-import {
-  abandonScript,
-  acquireScript,
-  inspectScript,
-  releaseScript,
-  renewManyScript,
-  settleScript,
-} from '../redis/scripts.js';
+import { CLOSE_TIMEOUT_MS, quit } from '../redis/connection.js';
+import { inspectScript, renewManyScript } from '../redis/scripts.js';
+import type { RedlockNode } from './node.js';
 import { type NodeResult, outcomesOf, quorumOf, vote } from './quorum.js';
 import { RestartWatch } from './restarts.js';
-
-/** One Redis node of a Redlock. */
-export interface RedlockNode {
-  /** `host:port`, for reports. */
-  readonly name: string;
-  readonly client: Redis;
-  /** Opened by the backend (closed by `close()`), or the user's. */
-  readonly owned: boolean;
-}
-
-/** Longest wait for a node's answer to QUIT on close(), ms. */
-const CLOSE_TIMEOUT_MS = 1_000;
+import {
+  grantOnNodeScript,
+  releaseOnNodeScript,
+  settleTokenScript,
+  withdrawOnNodeScript,
+} from './scripts.js';
 
 /** Most renewals sent to a node in one script call. */
 const RENEW_BATCH_LIMIT = 1_000;
@@ -94,9 +84,9 @@ export class RedlockBackend implements Backend {
   }
 
   /** The Redis keys of a lock on every node (as the single-node backend's). */
-  keysOf(key: string): { lock: string; fence: string; channel: string } {
+  keysOf(key: string): { lock: string; fence: string } {
     const base = `${this.#prefix}:{${key}}`;
-    return { lock: `${base}:lock`, fence: `${base}:fence`, channel: `${base}:released` };
+    return { lock: `${base}:lock`, fence: `${base}:fence` };
   }
 
   /**
@@ -109,7 +99,7 @@ export class RedlockBackend implements Backend {
       r.status === 'ok' && r.value[0] === 1;
     const acquiring = this.#vote(
       this.#timeoutFor(request.ttlMs),
-      (client) => acquireScript.run(client, [k.lock, k.fence], [request.owner, request.ttlMs]),
+      (client) => grantOnNodeScript.run(client, [k.lock, k.fence], [request.owner, request.ttlMs]),
       (results) => this.#decided(results.filter(isGrant).length, results.length),
     );
     const early = await acquiring.early;
@@ -129,10 +119,10 @@ export class RedlockBackend implements Backend {
             (r.status === 'ok' && r.value[0] === 1 && BigInt(r.value[1]) !== token),
         );
         if (!unsettled || this.#closed) return;
-        const k = this.keysOf(request.key);
         return this.#vote(
           this.#timeoutFor(request.ttlMs),
-          (client) => settleScript.run(client, [k.lock, k.fence], [request.owner, String(token)]),
+          (client) =>
+            settleTokenScript.run(client, [k.lock, k.fence], [request.owner, String(token)]),
           () => false,
         ).all;
       });
@@ -162,7 +152,7 @@ export class RedlockBackend implements Backend {
 
   /**
    * Extend on every node; renewed when a majority did. Renewals asked for in one turn of the
-   * event loop go to each node as one script call (`renew-many.lua`), voted on lease by lease.
+   * event loop go to each node as one script call (the single-node `renew-many.lua`), voted on lease by lease.
    * @throws QuorumError when fewer than a majority answered.
    */
   renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
@@ -241,7 +231,7 @@ export class RedlockBackend implements Backend {
       // thousands of leases) may queue past the per-node timeout without harm.
       Math.max(this.#nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),
       (client) =>
-        releaseScript.run(client, [k.lock, k.channel], [lease.owner, String(lease.fencingToken)]),
+        releaseOnNodeScript.run(client, [k.lock], [lease.owner, String(lease.fencingToken)]),
       // Done once a majority deleted it (the rest finish in the background); any other verdict
       // waits for every node, so that a QuorumError is only for want of answers.
       (results) => results.filter(released).length >= this.quorum,
@@ -259,7 +249,7 @@ export class RedlockBackend implements Backend {
     const k = this.keysOf(request.key);
     const all = await this.#vote(
       this.#nodeTimeoutMs,
-      (client) => abandonScript.run(client, [k.lock, k.channel], [request.owner]),
+      (client) => withdrawOnNodeScript.run(client, [k.lock], [request.owner]),
       () => false,
     ).all;
     if (!all.some((r) => r.status === 'ok')) {
@@ -322,7 +312,9 @@ export class RedlockBackend implements Backend {
     if (this.#closed) return;
     this.#closed = true;
     this.#restarts.close();
-    await Promise.all(this.#nodes.filter((n) => n.owned).map((n) => quit(n.client)));
+    await Promise.all(
+      this.#nodes.filter((n) => n.owned).map((n) => quit(n.client, CLOSE_TIMEOUT_MS)),
+    );
   }
 
   /** Write the combined token on every node that holds this owner's key; needs a majority. */
@@ -331,7 +323,7 @@ export class RedlockBackend implements Backend {
     const settled = (r: NodeResult<1 | 0>) => r.status === 'ok' && r.value === 1;
     const settling = this.#vote(
       this.#timeoutFor(request.ttlMs),
-      (client) => settleScript.run(client, [k.lock, k.fence], [request.owner, String(token)]),
+      (client) => settleTokenScript.run(client, [k.lock, k.fence], [request.owner, String(token)]),
       (results) => this.#decided(results.filter(settled).length, results.length),
     );
     const early = await settling.early;
@@ -416,21 +408,4 @@ function maxOf(values: readonly bigint[]): bigint {
   let max = 0n;
   for (const value of values) if (value > max) max = value;
   return max;
-}
-
-/** QUIT, but never wait on a silent node longer than 1 s; then drop the socket. */
-async function quit(client: Redis): Promise<void> {
-  if (client.status === 'end' || client.status === 'wait') {
-    client.disconnect();
-    return;
-  }
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([
-    client.quit().catch(() => undefined),
-    new Promise((resolve) => {
-      timer = setTimeout(resolve, CLOSE_TIMEOUT_MS);
-    }),
-  ]);
-  clearTimeout(timer);
-  client.disconnect();
 }

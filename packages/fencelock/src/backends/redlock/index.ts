@@ -1,6 +1,6 @@
 /**
- * `fencelock/redlock`: Redlock over N independent Redis nodes (ioredis), on the single-node
- * backend's Lua scripts, with a fencing token and per-node outcomes on every failed vote.
+ * `fencelock/redlock`: Redlock over N independent Redis nodes (ioredis), one Lua script per
+ * operation on each node, with a fencing token and per-node outcomes on every failed vote.
  *
  * @example
  * import { createLocker } from 'fencelock';
@@ -8,13 +8,14 @@
  */
 import { Redis } from 'ioredis';
 import { InvalidArgumentError } from '../../errors.js';
-import { describeClient, isIoredisClient } from '../redis/index.js';
+import { describeClient, isIoredisClient } from '../redis/client.js';
 import {
   adaptNodeRedis,
   isNodeRedisClient,
   type NodeRedisClientLike,
 } from '../redis/node-redis.js';
-import { RedlockBackend, type RedlockNode, SLOW_VOTE_TIMEOUT_MS } from './backend.js';
+import { RedlockBackend, SLOW_VOTE_TIMEOUT_MS } from './backend.js';
+import type { RedlockNode } from './node.js';
 import {
   assertNodeCount,
   DEFAULT_NODE_TIMEOUT_MS,
@@ -22,7 +23,8 @@ import {
   validatePrefix,
 } from './url.js';
 
-export { RedlockBackend, type RedlockNode } from './backend.js';
+export { RedlockBackend } from './backend.js';
+export type { RedlockNode } from './node.js';
 export { type NodeResult, quorumOf } from './quorum.js';
 export { NODE_RESTARTED_WARNING } from './restarts.js';
 export { parseRedlockUrl, type RedlockUrlConfig } from './url.js';

@@ -7,7 +7,7 @@
  * may still be valid, a process warning (`FENCELOCK_REDLOCK_NODE_RESTARTED`) names the node and
  * the keys at risk.
  */
-import type { RedlockNode } from './backend.js';
+import type { RedlockNode } from './node.js';
 
 /** Code of the process warning emitted for a node restarted under a live lease. */
 export const NODE_RESTARTED_WARNING = 'FENCELOCK_REDLOCK_NODE_RESTARTED';

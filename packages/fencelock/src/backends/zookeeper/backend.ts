@@ -9,6 +9,7 @@
  * - A writer holds the lock when its node has the lowest sequence, a reader when no writer's node
  *   is lower. Everyone else watches only its predecessor (the nearest lower node that blocks it),
  *   so a release wakes one waiter (no herd), and reads the children again when it is deleted.
+ *   The rule is `queueVerdict` (src/core/predecessor.ts), shared with the etcd backend.
  * - The fencing token is the czxid of the owner's node (zxids only grow).
  * - Release deletes the owner's node by path and version; a node of another session is never
  *   touched.
@@ -36,6 +37,7 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
+import { type QueueEntry, queueVerdict } from '../../core/predecessor.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { DEFAULTS, MAX_TIMER_MS } from '../../options.js';
@@ -88,11 +90,9 @@ interface Doomed {
 /** First retry of a guaranteed delete that failed while the connection seemed up, ms. */
 const DELETE_RETRY_MS = 500;
 
-interface Entry {
+/** A contender node as an entry of the key's line; its order is the node's sequence number. */
+interface Entry extends QueueEntry {
   readonly name: string;
-  readonly owner: string;
-  readonly writer: boolean;
-  readonly sequence: number;
 }
 
 /** Settings of a ZooKeeper backend. */
@@ -219,19 +219,13 @@ export class ZookeeperBackend implements Backend {
       this.#forget(request.owner);
       throw new BackendError(this.name, 'acquire', new Error('contender node vanished'));
     }
-    const predecessor = entries
-      .filter(
-        (e) =>
-          e.sequence < mine.sequence &&
-          (request.mode === 'write' || (e.writer && e.owner !== request.heldWriter)),
-      )
-      .at(-1);
-    if (predecessor === undefined) return this.#grant(contender, request);
-    if (request.heldWriter !== undefined) {
+    const verdict = queueVerdict(entries, mine, request.heldWriter);
+    if (verdict.outcome === 'granted') return this.#grant(contender, request);
+    if (verdict.outcome === 'downgrade-blocked') {
       await this.abandon(request);
       throw downgradeBlocked(request.key);
     }
-    const predecessorPath = `${dir}/${predecessor.name}`;
+    const predecessorPath = `${dir}/${verdict.predecessor.name}`;
     return {
       granted: false,
       queued: true,
@@ -611,7 +605,12 @@ function parseChildren(names: readonly string[]): Entry[] {
   for (const name of names) {
     const m = NODE_NAME.exec(name);
     if (m === null) continue;
-    entries.push({ name, owner: m[1]!, writer: m[2] === 'w', sequence: Number(m[3]) });
+    entries.push({
+      name,
+      owner: m[1]!,
+      mode: m[2] === 'w' ? 'write' : 'read',
+      order: BigInt(m[3]!),
+    });
   }
-  return entries.sort((a, b) => a.sequence - b.sequence);
+  return entries.sort((a, b) => (a.order < b.order ? -1 : a.order > b.order ? 1 : 0));
 }

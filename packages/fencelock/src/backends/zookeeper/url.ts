@@ -58,7 +58,7 @@ export function parseZookeeperUrl(store: string): ZookeeperUrlConfig {
  * A namespace is one node name: not empty, no `/`, not `.` or `..`, no control characters.
  * @throws InvalidArgumentError
  */
-export function assertNamespace(namespace: unknown): asserts namespace is string {
+function assertNamespace(namespace: unknown): asserts namespace is string {
   if (
     typeof namespace !== 'string' ||
     namespace === '' ||

@@ -1,5 +1,6 @@
--- Grant a lock key to an owner and issue its fencing token, atomically.
--- Returns {1, token} when granted, {0, remaining PTTL of the holder} when held by another owner.
+-- Redlock, on one node: grant a lock key to an owner and issue this node's fencing counter,
+-- atomically (no line of waiters: a Redlock contender retries with jitter).
+-- Returns {1, counter} when granted, {0, remaining PTTL of the holder} when held by another owner.
 local lockKey = KEYS[1]   -- holds "<owner>:<token>" with a PX expiry
 local fenceKey = KEYS[2]  -- per-key fencing counter; never expires
 local owner = ARGV[1]     -- contender id (hex, no ':')

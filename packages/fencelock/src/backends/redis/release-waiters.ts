@@ -1,0 +1,163 @@
+/**
+ * The release notifications of a Redis backend: one subscriber connection (a duplicate of the
+ * backend's client) listens on the release channel of each contended key, and a release message
+ * names the owner at the head of the key's line, so exactly that waiter wakes (no herd). The
+ * release and withdraw scripts (`queued-release.lua`, `queued-abandon.lua`) publish the messages;
+ * this registry only receives them. Pub/sub is lossy: a wait always ends by `maxMs` too, and the
+ * core attempts again.
+ */
+import type { Cluster, Redis } from 'ioredis';
+import { CLOSE_TIMEOUT_MS, isClusterClient, quit } from './connection.js';
+
+/** How long an idle release-channel subscription is kept for the next waiter, ms. */
+const SUBSCRIPTION_LINGER_MS = 5_000;
+
+interface Waiter {
+  readonly owner: string;
+  wake(): void;
+}
+
+interface Channel {
+  readonly waiters: Set<Waiter>;
+  /** Owners of this process that are in the key's line (they attempt, then wait, in turn). */
+  readonly queued: Set<string>;
+  /** Queued owners named by a release message while they had no waiter registered. */
+  readonly missed: Set<string>;
+  /** Timer that drops an idle subscription. */
+  linger: NodeJS.Timeout | undefined;
+  /** Settles when the server confirmed the subscription (or it failed). */
+  readonly subscribed: Promise<void>;
+  confirmed: boolean;
+}
+
+/** The waiters of this process on release channels, by channel. */
+export class ReleaseWaiters {
+  /** The client the subscriber connection is duplicated from. */
+  readonly #client: Redis | Cluster;
+  #subscriber: Redis | Cluster | undefined;
+  readonly #channels = new Map<string, Channel>();
+  #closed = false;
+
+  constructor(client: Redis | Cluster) {
+    this.#client = client;
+  }
+
+  /**
+   * `owner` is in the line of `channel`'s key and attempts now: a release message that names it
+   * before its next wait is kept for that wait (nothing to do when nobody here waits on the
+   * channel yet: its first wait ends once the subscription is confirmed).
+   */
+  inLine(channel: string, owner: string): void {
+    this.#channels.get(channel)?.queued.add(owner);
+  }
+
+  /** `owner` left the line of `channel`'s key (granted or withdrawn). */
+  leftLine(channel: string, owner: string): void {
+    const entry = this.#channels.get(channel);
+    if (entry === undefined) return;
+    entry.queued.delete(owner);
+    entry.missed.delete(owner);
+  }
+
+  /**
+   * Wait until a release message names `owner` (the head of the key's line), or `maxMs`, or
+   * `signal` aborts. Two gaps of pub/sub are closed here: a release published before the
+   * subscription was live (the first wait on a channel ends as soon as the server confirms the
+   * subscription, so the core attempts again), and a release that named this owner while it had
+   * no waiter registered (between an attempt and the next wait: it is kept, and the next wait
+   * ends at once). Never rejects.
+   */
+  wait(channel: string, owner: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    if (this.#closed || signal.aborted) return Promise.resolve();
+    const entry = this.#subscribe(channel);
+    clearTimeout(entry.linger);
+    entry.queued.add(owner);
+    if (entry.missed.delete(owner)) {
+      if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve) => {
+      const waiter: Waiter = {
+        owner,
+        wake: () => {
+          clearTimeout(timer);
+          signal.removeEventListener('abort', waiter.wake);
+          entry.waiters.delete(waiter);
+          if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
+          resolve();
+        },
+      };
+      const timer = setTimeout(waiter.wake, Math.max(0, maxMs));
+      signal.addEventListener('abort', waiter.wake, { once: true });
+      entry.waiters.add(waiter);
+      if (!entry.confirmed) void entry.subscribed.then(waiter.wake);
+    });
+  }
+
+  /** Wake every waiter now, then quit the subscriber connection (within 1 s). */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const channel of this.#channels.values()) {
+      clearTimeout(channel.linger);
+      for (const waiter of channel.waiters) waiter.wake();
+    }
+    this.#channels.clear();
+    if (this.#subscriber) await quit(this.#subscriber, CLOSE_TIMEOUT_MS);
+  }
+
+  #subscribe(channel: string): Channel {
+    const existing = this.#channels.get(channel);
+    if (existing) return existing;
+    const subscriber = this.#getSubscriber();
+    const entry: Channel = {
+      waiters: new Set(),
+      queued: new Set(),
+      missed: new Set(),
+      linger: undefined,
+      confirmed: false,
+      // A failed SUBSCRIBE only costs latency: the core's poll still runs.
+      subscribed: subscriber.subscribe(channel).then(
+        () => {
+          entry.confirmed = true;
+        },
+        () => undefined,
+      ),
+    };
+    this.#channels.set(channel, entry);
+    return entry;
+  }
+
+  #scheduleUnsubscribe(channel: string, entry: Channel): void {
+    if (this.#closed) return;
+    clearTimeout(entry.linger);
+    entry.linger = setTimeout(() => {
+      if (entry.waiters.size > 0 || this.#channels.get(channel) !== entry) return;
+      this.#channels.delete(channel);
+      this.#subscriber?.unsubscribe(channel).catch(() => undefined);
+    }, SUBSCRIPTION_LINGER_MS);
+    entry.linger.unref();
+  }
+
+  #getSubscriber(): Redis | Cluster {
+    if (this.#subscriber) return this.#subscriber;
+    const subscriber = isClusterClient(this.#client)
+      ? this.#client.duplicate()
+      : this.#client.duplicate({ commandTimeout: undefined });
+    subscriber.on('error', () => undefined);
+    subscriber.on('message', (channel: string, owner: string) => {
+      const entry = this.#channels.get(channel);
+      if (entry === undefined) return;
+      // The message names the head of the line: wake that waiter only, if it is one of ours.
+      for (const waiter of entry.waiters) {
+        if (waiter.owner === owner) {
+          waiter.wake();
+          return;
+        }
+      }
+      if (entry.queued.has(owner)) entry.missed.add(owner);
+    });
+    this.#subscriber = subscriber;
+    return subscriber;
+  }
+}
