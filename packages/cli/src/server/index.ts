@@ -1,5 +1,5 @@
 /**
- * `fencelock/server`: the sidecar as a library, for embedding it or testing against it.
+ * `@fencelock/cli/server`: the sidecar as a library, for embedding it or testing against it.
  * `fencelock serve` runs the same factory.
  */
 export {

@@ -7,8 +7,11 @@
  * - `PgFence`: a fenced register in PostgreSQL, and `transaction()`, which commits your own SQL
  *   only while your token is the newest the resource has seen.
  *
+ * This module needs the types of both `ioredis` and `pg`; `fencelock/fencing/redis` and
+ * `fencelock/fencing/postgres` export one guard each and need only its own engine's client.
+ *
  * @example
- * import { RedisFence } from 'fencelock/fencing';
+ * import { RedisFence } from 'fencelock/fencing/redis';
  * const fence = new RedisFence(redis);
  * await locker.withLock('stock:42', (lease) => fence.write('stock:42', lease.fencingToken, '17'));
  */

@@ -1,7 +1,9 @@
 /**
- * `fencelock/metrics`: metrics adapters fed by fencelock's diagnostics_channel events.
- * `collectPrometheusMetrics` needs `prom-client` (a dependency); `collectOpenTelemetryMetrics`
- * takes a Meter from `@opentelemetry/api`, which the caller installs (only its types are used).
+ * `fencelock/metrics`: metrics adapters fed by fencelock's diagnostics_channel events, both of
+ * them, so it needs `prom-client` (an optional peer dependency) installed.
+ * `fencelock/metrics/prometheus` (`collectPrometheusMetrics`, needs `prom-client`) and
+ * `fencelock/metrics/opentelemetry` (`collectOpenTelemetryMetrics`, takes a Meter from
+ * `@opentelemetry/api`, which the caller installs; only its types are used) export one each.
  */
 export {
   DEFAULT_MAX_STORES,
