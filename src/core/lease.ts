@@ -9,9 +9,9 @@
  * throw from a timer (node-redlock's `using()` idea, with `AbortSignal.reason` as the error).
  */
 import { LockLostError, type LockLostReason, NotLockOwnerError } from '../errors.js';
-import { assertLongerThanDrift, driftMs, validateTtl } from '../options.js';
+import { validateTtl } from '../options.js';
 import type { Backend, LeaseRef, ReleaseOutcome } from './backend.js';
-import { monotonicNow } from './clock.js';
+import { assertLongerThanDrift, driftMs, monotonicNow } from './clock.js';
 import { publish } from './events.js';
 import type { Watchdog, WatchdogTask } from './watchdog.js';
 

@@ -12,14 +12,9 @@ import {
   LockTimeoutError,
   QuorumError,
 } from '../errors.js';
-import {
-  assertLongerThanDrift,
-  driftMs,
-  type ResolvedLockOptions,
-  validateTtl,
-} from '../options.js';
+import { type ResolvedLockOptions, validateTtl } from '../options.js';
 import type { AttemptRequest, AttemptResult, Backend } from './backend.js';
-import { monotonicNow } from './clock.js';
+import { assertLongerThanDrift, driftMs, monotonicNow } from './clock.js';
 import { publish } from './events.js';
 import { Lease, type LeaseContext } from './lease.js';
 import { heldInContext } from './reentry.js';

@@ -4,7 +4,6 @@
 import { randomBytes } from 'node:crypto';
 import { BackendError, FencelockError, InvalidArgumentError, LockLostError } from '../errors.js';
 import {
-  assertLongerThanDrift,
   type LockOptions,
   MAX_TIMER_MS,
   type ResolvedLockOptions,
@@ -16,6 +15,7 @@ import {
   validateTtl,
 } from '../options.js';
 import type { Backend, LeaseRef, LockInfo, ReleaseOutcome } from './backend.js';
+import { assertLongerThanDrift } from './clock.js';
 import { publish } from './events.js';
 import type { Lease } from './lease.js';
 import { Lock, type LockContext, type OwnerGrant } from './lock.js';
@@ -166,6 +166,10 @@ export class Locker implements AsyncDisposable {
    */
   lock(key: string, options?: LockOptions): Lock {
     this.#assertOpen();
+    const given = (options as { session?: unknown } | null | undefined)?.session;
+    if (given !== undefined && !(given instanceof Session)) {
+      throw new InvalidArgumentError('session', 'a session from locker.openSession()', given);
+    }
     const resolved = resolveLockOptions(this.#defaults, options);
     const { session } = resolved;
     if (session !== undefined && !this.#sessions.has(session)) {

@@ -21,9 +21,9 @@
  * exists, -4 connection loss, -7 operation timeout, -112 session expired, -9 invalid state.
  */
 import type { BackendSession } from '../../core/backend.js';
-import { monotonicNow } from '../../core/clock.js';
+import { driftMs, monotonicNow } from '../../core/clock.js';
 import { BackendError } from '../../errors.js';
-import { DEFAULTS, driftMs } from '../../options.js';
+import { DEFAULTS } from '../../options.js';
 
 /**
  * Resolve on a later turn of the event loop (libuv's check phase), outside every callback of the

@@ -16,6 +16,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { createRedisBackend, type RedisBackend } from '../../../src/backends/redis/index.js';
 import { createSqliteBackend } from '../../../src/backends/sqlite/index.js';
 import type { Backend } from '../../../src/core/backend.js';
+import { driftMs } from '../../../src/core/clock.js';
 import {
   type AcquireEvent,
   CHANNELS,
@@ -26,7 +27,7 @@ import type { Lease } from '../../../src/core/lease.js';
 import type { Locker } from '../../../src/core/locker.js';
 import { LockTimeoutError } from '../../../src/errors.js';
 import { createLocker } from '../../../src/locker.js';
-import { DEFAULTS, driftMs } from '../../../src/options.js';
+import { DEFAULTS } from '../../../src/options.js';
 import { PG_URL } from '../../helpers/engines.js';
 import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
