@@ -27,6 +27,7 @@ import type {
   RenewResult,
 } from '../../core/backend.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
+import { startWait } from '../../core/wait.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { KeepaliveRoute } from './keepalive-route.js';
@@ -501,17 +502,7 @@ export class EtcdBackend implements Backend {
   ): Promise<void> {
     if (signal.aborted || this.#closed) return;
     // Bounded from the start: the watch's creation counts against maxMs and the signal too.
-    let timer: NodeJS.Timeout | undefined;
-    let done!: () => void;
-    const ended = new Promise<void>((resolve) => {
-      done = () => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', done);
-        resolve();
-      };
-      timer = setTimeout(done, maxMs);
-      signal.addEventListener('abort', done, { once: true });
-    });
+    const { ended, wake: done } = startWait(signal, maxMs);
     const creating = this.#client
       .watch()
       .key(key)

@@ -30,6 +30,7 @@ import type {
 } from '../../core/backend.js';
 import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
 import { sleep } from '../../core/retry.js';
+import { startWait } from '../../core/wait.js';
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { composeToken, counterOf, FailoverEpoch } from './failover-epoch.js';
@@ -486,22 +487,14 @@ export class RedisBackend implements Backend {
       if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
       return Promise.resolve();
     }
-    return new Promise<void>((resolve) => {
-      const waiter: Waiter = {
-        owner,
-        wake: () => {
-          clearTimeout(timer);
-          signal.removeEventListener('abort', waiter.wake);
-          entry.waiters.delete(waiter);
-          if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
-          resolve();
-        },
-      };
-      const timer = setTimeout(waiter.wake, Math.max(0, maxMs));
-      signal.addEventListener('abort', waiter.wake, { once: true });
-      entry.waiters.add(waiter);
-      if (!entry.confirmed) void entry.subscribed.then(waiter.wake);
+    const wait = startWait(signal, maxMs, () => {
+      entry.waiters.delete(waiter);
+      if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
     });
+    const waiter: Waiter = { owner, wake: wait.wake };
+    entry.waiters.add(waiter);
+    if (!entry.confirmed) void entry.subscribed.then(waiter.wake);
+    return wait.ended.then(() => undefined);
   }
 
   #subscribe(channel: string): Channel {

@@ -22,6 +22,7 @@
  */
 import type { BackendSession } from '../../core/backend.js';
 import { driftMs, monotonicNow } from '../../core/clock.js';
+import { startWait } from '../../core/wait.js';
 import { BackendError } from '../../errors.js';
 import { DEFAULTS } from '../../options.js';
 
@@ -439,19 +440,10 @@ export class ZkSession implements BackendSession {
    */
   async waitForDelete(path: string, signal: AbortSignal, maxMs: number): Promise<void> {
     if (signal.aborted || !this.alive) return;
-    let timer: NodeJS.Timeout | undefined;
-    let done!: () => void;
-    const ended = new Promise<void>((resolve) => {
-      done = () => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', done);
-        this.#watches.get(path)?.delete(done);
-        resolve();
-      };
-      timer = setTimeout(done, maxMs);
-      // `signal` is this acquire's own; the session's loss wakes it through `#watches` (lose()).
-      signal.addEventListener('abort', done, { once: true });
-    });
+    // `signal` is this acquire's own; the session's loss wakes it through `#watches` (lose()).
+    const wait = startWait(signal, maxMs, () => this.#watches.get(path)?.delete(done));
+    const done = wait.wake;
+    const ended = wait.ended.then(() => undefined);
     const existing = this.#watches.get(path);
     if (existing !== undefined) {
       existing.add(done);
