@@ -7,11 +7,13 @@ export type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendCapabilities,
   BackendSession,
   Granted,
   LeaseRef,
   LockInfo,
   NotGranted,
+  NotGrantedReason,
   ReleaseOutcome,
   RenewResult,
 } from './core/backend.js';

@@ -40,7 +40,9 @@ function isBackend(value: unknown): value is Backend {
   if (typeof value !== 'object' || value === null) return false;
   const b = value as Record<string, unknown>;
   return (
-    Array.isArray(b.modes) &&
+    typeof b.capabilities === 'object' &&
+    b.capabilities !== null &&
+    Array.isArray((b.capabilities as Record<string, unknown>).modes) &&
     ['attempt', 'renew', 'release', 'abandon', 'inspect', 'close'].every(
       (m) => typeof b[m] === 'function',
     )

@@ -5,13 +5,7 @@
  * timeout, abort or error. The loop shape is Curator's `LockInternals.internalLockLoop`.
  */
 import { randomFillSync } from 'node:crypto';
-import {
-  BackendError,
-  FencelockError,
-  InvalidArgumentError,
-  LockTimeoutError,
-  QuorumError,
-} from '../errors.js';
+import { BackendError, FencelockError, InvalidArgumentError, LockTimeoutError } from '../errors.js';
 import { type ResolvedLockOptions, validateTtl } from '../options.js';
 import type { AttemptRequest, AttemptResult, Backend } from './backend.js';
 import { assertLongerThanDrift, driftMs, monotonicNow } from './clock.js';
@@ -151,10 +145,11 @@ export class Lock {
       throw new InvalidArgumentError('session', 'an open session', 'closed');
     }
     const ttlMs = session?.ttlMs ?? validateTtl(options.ttlMs, 'ttlMs', backend.maxTtlMs);
-    if (!backend.modes.includes(options.mode)) {
+    const { modes } = backend.capabilities;
+    if (!modes.includes(options.mode)) {
       throw new InvalidArgumentError(
         'mode',
-        `one of ${backend.modes.join(', ')} (the ${backend.name} store has no ${options.mode} locks)`,
+        `one of ${modes.join(', ')} (the ${backend.name} store has no ${options.mode} locks)`,
         options.mode,
       );
     }
@@ -243,14 +238,14 @@ export class Lock {
     const ownerRun =
       fixedOwner === undefined ? undefined : startOwnerRun(backend, this.key, fixedOwner);
     const mayWithdraw = () =>
-      ownerRun === undefined || (backend.openSession !== undefined && ownerRun.isLatest());
+      ownerRun === undefined || (backend.capabilities.sessions && ownerRun.isLatest());
     // Where it may not withdraw, it still leaves the engine's line (never touching a grant), so
     // that a given-up waiter does not hold up the others until its entry expires; unless a newer
     // acquire of the same key and owner has started, whose place in line that entry now is.
     const withdrawLate = (): Promise<void> =>
       mayWithdraw()
         ? backend.abandon(request)
-        : ownerRun?.isLatest() === true && backend.leaveQueue
+        : ownerRun?.isLatest() === true && backend.capabilities.queue && backend.leaveQueue
           ? backend.leaveQueue(request)
           : Promise.resolve();
     /**
@@ -275,7 +270,8 @@ export class Lock {
         owner: request.owner,
         phase,
       }));
-    let lastQuorumError: QuorumError | undefined;
+    /** The error of the last undecided answer (`reason: 'no-quorum'`) since a decided one. */
+    let lastQuorumError: Error | undefined;
     const event = (outcome: 'granted' | 'busy' | 'timeout' | 'error', extra = {}) =>
       publish('acquire', () => ({
         backend: backend.name,
@@ -295,24 +291,12 @@ export class Lock {
         // it but the engine's command timeout. A tryAcquire's one attempt starts at its deadline.
         if (attempts > 0 && attemptStartedAt >= deadline) throw lastQuorumError ?? timeoutError();
         sent = true;
-        let result: AttemptResult | undefined;
-        try {
-          result = await this.#untilDeadline(
-            backend.attempt(request),
-            deadline,
-            ownSignal,
-            withdrawWhenAnswered,
-          );
-        } catch (error) {
-          // A vote without a majority (Redlock) is one attempt's failure, not the engine's: the
-          // backend has withdrawn it everywhere; try again with jitter while the caller waits.
-          attempts += 1;
-          const left = deadline - monotonicNow();
-          if (!(error instanceof QuorumError) || left <= 0) throw error;
-          lastQuorumError = error;
-          await sleep(Math.min(left, backoffDelayMs(attempts - 1, options.retry)), waitSignal());
-          continue;
-        }
+        const result: AttemptResult | undefined = await this.#untilDeadline(
+          backend.attempt(request),
+          deadline,
+          ownSignal,
+          withdrawWhenAnswered,
+        );
         attempts += 1;
         if (result === undefined) {
           this.#throwIfAborted(aborted(), startedAt);
@@ -323,6 +307,16 @@ export class Lock {
               ? { reason: 'got no answer from the engine', engineAnswered: false }
               : undefined,
           );
+        }
+        if (!result.granted && result.reason === 'no-quorum') {
+          // A vote without a majority (Redlock) is one attempt's failure, not the engine's: the
+          // backend has withdrawn it everywhere; try again with jitter while the caller waits.
+          const error = result.error ?? new BackendError(backend.name, 'attempt', 'no quorum');
+          const left = deadline - monotonicNow();
+          if (left <= 0) throw error;
+          lastQuorumError = error;
+          await sleep(Math.min(left, backoffDelayMs(attempts - 1, options.retry)), waitSignal());
+          continue;
         }
         answered += 1;
         lastQuorumError = undefined;

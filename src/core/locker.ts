@@ -203,7 +203,7 @@ export class Locker implements AsyncDisposable {
     const backend = await this.#getBackend();
     const ttlMs = validateTtl(requested, 'ttlMs', backend.maxTtlMs);
     assertLongerThanDrift(ttlMs, this.#ctx.driftFactor);
-    if (backend.openSession === undefined) {
+    if (!backend.capabilities.sessions || backend.openSession === undefined) {
       throw new InvalidArgumentError(
         'store',
         'a store with sessions (etcd, zookeeper)',

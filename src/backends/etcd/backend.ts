@@ -19,6 +19,7 @@ import type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendCapabilities,
   BackendSession,
   LeaseRef,
   LockInfo,
@@ -65,7 +66,13 @@ interface Contender {
 export class EtcdBackend implements Backend {
   readonly name = 'etcd';
   readonly maxTtlMs = MAX_TIMER_MS;
-  readonly modes: readonly LockMode[] = ['write', 'read'];
+  /** Read-write locks; grants live in the locker's etcd lease; contender keys form the line. */
+  readonly capabilities: BackendCapabilities = Object.freeze({
+    modes: Object.freeze(['write', 'read'] as const),
+    sessions: true,
+    queue: true,
+    batchRenew: false,
+  });
   readonly #client: Etcd3;
   readonly #ownsClient: boolean;
   readonly #namespace: string;
