@@ -47,7 +47,9 @@ export interface EngineHooks {
 /**
  * What the suite must know about an engine to scale its expectations: properties the engine is
  * free to choose under the contract (docs/semantics.md), stated per
- * engine so that every other assertion stays exact.
+ * engine so that every other assertion stays exact. What the backend states itself in
+ * `backend.capabilities` (modes, sessions, waiting line, batched renewals) is read from there and
+ * never restated here.
  */
 export interface EngineTraits {
   /**
@@ -196,7 +198,7 @@ function countingBackend(real: Backend): {
   const backend: Backend = {
     name: real.name,
     maxTtlMs: real.maxTtlMs,
-    modes: real.modes,
+    capabilities: real.capabilities,
     attempt: (request) => {
       calls.attempt += 1;
       attempts.push(request);
@@ -219,6 +221,9 @@ function countingBackend(real: Backend): {
       return real.inspect(key);
     },
     close: () => real.close(),
+    // The methods its capabilities call for, uncounted.
+    ...(real.openSession ? { openSession: (ttlMs: number) => real.openSession!(ttlMs) } : {}),
+    ...(real.leaveQueue ? { leaveQueue: (request) => real.leaveQueue!(request) } : {}),
   };
   const total = () => ENGINE_METHODS.reduce((sum, m) => sum + calls[m], 0);
   return { backend, calls, total, attempts };
@@ -335,6 +340,40 @@ export function describeBackend(name: string, factory: BackendFactory): void {
       const next = await clients[0]!.locker.tryAcquire(key);
       expectNextToken(traits, next?.fencingToken, register.lastToken);
       expect(await next!.release()).toBe('released');
+    });
+
+    it('capabilities: one frozen statement, matched by the optional methods', async () => {
+      const { backend } = await newClient();
+      const c = backend.capabilities;
+      expect(Object.isFrozen(c)).toBe(true);
+      expect(c.modes).toContain('write');
+      for (const mode of c.modes) expect(['write', 'read']).toContain(mode);
+      for (const fact of [c.sessions, c.queue, c.batchRenew]) expect(fact).toBeTypeOf('boolean');
+      // A session engine opens sessions; a line outside any session can be left alone.
+      expect(typeof backend.openSession === 'function').toBe(c.sessions);
+      if (c.queue && !c.sessions) expect(backend.leaveQueue).toBeTypeOf('function');
+    });
+
+    it('read locks where capabilities.modes has read: readers share, a writer waits for them', async () => {
+      const key = uniqueKey('read');
+      const [a, b, c] = await Promise.all([newClient(), newClient(), newClient()]);
+      const options = { mode: 'read', ttlMs: 10_000, waitMs: 10_000 } as const;
+      if (!a.backend.capabilities.modes.includes('read')) {
+        const refused = await a.locker.acquire(key, options).catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(InvalidArgumentError);
+        expect((refused as InvalidArgumentError).argument).toBe('mode');
+        return;
+      }
+      const first = await a.locker.acquire(key, options);
+      const second = await b.locker.acquire(key, options);
+      expect(first.isHeld && second.isHeld).toBe(true);
+      expect(await c.locker.tryAcquire(key, { ttlMs: 10_000 })).toBeNull();
+      const writing = c.locker.acquire(key, { ttlMs: 10_000, waitMs: 20_000 });
+      expect(await first.release()).toBe('released');
+      expect(await second.release()).toBe('released');
+      const writer = await writing;
+      expect(writer.fencingToken).toBeGreaterThan(second.fencingToken);
+      expect(await writer.release()).toBe('released');
     });
 
     it('release with a wrong owner or token is refused and leaves the holder intact', async () => {

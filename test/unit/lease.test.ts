@@ -29,7 +29,7 @@ describe('watchdog renewal', () => {
     // ttl 3000: renewals at 1000 after each grant; the second lease is granted 200 ms later.
     const renewTimes = async (batches: boolean): Promise<number> => {
       const local = new MemoryBackend();
-      Object.assign(local, { batchesRenewals: batches });
+      local.capabilities = { ...local.capabilities, batchRenew: batches };
       const l = createLocker(local, { ttlMs: 3000 });
       await l.acquire('a');
       await vi.advanceTimersByTimeAsync(200);

@@ -7,6 +7,7 @@ import type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendCapabilities,
   LeaseRef,
   LockInfo,
   ReleaseOutcome,
@@ -23,7 +24,13 @@ interface Entry {
 export class MemoryBackend implements Backend {
   readonly name = 'memory';
   readonly maxTtlMs = 2_147_483_647;
-  readonly modes = ['write'] as const;
+  /** Write locks only; no sessions, no waiting line; tests may swap in other facts. */
+  capabilities: BackendCapabilities = Object.freeze({
+    modes: Object.freeze(['write'] as const),
+    sessions: false,
+    queue: false,
+    batchRenew: false,
+  });
   readonly calls: Record<string, number> = {};
   readonly entries = new Map<string, Entry>();
   readonly fences = new Map<string, bigint>();

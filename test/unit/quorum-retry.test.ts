@@ -1,14 +1,15 @@
 /**
- * A vote without a majority (Redlock's QuorumError) fails one attempt, not the acquire: the core
- * retries it with backoff until the caller's deadline, then rejects with the last QuorumError
- * (its per-node outcomes say more than a timeout). Real timers, an in-memory backend.
+ * A vote without a majority (Redlock's answer `{ granted: false, reason: 'no-quorum', error:
+ * QuorumError }`) fails one attempt, not the acquire: the core retries it with backoff until the
+ * caller's deadline, then rejects with the last QuorumError (its per-node outcomes say more than
+ * a timeout). Real timers, an in-memory backend.
  */
 import { describe, expect, it } from 'vitest';
 import type { AttemptRequest, AttemptResult } from '../../packages/fencelock/src/core/backend.js';
 import { createLocker, QuorumError } from '../../packages/fencelock/src/index.js';
 import { MemoryBackend } from './memory-backend.js';
 
-/** Fails the first `failures` attempts with a QuorumError. */
+/** Answers the first `failures` attempts as undecided, with a QuorumError. */
 class NoMajorityFirst extends MemoryBackend {
   failures: number;
   constructor(failures: number) {
@@ -18,11 +19,12 @@ class NoMajorityFirst extends MemoryBackend {
   override async attempt(request: AttemptRequest): Promise<AttemptResult> {
     if (this.failures > 0) {
       this.failures -= 1;
-      throw new QuorumError(request.key, 'acquire', [
+      const error = new QuorumError(request.key, 'acquire', [
         { node: 'a:1', outcome: 'ok' },
         { node: 'b:1', outcome: 'error', error: new Error('ECONNREFUSED') },
         { node: 'c:1', outcome: 'timeout' },
       ]);
+      return { granted: false, reason: 'no-quorum', error };
     }
     return super.attempt(request);
   }

@@ -2,6 +2,7 @@
  * `createLocker`: the front door. Takes a store URL or a backend instance.
  */
 import type { Backend } from './core/backend.js';
+import { assertLongerThanDrift } from './core/clock.js';
 import { Locker } from './core/locker.js';
 import { InvalidArgumentError } from './errors.js';
 import { type LockerOptions, resolveLockerOptions } from './options.js';
@@ -25,6 +26,7 @@ import { resolveStoreUrl, storeName } from './stores.js';
  */
 export function createLocker(store: string | Backend, options?: LockerOptions): Locker {
   const { defaults, driftFactor, name } = resolveLockerOptions(options);
+  assertLongerThanDrift(defaults.ttlMs, driftFactor);
   if (typeof store === 'string') {
     return new Locker(resolveStoreUrl(store), defaults, driftFactor, name ?? storeName(store));
   }
@@ -38,7 +40,9 @@ function isBackend(value: unknown): value is Backend {
   if (typeof value !== 'object' || value === null) return false;
   const b = value as Record<string, unknown>;
   return (
-    Array.isArray(b.modes) &&
+    typeof b.capabilities === 'object' &&
+    b.capabilities !== null &&
+    Array.isArray((b.capabilities as Record<string, unknown>).modes) &&
     ['attempt', 'renew', 'release', 'abandon', 'inspect', 'close'].every(
       (m) => typeof b[m] === 'function',
     )

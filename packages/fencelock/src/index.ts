@@ -11,11 +11,13 @@ export type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendCapabilities,
   BackendSession,
   Granted,
   LeaseRef,
   LockInfo,
   NotGranted,
+  NotGrantedReason,
   ReleaseOutcome,
   RenewResult,
 } from './core/backend.js';
@@ -29,15 +31,18 @@ export {
   type WaitEvent,
 } from './core/events.js';
 export { Lease } from './core/lease.js';
-export { Lock, type OwnerGrant } from './core/lock.js';
+export { Lock } from './core/lock.js';
 export {
   type AcquireOptions,
   Locker,
-  type OwnerAcquireOptions,
-  type OwnerReleaseRef,
-  type OwnerRenewOutcome,
   type SessionOptions,
 } from './core/locker.js';
+export type {
+  OwnerAcquireOptions,
+  OwnerGrant,
+  OwnerReleaseRef,
+  OwnerRenewOutcome,
+} from './core/owner-grants.js';
 export { Session } from './core/session.js';
 export { createLocker } from './create-locker.js';
 export {

@@ -4,7 +4,7 @@
  * argument, the allowed range and the value received.
  */
 import type { LockMode } from './core/backend.js';
-import { Session } from './core/session.js';
+import type { Session } from './core/session.js';
 import { InvalidArgumentError } from './errors.js';
 
 /** Largest delay a Node.js timer accepts (2^31 − 1 ms, about 24.8 days). */
@@ -293,11 +293,11 @@ export function resolveLockOptions(
   };
 }
 
-/** A session's TTL applies to its locks, and it keeps them alive. */
+/**
+ * A session's TTL applies to its locks, and it keeps them alive. (That `session` is a `Session`
+ * of this locker is checked by `Locker.lock`, which knows its sessions.)
+ */
 function validateSessionOptions(o: LockOptions): void {
-  if (!(o.session instanceof Session)) {
-    throw new InvalidArgumentError('session', 'a session from locker.openSession()', o.session);
-  }
   if (o.ttlMs !== undefined) {
     throw new InvalidArgumentError(
       'ttlMs',
@@ -328,7 +328,8 @@ export const DEFAULT_LOCK_OPTIONS: ResolvedLockOptions = Object.freeze({
 });
 
 /**
- * Validate locker options: lock defaults plus `driftFactor`.
+ * Validate locker options: lock defaults plus `driftFactor`. (That the default `ttlMs` is longer
+ * than its drift allowance is checked by `createLocker`, with the drift math of `core/clock`.)
  * @throws InvalidArgumentError
  */
 export function resolveLockerOptions(options: unknown): {
@@ -353,75 +354,8 @@ export function resolveLockerOptions(options: unknown): {
   const defaults = resolveLockOptions(DEFAULT_LOCK_OPTIONS, lock);
   const driftFactor =
     factor === undefined ? DEFAULTS.driftFactor : validatePositive(factor, 'driftFactor', 0, 0.5);
-  assertLongerThanDrift(defaults.ttlMs, driftFactor);
   if (name !== undefined && (typeof name !== 'string' || name.length === 0 || name.length > 200)) {
     throw new InvalidArgumentError('name', 'a string of 1 to 200 characters', name);
   }
   return { defaults, driftFactor, name };
-}
-
-/**
- * The `host:port[,host:port…]` list of a multi-host store URL (etcd, ZooKeeper, Redlock,
- * Sentinel). IPv6 hosts stay in brackets.
- * @throws InvalidArgumentError naming the store's `shape` when a member is malformed.
- */
-export function parseHostList(
-  hosts: string,
-  shape: string,
-  store: string,
-): { host: string; port: number }[] {
-  return hosts.split(',').map((member) => {
-    const m = /^([a-z0-9.-]+|\[[0-9a-f:]+\]):(\d{1,5})$/i.exec(member);
-    const port = Number(m?.[2]);
-    if (m === null || !(port >= 1 && port <= 65535)) {
-      throw new InvalidArgumentError('store', `${shape} with host:port members`, store);
-    }
-    return { host: m[1] as string, port };
-  });
-}
-
-/** Drift allowance for a lease of `ttlMs` (Redlock spec): `ttlMs × driftFactor + 2` ms. */
-export function driftMs(ttlMs: number, driftFactor: number): number {
-  return ttlMs * driftFactor + 2;
-}
-
-/**
- * A lease no longer than its drift allowance could never be believed valid: reject it.
- * @throws InvalidArgumentError naming `argument`.
- */
-export function assertLongerThanDrift(
-  ttlMs: number,
-  driftFactor: number,
-  argument = 'ttlMs',
-): void {
-  if (ttlMs <= driftMs(ttlMs, driftFactor)) {
-    throw new InvalidArgumentError(
-      argument,
-      'more milliseconds than the drift allowance (ttlMs × driftFactor + 2 ms)',
-      ttlMs,
-    );
-  }
-}
-
-/**
- * Read an integer parameter of a store URL (`?name=…`), `fallback` when absent.
- * @throws InvalidArgumentError naming `store parameter <name>`, with the text given.
- */
-export function integerParameter(
-  params: URLSearchParams,
-  name: string,
-  fallback: number,
-  min: number,
-  max: number,
-): number {
-  const raw = params.get(name) ?? String(fallback);
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < min || value > max) {
-    throw new InvalidArgumentError(
-      `store parameter ${name}`,
-      `an integer in [${min}, ${max}]`,
-      raw,
-    );
-  }
-  return value;
 }

@@ -19,6 +19,7 @@ import {
 } from '../../../packages/fencelock/src/backends/redis/index.js';
 import { createSqliteBackend } from '../../../packages/fencelock/src/backends/sqlite/index.js';
 import type { Backend } from '../../../packages/fencelock/src/core/backend.js';
+import { driftMs } from '../../../packages/fencelock/src/core/clock.js';
 import {
   type AcquireEvent,
   CHANNELS,
@@ -29,7 +30,7 @@ import type { Lease } from '../../../packages/fencelock/src/core/lease.js';
 import type { Locker } from '../../../packages/fencelock/src/core/locker.js';
 import { createLocker } from '../../../packages/fencelock/src/create-locker.js';
 import { LockTimeoutError } from '../../../packages/fencelock/src/errors.js';
-import { DEFAULTS, driftMs } from '../../../packages/fencelock/src/options.js';
+import { DEFAULTS } from '../../../packages/fencelock/src/options.js';
 import { PG_URL } from '../../helpers/engines.js';
 import { type PrivateRedis, startRedis } from '../../helpers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';

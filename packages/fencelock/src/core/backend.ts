@@ -24,7 +24,7 @@ export interface AttemptRequest {
   readonly owner: string;
   /** Requested lease length in whole milliseconds, >= 1 and <= the backend's `maxTtlMs`. */
   readonly ttlMs: number;
-  /** Mode; always one of the backend's `modes`. */
+  /** Mode; always one of the backend's `capabilities.modes`. */
   readonly mode: LockMode;
   /**
    * Whether the core's watchdog will renew this lease. When false the grant must end `ttlMs`
@@ -93,9 +93,28 @@ export interface Granted {
   readonly atRisk?: () => boolean;
 }
 
-/** The key is held by someone else (or this contender is queued behind others). */
+/**
+ * Why an attempt was not granted:
+ * - `held`: another owner holds the key, or this contender is queued behind others (the answer
+ *   of every engine; the default when `reason` is absent);
+ * - `no-quorum`: a replicated engine (Redlock) reached no majority of its nodes either way, so
+ *   nobody can say who holds the key. Nothing is granted and the backend has already withdrawn
+ *   the attempt everywhere; `error` says what each node answered.
+ */
+export type NotGrantedReason = 'held' | 'no-quorum';
+
+/** The key is held by someone else (or this contender is queued behind others), or undecided. */
 export interface NotGranted {
   readonly granted: false;
+  /** Why; absent means `held`. */
+  readonly reason?: NotGrantedReason;
+  /**
+   * With `reason: 'no-quorum'`: the engine's error describing the failed vote (Redlock's
+   * `QuorumError` with each node's outcome). The core retries such an attempt with backoff while
+   * the caller waits; when the deadline passes before a decided answer, it rejects with the last
+   * such error (not a timeout), and a single attempt (`tryAcquire`) rejects with it at once.
+   */
+  readonly error?: Error;
   /**
    * Upper bound, in ms, on how long the current holder can keep the key without renewing it
    * (Redis PTTL, SQLite expiry). The core never sleeps past it. Undefined when unknown.
@@ -172,6 +191,39 @@ export interface LockInfo {
 }
 
 /**
+ * What a backend can do, stated once (the core decides by these facts and never probes for
+ * optional members). Frozen; the same for every call of one backend instance.
+ */
+export interface BackendCapabilities {
+  /**
+   * Modes the backend grants; always includes `write`. With `read`, readers share the key and
+   * wait only for earlier writers (read-write locks).
+   */
+  readonly modes: readonly LockMode[];
+  /**
+   * Grants live in an engine session of this backend (an etcd lease, a ZooKeeper session) rather
+   * than in a TTL of their own: the engine ends them with the session, and no other process can
+   * hold or share the same grant or queue entry. `openSession` must be implemented. (etcd,
+   * ZooKeeper.)
+   */
+  readonly sessions: boolean;
+  /**
+   * The engine keeps a waiting line per key: a contender that waits keeps its place between
+   * attempts, and `attempt` answers `queued: true` when it left an entry there (Redis's FIFO of
+   * waiters, etcd's contender keys, ZooKeeper's sequential nodes). Without `sessions` the line
+   * outlives this locker, and `leaveQueue` must be implemented. (Redis, etcd, ZooKeeper.)
+   */
+  readonly queue: boolean;
+  /**
+   * Renewals asked for in one turn of the event loop go to the engine as one request (see
+   * `RenewalBatcher`: one statement on PostgreSQL, one script call per node on Redis and
+   * Redlock). The watchdog then lets a renewal run up to ttl/12 early together with others due
+   * then. Elsewhere renewals keep their own times: bunching them would only make bursts.
+   */
+  readonly batchRenew: boolean;
+}
+
+/**
  * A backend. Every method must be atomic on the engine for its key, and must reject with a
  * `BackendError` (engine error as `cause`) when the engine cannot answer; it never resolves with
  * a guess. Input is validated by the core before any method is called.
@@ -181,15 +233,8 @@ export interface Backend {
   readonly name: string;
   /** Largest `ttlMs` the engine accepts. */
   readonly maxTtlMs: number;
-  /** Modes the backend can grant; every backend has `write`. */
-  readonly modes: readonly LockMode[];
-  /**
-   * The backend sends renewals asked for in one turn of the event loop as one request (see
-   * `RenewalBatcher`: one statement on PostgreSQL, one script call per node on Redis and
-   * Redlock). The watchdog then lets a renewal run up to ttl/12 early together with others due
-   * then. Elsewhere renewals keep their own times: bunching them would only make bursts.
-   */
-  readonly batchesRenewals?: boolean;
+  /** What the backend can do: modes, sessions, waiting line, batched renewals. */
+  readonly capabilities: BackendCapabilities;
   /**
    * Try to become the holder of `key` (idempotent for the same owner: a repeated attempt by the
    * current holder returns its existing token and refreshes its TTL, so a lost reply is safe).
@@ -212,14 +257,16 @@ export interface Backend {
   /**
    * Take a contender that gave up out of the engine's waiting line only, leaving any grant it
    * holds alone: for a caller-chosen owner whose grant may already serve a newer acquire of the
-   * same owner, where `abandon` is not called. Optional: engines without a line of their own
-   * (or whose line entries live in this locker's session, where `abandon` is used) leave it out.
+   * same owner, where `abandon` is not called. Required when `capabilities.queue` is true and
+   * `capabilities.sessions` false; the core calls it only then (where line entries live in this
+   * locker's session, `abandon` is used).
    */
   leaveQueue?(request: AttemptRequest): Promise<void>;
   /** Current state of `key`. */
   inspect(key: string): Promise<LockInfo>;
   /**
-   * Open a session for the user (engines with sessions only: etcd, ZooKeeper).
+   * Open a session for the user. Required when `capabilities.sessions` is true (etcd,
+   * ZooKeeper); the core calls it only then.
    * @param ttlMs requested TTL, ms (validated by the core); the engine may grant more.
    * @throws BackendError when the engine cannot answer.
    */

@@ -1,10 +1,39 @@
 /**
  * Monotonic time for all lease arithmetic. Wall-clock time (`Date.now()`) jumps with NTP steps
  * and manual changes; `performance.now()` does not, so a lease's validity never depends on it
- * (DESIGN.md semantics 4).
+ * (DESIGN.md semantics 4). Drift math sits beside it.
  */
+import { InvalidArgumentError } from '../errors.js';
 
 /** Milliseconds on the process's monotonic clock (`performance.now()`). */
 export function monotonicNow(): number {
   return performance.now();
+}
+
+/**
+ * Drift allowance for a lease of `ttlMs`, ms: `ttlMs × driftFactor + 2` (the Redis
+ * documentation's Redlock algorithm, "Distributed locks with Redis": clock drift between
+ * processes, plus 2 ms for the timer's granularity). A lease granted at `start` is believed valid
+ * only until `start + ttlMs − driftMs(ttlMs, driftFactor)`.
+ */
+export function driftMs(ttlMs: number, driftFactor: number): number {
+  return ttlMs * driftFactor + 2;
+}
+
+/**
+ * A lease no longer than its drift allowance could never be believed valid: reject it.
+ * @throws InvalidArgumentError naming `argument`.
+ */
+export function assertLongerThanDrift(
+  ttlMs: number,
+  driftFactor: number,
+  argument = 'ttlMs',
+): void {
+  if (ttlMs <= driftMs(ttlMs, driftFactor)) {
+    throw new InvalidArgumentError(
+      argument,
+      'more milliseconds than the drift allowance (ttlMs × driftFactor + 2 ms)',
+      ttlMs,
+    );
+  }
 }

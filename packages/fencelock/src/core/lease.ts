@@ -9,9 +9,9 @@
  * throw from a timer (node-redlock's `using()` idea, with `AbortSignal.reason` as the error).
  */
 import { LockLostError, type LockLostReason, NotLockOwnerError } from '../errors.js';
-import { assertLongerThanDrift, driftMs, validateTtl } from '../options.js';
+import { validateTtl } from '../options.js';
 import type { Backend, LeaseRef, ReleaseOutcome } from './backend.js';
-import { monotonicNow } from './clock.js';
+import { assertLongerThanDrift, driftMs, monotonicNow } from './clock.js';
 import { publish } from './events.js';
 import type { Watchdog, WatchdogTask } from './watchdog.js';
 
@@ -269,7 +269,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
     const renewAt = renewable ? now + this.#ttlMs / 3 : Number.POSITIVE_INFINITY;
     // Where the backend batches renewals, one may go up to ttl/12 early with others due then.
     const slackMs =
-      this.#ctx.backend.batchesRenewals === true && renewAt <= this.#expiresAt
+      this.#ctx.backend.capabilities.batchRenew && renewAt <= this.#expiresAt
         ? this.#ttlMs / 12
         : 0;
     this.#ctx.watchdog.schedule(this.#task, Math.min(renewAt, this.#expiresAt), slackMs);

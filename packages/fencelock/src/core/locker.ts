@@ -2,24 +2,29 @@
  * The Locker: one backend, one watchdog, lock defaults, and the leases it has granted.
  */
 import { randomBytes } from 'node:crypto';
-import { BackendError, FencelockError, InvalidArgumentError, LockLostError } from '../errors.js';
+import { BackendError, InvalidArgumentError, LockLostError } from '../errors.js';
 import {
-  assertLongerThanDrift,
   type LockOptions,
-  MAX_TIMER_MS,
   type ResolvedLockOptions,
-  type RetryOptions,
   resolveLockOptions,
-  validateFencingToken,
   validateKey,
-  validateOwnerId,
   validateTtl,
 } from '../options.js';
 import type { Backend, LeaseRef, LockInfo, ReleaseOutcome } from './backend.js';
-import { publish } from './events.js';
+import { assertLongerThanDrift } from './clock.js';
 import type { Lease } from './lease.js';
-import { Lock, type LockContext, type OwnerGrant } from './lock.js';
-import { runHolding } from './reentry.js';
+import { Lock, type LockContext } from './lock.js';
+import {
+  type OwnerAcquireOptions,
+  type OwnerGrant,
+  type OwnerGrantContext,
+  type OwnerReleaseRef,
+  type OwnerRenewOutcome,
+  ownerLockOptions,
+  releaseForOwner,
+  renewForOwner,
+} from './owner-grants.js';
+import { runHolding, scopeKeyOf } from './reentry.js';
 import { Session } from './session.js';
 import { Watchdog } from './watchdog.js';
 
@@ -35,52 +40,7 @@ export interface SessionOptions {
   readonly ttlMs?: number;
 }
 
-/**
- * Options of the owner-addressed acquires (`acquireForOwner`, `tryAcquireForOwner`).
- */
-export interface OwnerAcquireOptions {
-  /**
-   * Lease length, ms (required; fractions round up). No watchdog renews it: the engine ends the
-   * lease this long after the grant unless `renewForOwner` extends it.
-   */
-  readonly ttlMs: number;
-  /**
-   * How long `acquireForOwner` waits for the key, ms (`0`: one attempt). Ignored by
-   * `tryAcquireForOwner`. @default the locker's `waitMs`
-   */
-  readonly waitMs?: number;
-  /** Cancels a pending `acquireForOwner`; it then rejects with `LockTimeoutError`. */
-  readonly signal?: AbortSignal;
-  /** Backoff while waiting. @default the locker's `retry` */
-  readonly retry?: RetryOptions;
-}
-
-/** Which lease `releaseForOwner` releases: key and owner, and the fencing token if known. */
-export interface OwnerReleaseRef {
-  readonly key: string;
-  readonly owner: string;
-  /**
-   * The grant's fencing token. Without it, the engine's current holder is read first and
-   * released by compare-and-delete of its token, only if it is `owner` (Dapr's unlock carries no
-   * token).
-   */
-  readonly fencingToken?: bigint;
-}
-
-/**
- * Outcome of `renewForOwner`: `renewed` with the lease length the engine applied (ms), or why
- * not: `not-held` (the key has no holder) or `not-owner` (another owner or another grant holds it).
- */
-export type OwnerRenewOutcome =
-  | { readonly outcome: 'renewed'; readonly ttlMs: number }
-  | { readonly outcome: 'not-held' | 'not-owner' };
-
-const OWNER_ACQUIRE_OPTION_NAMES: ReadonlySet<string> = new Set([
-  'ttlMs',
-  'waitMs',
-  'signal',
-  'retry',
-]);
+export type { OwnerAcquireOptions, OwnerGrant, OwnerReleaseRef, OwnerRenewOutcome };
 
 /**
  * Hands out locks on one store. Create with `createLocker(store, options)`; `close()` when done.
@@ -94,6 +54,7 @@ export class Locker implements AsyncDisposable {
   readonly #closingStops = new Set<() => void>();
   readonly #defaults: ResolvedLockOptions;
   readonly #ctx: LockContext;
+  readonly #ownerCtx: OwnerGrantContext;
   readonly #watchdog = new Watchdog();
   readonly #leases = new Set<Lease>();
   /** Sessions opened by `openSession` and not yet ended. */
@@ -145,6 +106,7 @@ export class Locker implements AsyncDisposable {
       onGrant: (lease) => this.#leases.add(lease),
       onEnd: (lease) => this.#leases.delete(lease),
     };
+    this.#ownerCtx = { backend: () => this.#getBackend(), store, driftFactor };
   }
 
   /**
@@ -166,6 +128,10 @@ export class Locker implements AsyncDisposable {
    */
   lock(key: string, options?: LockOptions): Lock {
     this.#assertOpen();
+    const given = (options as { session?: unknown } | null | undefined)?.session;
+    if (given !== undefined && !(given instanceof Session)) {
+      throw new InvalidArgumentError('session', 'a session from locker.openSession()', given);
+    }
     const resolved = resolveLockOptions(this.#defaults, options);
     const { session } = resolved;
     if (session !== undefined && !this.#sessions.has(session)) {
@@ -199,7 +165,7 @@ export class Locker implements AsyncDisposable {
     const backend = await this.#getBackend();
     const ttlMs = validateTtl(requested, 'ttlMs', backend.maxTtlMs);
     assertLongerThanDrift(ttlMs, this.#ctx.driftFactor);
-    if (backend.openSession === undefined) {
+    if (!backend.capabilities.sessions || backend.openSession === undefined) {
       throw new InvalidArgumentError(
         'store',
         'a store with sessions (etcd, zookeeper)',
@@ -252,7 +218,7 @@ export class Locker implements AsyncDisposable {
     const lease = await lock.acquire();
     const mode = lock.options.mode;
     const work = Promise.resolve().then(() =>
-      runHolding(`${this.#ctx.scopePrefix}${mode}\0${key}`, lease, () => fn(lease)),
+      runHolding(scopeKeyOf(this.#ctx.scopePrefix, mode, key), lease, () => fn(lease)),
     );
     // If the lease is lost first, `work` may still settle later: never leave it unhandled.
     work.catch(() => undefined);
@@ -329,7 +295,7 @@ export class Locker implements AsyncDisposable {
     options: OwnerAcquireOptions,
   ): Promise<OwnerGrant> {
     const lock = this.#ownerLock(key, owner, options);
-    return (await lock.acquireForOwner(owner, false)) as OwnerGrant;
+    return (await lock.acquireForOwner(owner, 'until-deadline')) as OwnerGrant;
   }
 
   /**
@@ -342,7 +308,7 @@ export class Locker implements AsyncDisposable {
     owner: string,
     options: OwnerAcquireOptions,
   ): Promise<OwnerGrant | null> {
-    return this.#ownerLock(key, owner, options).acquireForOwner(owner, true);
+    return this.#ownerLock(key, owner, options).acquireForOwner(owner, 'one');
   }
 
   /**
@@ -357,32 +323,7 @@ export class Locker implements AsyncDisposable {
    */
   async renewForOwner(lease: LeaseRef, ttlMs: number): Promise<OwnerRenewOutcome> {
     this.#assertOpen();
-    const ref = validateLeaseRef(lease, true);
-    validateTtl(ttlMs);
-    const backend = await this.#getBackend();
-    const ttl = validateTtl(ttlMs, 'ttlMs', backend.maxTtlMs);
-    assertLongerThanDrift(ttl, this.#ctx.driftFactor);
-    const base = {
-      backend: backend.name,
-      store: this.#ctx.store,
-      key: ref.key,
-      owner: ref.owner,
-    };
-    const fencingToken = ref.fencingToken as bigint;
-    let result: Awaited<ReturnType<Backend['renew']>>;
-    try {
-      result = await backend.renew({ ...base, fencingToken }, ttl);
-    } catch (error) {
-      publish('renew', () => ({ ...base, fencingToken, ok: false, error }));
-      throw wrapEngineError(backend, `renew of "${ref.key}"`, error);
-    }
-    publish('renew', () => ({
-      ...base,
-      fencingToken,
-      ok: result.ok,
-      ...(result.ok ? { ttlMs: result.ttlMs } : {}),
-    }));
-    return result.ok ? { outcome: 'renewed', ttlMs: result.ttlMs } : { outcome: result.reason };
+    return renewForOwner(this.#ownerCtx, lease, ttlMs);
   }
 
   /**
@@ -396,30 +337,7 @@ export class Locker implements AsyncDisposable {
    */
   async releaseForOwner(lease: OwnerReleaseRef): Promise<ReleaseOutcome> {
     this.#assertOpen();
-    const ref = validateLeaseRef(lease, false);
-    const backend = await this.#getBackend();
-    let fencingToken = ref.fencingToken;
-    if (fencingToken === undefined) {
-      let info: LockInfo;
-      try {
-        info = await backend.inspect(ref.key);
-      } catch (error) {
-        throw wrapEngineError(backend, `release of "${ref.key}"`, error);
-      }
-      if (info.holder === null) return 'not-held';
-      if (info.holder.owner !== ref.owner) return 'not-owner';
-      fencingToken = info.holder.fencingToken;
-    }
-    const target = { key: ref.key, owner: ref.owner, fencingToken };
-    const base = { backend: backend.name, store: this.#ctx.store, ...target };
-    try {
-      const outcome = await backend.release(target);
-      publish('release', () => ({ ...base, outcome }));
-      return outcome;
-    } catch (error) {
-      publish('release', () => ({ ...base, outcome: 'error', error }));
-      throw wrapEngineError(backend, `release of "${ref.key}"`, error);
-    }
+    return releaseForOwner(this.#ownerCtx, lease);
   }
 
   /** The backend in use (loads it if given as a URL). */
@@ -470,27 +388,8 @@ export class Locker implements AsyncDisposable {
   /** A lock handle for an owner-addressed acquire: no watchdog, reentrancy, cap or session. */
   #ownerLock(key: string, owner: string, options: OwnerAcquireOptions): Lock {
     this.#assertOpen();
-    const k = validateKey(key);
-    validateOwnerId(owner);
-    if (typeof options !== 'object' || options === null) {
-      throw new InvalidArgumentError('options', 'an options object with ttlMs', options);
-    }
-    if (options.ttlMs === undefined) {
-      throw new InvalidArgumentError(
-        'ttlMs',
-        `a number of milliseconds in (0, ${MAX_TIMER_MS}]`,
-        undefined,
-      );
-    }
-    const resolved = resolveLockOptions(this.#defaults, options, OWNER_ACQUIRE_OPTION_NAMES);
-    return new Lock(this.#ctx, k, {
-      ...resolved,
-      autoRenew: false,
-      reentrant: false,
-      mode: 'write',
-      maxHoldMs: undefined,
-      session: undefined,
-    });
+    const resolved = ownerLockOptions(this.#defaults, key, owner, options);
+    return new Lock(this.#ctx, resolved.key, resolved.options);
   }
 
   #assertOpen(): void {
@@ -524,29 +423,3 @@ export class Locker implements AsyncDisposable {
 }
 
 function noop(): void {}
-
-/**
- * Check the key, owner and (required or optional) fencing token of an owner-addressed call.
- * @throws InvalidArgumentError
- */
-function validateLeaseRef(
-  ref: unknown,
-  tokenRequired: boolean,
-): { key: string; owner: string; fencingToken: bigint | undefined } {
-  if (typeof ref !== 'object' || ref === null) {
-    throw new InvalidArgumentError('lease', 'an object { key, owner, fencingToken }', ref);
-  }
-  const r = ref as Partial<LeaseRef>;
-  const key = validateKey(r.key);
-  const owner = validateOwnerId(r.owner);
-  const fencingToken =
-    r.fencingToken === undefined && !tokenRequired
-      ? undefined
-      : validateFencingToken(r.fencingToken);
-  return { key, owner, fencingToken };
-}
-
-/** Engine errors keep their type; anything else becomes a BackendError with it as `cause`. */
-function wrapEngineError(backend: Backend, operation: string, error: unknown): Error {
-  return error instanceof FencelockError ? error : new BackendError(backend.name, operation, error);
-}

@@ -1,7 +1,7 @@
 /**
  * Renewals asked for in one turn of the event loop, sent to the engine together: the watchdog
  * renews the leases that fall due together in one turn (on backends that set
- * `Backend.batchesRenewals`, it lets a renewal run a little early to join others), so a
+ * `capabilities.batchRenew`, it lets a renewal run a little early to join others), so a
  * process holding many leases makes one round trip per batch instead of one per lease.
  * Engine-neutral: each backend supplies how a batch is sent (one SQL statement, one Lua script).
  */

@@ -21,6 +21,7 @@ import type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendCapabilities,
   BackendSession,
   LeaseRef,
   LockInfo,
@@ -30,6 +31,7 @@ import type {
 } from '../../core/backend.js';
 import { type QueueEntry, queueVerdict } from '../../core/predecessor.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
+import { startWait } from '../../core/wait.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { KeepaliveRoute } from './keepalive-route.js';
@@ -67,7 +69,13 @@ interface Contender {
 export class EtcdBackend implements Backend {
   readonly name = 'etcd';
   readonly maxTtlMs = MAX_TIMER_MS;
-  readonly modes: readonly LockMode[] = ['write', 'read'];
+  /** Read-write locks; grants live in the locker's etcd lease; contender keys form the line. */
+  readonly capabilities: BackendCapabilities = Object.freeze({
+    modes: Object.freeze(['write', 'read'] as const),
+    sessions: true,
+    queue: true,
+    batchRenew: false,
+  });
   readonly #client: Etcd3;
   readonly #ownsClient: boolean;
   readonly #namespace: string;
@@ -500,17 +508,7 @@ export class EtcdBackend implements Backend {
   ): Promise<void> {
     if (signal.aborted || this.#closed) return;
     // Bounded from the start: the watch's creation counts against maxMs and the signal too.
-    let timer: NodeJS.Timeout | undefined;
-    let done!: () => void;
-    const ended = new Promise<void>((resolve) => {
-      done = () => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', done);
-        resolve();
-      };
-      timer = setTimeout(done, maxMs);
-      signal.addEventListener('abort', done, { once: true });
-    });
+    const { ended, wake: done } = startWait(signal, maxMs);
     const creating = this.#client
       .watch()
       .key(key)

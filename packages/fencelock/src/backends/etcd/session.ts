@@ -15,9 +15,9 @@
  */
 import type { Etcd3 } from 'etcd3';
 import type { BackendSession } from '../../core/backend.js';
-import { monotonicNow } from '../../core/clock.js';
+import { driftMs, monotonicNow } from '../../core/clock.js';
 import { BackendError } from '../../errors.js';
-import { DEFAULTS, driftMs } from '../../options.js';
+import { DEFAULTS } from '../../options.js';
 import type { KeepaliveRoute } from './keepalive-route.js';
 
 /** Pause between a failed keepalive and the next try, ms (a new pick of member). */

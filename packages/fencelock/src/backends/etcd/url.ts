@@ -4,7 +4,7 @@
  * writes. Parameter: `dialTimeoutMs` (default 5000).
  */
 import { InvalidArgumentError } from '../../errors.js';
-import { integerParameter, parseHostList } from '../../options.js';
+import { integerParameter, parseHostList } from '../store-url.js';
 
 /** A checked etcd store URL. */
 export interface EtcdUrlConfig {

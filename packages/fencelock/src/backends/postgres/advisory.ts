@@ -28,6 +28,7 @@ import type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendCapabilities,
   LeaseRef,
   LockInfo,
   NotGranted,
@@ -70,7 +71,12 @@ interface Holding {
 export class PostgresAdvisoryBackend implements Backend {
   readonly name = 'postgres';
   readonly maxTtlMs = MAX_TIMER_MS;
-  readonly modes = ['write'] as const;
+  readonly capabilities: BackendCapabilities = Object.freeze({
+    modes: Object.freeze(['write'] as const),
+    sessions: false,
+    queue: false,
+    batchRenew: false,
+  });
   readonly #db: PostgresConnectionSet;
   readonly #held = new Map<string, Holding>();
   #session: AdvisorySession | undefined;

@@ -23,6 +23,7 @@ import type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendCapabilities,
   LeaseRef,
   LockInfo,
   ReleaseOutcome,
@@ -45,9 +46,13 @@ const SWEEP_INTERVAL_MS = 60_000;
 export class PostgresBackend implements Backend {
   readonly name = 'postgres';
   readonly maxTtlMs = MAX_TIMER_MS;
-  readonly modes = ['write'] as const;
   /** Renewals of one turn go as one statement (see `renew`). */
-  readonly batchesRenewals = true;
+  readonly capabilities: BackendCapabilities = Object.freeze({
+    modes: Object.freeze(['write'] as const),
+    sessions: false,
+    queue: false,
+    batchRenew: true,
+  });
   readonly #db: PostgresConnectionSet;
   #lastSweep = Number.NEGATIVE_INFINITY;
   #sweeping: Promise<void> | undefined;

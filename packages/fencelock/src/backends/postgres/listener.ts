@@ -12,6 +12,7 @@
  * bounded by the holder's remaining TTL, covers the time without a listener).
  */
 import type pg from 'pg';
+import { startWait } from '../../core/wait.js';
 
 /** Recent notifications remembered per key for waiters that register late. */
 const RECENT_LIMIT = 4_096;
@@ -64,31 +65,24 @@ export class ReleaseListener {
   wait(key: string, mark: number, signal: AbortSignal, maxMs: number): Promise<void> {
     if (this.#closed || signal.aborted) return Promise.resolve();
     if (mark >= 0 && this.#missedSince(key, mark)) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      let waiters = this.#waiters.get(key);
-      const waiter: Waiter = {
-        wake: () => {
-          clearTimeout(timer);
-          signal.removeEventListener('abort', waiter.wake);
-          this.#pendingListen.delete(waiter);
-          const set = this.#waiters.get(key);
-          set?.delete(waiter);
-          if (set?.size === 0) this.#waiters.delete(key);
-          resolve();
-        },
-      };
-      const timer = setTimeout(waiter.wake, Math.max(0, maxMs));
-      signal.addEventListener('abort', waiter.wake, { once: true });
-      if (waiters === undefined) {
-        waiters = new Set();
-        this.#waiters.set(key, waiters);
-      }
-      waiters.add(waiter);
-      if (mark < 0) {
-        if (this.#listening) waiter.wake();
-        else this.#pendingListen.add(waiter);
-      }
+    const wait = startWait(signal, maxMs, () => {
+      this.#pendingListen.delete(waiter);
+      const set = this.#waiters.get(key);
+      set?.delete(waiter);
+      if (set?.size === 0) this.#waiters.delete(key);
     });
+    const waiter: Waiter = { wake: wait.wake };
+    let waiters = this.#waiters.get(key);
+    if (waiters === undefined) {
+      waiters = new Set();
+      this.#waiters.set(key, waiters);
+    }
+    waiters.add(waiter);
+    if (mark < 0) {
+      if (this.#listening) waiter.wake();
+      else this.#pendingListen.add(waiter);
+    }
+    return wait.ended.then(() => undefined);
   }
 
   /** Stop listening, wake every waiter, close the connection. */

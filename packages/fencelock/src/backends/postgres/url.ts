@@ -17,7 +17,7 @@
  * `application_name`, `options`, `host` for a socket folder) are passed through to it.
  */
 import { InvalidArgumentError } from '../../errors.js';
-import { integerParameter } from '../../options.js';
+import { integerParameter } from '../store-url.js';
 
 /** How a PostgreSQL backend holds a lock. */
 export type PostgresLockMode = 'lease' | 'advisory';

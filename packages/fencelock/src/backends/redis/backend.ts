@@ -24,6 +24,7 @@ import type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendCapabilities,
   LeaseRef,
   LockInfo,
   ReleaseOutcome,
@@ -92,12 +93,11 @@ const RECHECK_MS = 500;
 export class RedisBackend implements Backend {
   readonly name = 'redis';
   readonly maxTtlMs = MAX_TIMER_MS;
-  readonly modes = ['write'] as const;
   /**
-   * Renewals of one turn go as one script call (see `renew`); not on a Cluster, where one call
-   * cannot span the slots of many keys.
+   * A FIFO of waiters per key (`leaveQueue`). Renewals of one turn go as one script call (see
+   * `renew`); not on a Cluster, where one call cannot span the slots of many keys.
    */
-  readonly batchesRenewals: boolean;
+  readonly capabilities: BackendCapabilities;
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   readonly #connection: RedisConnection;
   readonly #prefix: string;
@@ -132,7 +132,12 @@ export class RedisBackend implements Backend {
     );
     this.#waiters = new ReleaseWaiters(client);
     this.#epochs = epochs;
-    this.batchesRenewals = !isClusterClient(client);
+    this.capabilities = Object.freeze({
+      modes: Object.freeze(['write'] as const),
+      sessions: false,
+      queue: true,
+      batchRenew: !isClusterClient(client),
+    });
     this.#prefix = settings.prefix;
     this.#notifications = settings.notifications;
     this.#minReplicas = settings.minReplicas;
@@ -260,7 +265,9 @@ export class RedisBackend implements Backend {
    * Cluster.
    */
   renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
-    return this.batchesRenewals ? this.#renewals.renew(lease, ttlMs) : this.#renewOne(lease, ttlMs);
+    return this.capabilities.batchRenew
+      ? this.#renewals.renew(lease, ttlMs)
+      : this.#renewOne(lease, ttlMs);
   }
 
   async #sendRenewals(batch: readonly RenewalRequest[]): Promise<RenewResult[]> {
@@ -313,22 +320,23 @@ export class RedisBackend implements Backend {
    * key's line (waking the next in line when that frees the key or removes the head).
    */
   async abandon(request: AttemptRequest): Promise<void> {
-    await this.#withdraw(request, 'abandon', '0');
+    await this.#withdraw(request, 'abandon');
   }
 
   /** Take the owner out of the key's line only; a grant it holds stays. */
   async leaveQueue(request: AttemptRequest): Promise<void> {
-    await this.#withdraw(request, 'leave the line', '1');
+    await this.#withdraw(request, 'leave the line');
   }
 
-  async #withdraw(request: AttemptRequest, operation: string, keepGrant: '0' | '1'): Promise<void> {
+  /** `abandon` deletes this owner's grant too; `leave the line` never touches a grant. */
+  async #withdraw(request: AttemptRequest, operation: 'abandon' | 'leave the line'): Promise<void> {
     const k = this.keysOf(request.key);
     this.#waiters.leftLine(k.channel, request.owner);
     await this.#connection.call(operation, () =>
       queuedAbandonScript.run(
         this.#connection.client,
         [k.lock, k.channel, k.queue, k.waiters],
-        [request.owner, keepGrant],
+        [request.owner, operation === 'leave the line' ? '1' : '0'],
       ),
     );
   }

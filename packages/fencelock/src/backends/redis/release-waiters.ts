@@ -7,6 +7,7 @@
  * core attempts again.
  */
 import type { Cluster, Redis } from 'ioredis';
+import { startWait } from '../../core/wait.js';
 import { CLOSE_TIMEOUT_MS, isClusterClient, quit } from './connection.js';
 
 /** How long an idle release-channel subscription is kept for the next waiter, ms. */
@@ -76,22 +77,14 @@ export class ReleaseWaiters {
       if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
       return Promise.resolve();
     }
-    return new Promise<void>((resolve) => {
-      const waiter: Waiter = {
-        owner,
-        wake: () => {
-          clearTimeout(timer);
-          signal.removeEventListener('abort', waiter.wake);
-          entry.waiters.delete(waiter);
-          if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
-          resolve();
-        },
-      };
-      const timer = setTimeout(waiter.wake, Math.max(0, maxMs));
-      signal.addEventListener('abort', waiter.wake, { once: true });
-      entry.waiters.add(waiter);
-      if (!entry.confirmed) void entry.subscribed.then(waiter.wake);
+    const wait = startWait(signal, maxMs, () => {
+      entry.waiters.delete(waiter);
+      if (entry.waiters.size === 0) this.#scheduleUnsubscribe(channel, entry);
     });
+    const waiter: Waiter = { owner, wake: wait.wake };
+    entry.waiters.add(waiter);
+    if (!entry.confirmed) void entry.subscribed.then(waiter.wake);
+    return wait.ended.then(() => undefined);
   }
 
   /** Wake every waiter now, then quit the subscriber connection (within 1 s). */

@@ -6,7 +6,7 @@
  * `replicaTimeoutMs` (after a grant, `WAIT` for that many replicas; see `RedisBackendOptions`).
  */
 import { InvalidArgumentError } from '../../errors.js';
-import { integerParameter, parseHostList } from '../../options.js';
+import { integerParameter, parseHostList } from '../store-url.js';
 
 /** Where the Sentinels are and which primary they watch. */
 export interface SentinelConfig {

@@ -23,6 +23,7 @@ import type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendCapabilities,
   LeaseRef,
   LockInfo,
   ReleaseOutcome,
@@ -50,12 +51,16 @@ const RENEW_BATCH_LIMIT = 1_000;
 export class RedlockBackend implements Backend {
   readonly name = 'redlock';
   readonly maxTtlMs = MAX_TIMER_MS;
-  readonly modes = ['write'] as const;
   /**
    * Renewals of one turn go to each node as one script call (see `renew`): a burst of one
    * command per lease and node would queue behind itself past the per-node timeout.
    */
-  readonly batchesRenewals = true;
+  readonly capabilities: BackendCapabilities = Object.freeze({
+    modes: Object.freeze(['write'] as const),
+    sessions: false,
+    queue: false,
+    batchRenew: true,
+  });
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   /** Votes needed: a majority of the nodes. */
   readonly quorum: number;
@@ -90,8 +95,9 @@ export class RedlockBackend implements Backend {
   }
 
   /**
-   * Acquire on every node; granted on a majority, else withdrawn everywhere.
-   * @throws QuorumError when fewer than a majority of the nodes answered.
+   * Acquire on every node; granted on a majority, else withdrawn everywhere. When fewer than a
+   * majority of the nodes answered (or the token could not be settled on a majority), the answer
+   * is `{ granted: false, reason: 'no-quorum', error: QuorumError }`.
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     const k = this.keysOf(request.key);
@@ -107,7 +113,8 @@ export class RedlockBackend implements Backend {
     if (grants.length >= this.quorum) {
       const token = maxOf(grants.map((r) => BigInt(r.value[1])));
       const agreeing = grants.filter((r) => BigInt(r.value[1]) === token).length;
-      if (agreeing < this.quorum) await this.#settle(request, token);
+      const unsettled = agreeing < this.quorum ? await this.#settle(request, token) : undefined;
+      if (unsettled) return { granted: false, reason: 'no-quorum', error: unsettled };
       // Nodes that granted after the vote was decided, or did not answer in time (the script
       // may still run there, before anything sent after it), carry their own counter: settle
       // them in the background so that release and renew find the combined token there too.
@@ -137,11 +144,12 @@ export class RedlockBackend implements Backend {
     await this.abandon(request).catch(() => undefined);
     const answered = all.filter((r) => r.status === 'ok').length;
     if (answered < this.quorum) {
-      throw new QuorumError(
+      const error = new QuorumError(
         request.key,
         'acquire',
         outcomesOf(all, (v) => v[0] === 0),
       );
+      return { granted: false, reason: 'no-quorum', error };
     }
     const holderTtlMs = all.reduce(
       (max, r) => (r.status === 'ok' && r.value[0] === 0 ? Math.max(max, r.value[1]) : max),
@@ -317,8 +325,11 @@ export class RedlockBackend implements Backend {
     );
   }
 
-  /** Write the combined token on every node that holds this owner's key; needs a majority. */
-  async #settle(request: AttemptRequest, token: bigint): Promise<void> {
+  /**
+   * Write the combined token on every node that holds this owner's key; needs a majority.
+   * @returns undefined when settled, else the failed vote (the key is then withdrawn everywhere).
+   */
+  async #settle(request: AttemptRequest, token: bigint): Promise<QuorumError | undefined> {
     const k = this.keysOf(request.key);
     const settled = (r: NodeResult<1 | 0>) => r.status === 'ok' && r.value === 1;
     const settling = this.#vote(
@@ -327,10 +338,10 @@ export class RedlockBackend implements Backend {
       (results) => this.#decided(results.filter(settled).length, results.length),
     );
     const early = await settling.early;
-    if (early.filter(settled).length >= this.quorum) return;
+    if (early.filter(settled).length >= this.quorum) return undefined;
     const all = await settling.all;
     await this.abandon(request).catch(() => undefined);
-    throw new QuorumError(
+    return new QuorumError(
       request.key,
       'acquire (settle token)',
       outcomesOf(all, (v) => v === 0),

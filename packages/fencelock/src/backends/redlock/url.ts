@@ -3,7 +3,7 @@
  * importing the engine client: an odd number (≥ 3) of independent Redis nodes.
  */
 import { InvalidArgumentError } from '../../errors.js';
-import { integerParameter, parseHostList } from '../../options.js';
+import { integerParameter, parseHostList } from '../store-url.js';
 
 /** A checked Redlock store URL. */
 export interface RedlockUrlConfig {

@@ -15,6 +15,7 @@ import type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendCapabilities,
   LeaseRef,
   LockInfo,
   ReleaseOutcome,
@@ -75,7 +76,12 @@ function initialize(db: Database.Database, config: SqliteUrlConfig): void {
 export class SqliteBackend implements Backend {
   readonly name = 'sqlite';
   readonly maxTtlMs = MAX_TIMER_MS;
-  readonly modes = ['write'] as const;
+  readonly capabilities: BackendCapabilities = Object.freeze({
+    modes: Object.freeze(['write'] as const),
+    sessions: false,
+    queue: false,
+    batchRenew: false,
+  });
   readonly #db: Database.Database;
   readonly #attempt: (request: AttemptRequest) => AttemptResult;
   readonly #renew: (lease: LeaseRef, ttlMs: number) => RenewResult;

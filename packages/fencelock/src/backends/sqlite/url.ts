@@ -3,7 +3,7 @@
  * default file `./.fencelock/locks.db`. Query parameter: `busyTimeoutMs` (default 5000).
  */
 import { InvalidArgumentError } from '../../errors.js';
-import { integerParameter } from '../../options.js';
+import { integerParameter } from '../store-url.js';
 
 /** Default database file of the embedded store. */
 export const DEFAULT_SQLITE_PATH = './.fencelock/locks.db';

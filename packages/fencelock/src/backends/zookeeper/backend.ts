@@ -30,10 +30,10 @@ import type {
   AttemptRequest,
   AttemptResult,
   Backend,
+  BackendCapabilities,
   BackendSession,
   LeaseRef,
   LockInfo,
-  LockMode,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
@@ -107,7 +107,13 @@ export interface ZookeeperBackendSettings {
 export class ZookeeperBackend implements Backend {
   readonly name = 'zookeeper';
   readonly maxTtlMs = MAX_TIMER_MS;
-  readonly modes: readonly LockMode[] = ['write', 'read'];
+  /** Read-write locks; grants live in the locker's ZooKeeper session; sequential nodes form the line. */
+  readonly capabilities: BackendCapabilities = Object.freeze({
+    modes: Object.freeze(['write', 'read'] as const),
+    sessions: true,
+    queue: true,
+    batchRenew: false,
+  });
   readonly #native: NativeZooKeeperClass;
   readonly #settings: ZookeeperBackendSettings;
   /** One session per requested timeout, ms. */

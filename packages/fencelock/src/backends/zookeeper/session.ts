@@ -21,9 +21,10 @@
  * exists, -4 connection loss, -7 operation timeout, -112 session expired, -9 invalid state.
  */
 import type { BackendSession } from '../../core/backend.js';
-import { monotonicNow } from '../../core/clock.js';
+import { driftMs, monotonicNow } from '../../core/clock.js';
+import { startWait } from '../../core/wait.js';
 import { BackendError } from '../../errors.js';
-import { DEFAULTS, driftMs } from '../../options.js';
+import { DEFAULTS } from '../../options.js';
 
 /**
  * Resolve on a later turn of the event loop (libuv's check phase), outside every callback of the
@@ -439,19 +440,10 @@ export class ZkSession implements BackendSession {
    */
   async waitForDelete(path: string, signal: AbortSignal, maxMs: number): Promise<void> {
     if (signal.aborted || !this.alive) return;
-    let timer: NodeJS.Timeout | undefined;
-    let done!: () => void;
-    const ended = new Promise<void>((resolve) => {
-      done = () => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', done);
-        this.#watches.get(path)?.delete(done);
-        resolve();
-      };
-      timer = setTimeout(done, maxMs);
-      // `signal` is this acquire's own; the session's loss wakes it through `#watches` (lose()).
-      signal.addEventListener('abort', done, { once: true });
-    });
+    // `signal` is this acquire's own; the session's loss wakes it through `#watches` (lose()).
+    const wait = startWait(signal, maxMs, () => this.#watches.get(path)?.delete(done));
+    const done = wait.wake;
+    const ended = wait.ended.then(() => undefined);
     const existing = this.#watches.get(path);
     if (existing !== undefined) {
       existing.add(done);

@@ -5,7 +5,7 @@
  * `wait`: what a lost connection means for the locks held, see `ZookeeperBackendOptions`).
  */
 import { InvalidArgumentError } from '../../errors.js';
-import { integerParameter, parseHostList } from '../../options.js';
+import { integerParameter, parseHostList } from '../store-url.js';
 
 /** What a lost connection (SUSPENDED) means for the locks held in the session. */
 export type SuspendedPolicy = 'lose' | 'wait';

@@ -1,0 +1,87 @@
+/**
+ * What stops one acquire from waiting: the caller's `signal`, the end of the session it acquires
+ * in, or its locker closing. Each ends the acquire with a `LockTimeoutError` naming which.
+ */
+import { LockTimeoutError } from '../errors.js';
+import { monotonicNow } from './clock.js';
+import type { Session } from './session.js';
+
+/** The stop sources of one acquire. */
+export interface StopSources {
+  /** The caller's signal, if any. */
+  readonly signal: AbortSignal | undefined;
+  /** The session the acquire runs in, if any: its end stops the acquire. */
+  readonly session: Session | undefined;
+  /** Aborted when the locker closes. */
+  readonly closing: AbortSignal;
+}
+
+/**
+ * The stop sources of one acquire, with one `AbortSignal` of its own for "stop waiting" made only
+ * when needed: at once when the caller gave a signal or a session, else at the first wait. (Its
+ * listeners go on that signal, not on the locker's shared closing signal, which would collect one
+ * per call.) An uncontended acquire creates no AbortSignal and adds no abort listener.
+ */
+export class AcquireCancellation {
+  readonly #sources: StopSources;
+  readonly #key: string;
+  readonly #startedAt: number;
+  #signal: AbortSignal | undefined;
+
+  /**
+   * @param key the key being acquired, for errors.
+   * @param startedAt monotonic time the acquire started, ms (errors report the time waited).
+   */
+  constructor(sources: StopSources, key: string, startedAt: number) {
+    this.#sources = sources;
+    this.#key = key;
+    this.#startedAt = startedAt;
+    if (sources.signal !== undefined || sources.session !== undefined) this.signal();
+  }
+
+  /** The acquire's own stop signal if it was made already (never makes one). */
+  get madeSignal(): AbortSignal | undefined {
+    return this.#signal;
+  }
+
+  /** The acquire's own stop signal (made on first use). */
+  signal(): AbortSignal {
+    const { signal, closing, session } = this.#sources;
+    this.#signal ??= AbortSignal.any(
+      [signal, closing, session?.signal].filter((s) => s !== undefined),
+    );
+    return this.#signal;
+  }
+
+  /** True once any stop source fired. */
+  isStopped(): boolean {
+    const { signal, closing, session } = this.#sources;
+    return closing.aborted || signal?.aborted === true || session?.signal.aborted === true;
+  }
+
+  /**
+   * @throws LockTimeoutError naming what stopped the acquire (the locker closed, the session
+   *   ended with its reason as `cause`, or the caller aborted with its reason as `cause`), when
+   *   one did.
+   */
+  throwIfStopped(): void {
+    if (!this.isStopped()) return;
+    const waitedMs = monotonicNow() - this.#startedAt;
+    const { signal, closing, session } = this.#sources;
+    if (closing.aborted) {
+      throw new LockTimeoutError(this.#key, waitedMs, {
+        reason: 'was cancelled: the locker was closed',
+      });
+    }
+    if (session !== undefined && !session.isOpen) {
+      throw new LockTimeoutError(this.#key, waitedMs, {
+        reason: `was cancelled: its session ${session.id} ended`,
+        cause: session.signal.reason,
+      });
+    }
+    throw new LockTimeoutError(this.#key, waitedMs, {
+      reason: 'was aborted',
+      cause: signal?.reason,
+    });
+  }
+}

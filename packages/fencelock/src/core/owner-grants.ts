@@ -1,0 +1,326 @@
+/**
+ * Owner-addressed grants, for entry points that keep no lock state of their own (the sidecar):
+ * the caller chooses the owner id, and any process on the same store can renew, release or
+ * inspect the grant by key, owner and fencing token. No `Lease`, no watchdog, no reentrancy.
+ *
+ * The subtle part is withdrawal. The same owner may be acquiring the same key again already, and
+ * on the engine its new grant is the same row, key or node as a stale one (a repeated attempt by
+ * the holder keeps its token), so a late withdrawal would delete the grant it was just told it
+ * holds. The bookkeeping here (`startOwnerRun`) tells whether a run is still the latest of its
+ * key and owner in this process.
+ */
+import { BackendError, FencelockError, InvalidArgumentError } from '../errors.js';
+import {
+  MAX_TIMER_MS,
+  type ResolvedLockOptions,
+  type RetryOptions,
+  resolveLockOptions,
+  validateFencingToken,
+  validateKey,
+  validateOwnerId,
+  validateTtl,
+} from '../options.js';
+import type { Withdrawal } from './acquire-loop.js';
+import type {
+  AttemptRequest,
+  Backend,
+  Granted,
+  LeaseRef,
+  LockInfo,
+  ReleaseOutcome,
+  RenewResult,
+} from './backend.js';
+import { assertLongerThanDrift } from './clock.js';
+import { publish } from './events.js';
+
+/**
+ * A grant made to a caller-chosen owner (`locker.acquireForOwner`): no `Lease` object, no
+ * watchdog, nothing kept in this process. The engine ends it `ttlMs` after the grant unless the
+ * owner renews it (`locker.renewForOwner`); any process on the same store can renew, release or
+ * inspect it by key, owner and fencing token.
+ */
+export interface OwnerGrant {
+  /** Locked key. */
+  readonly key: string;
+  /** The owner id the caller chose (hex, >= 128 bits). */
+  readonly owner: string;
+  /** Fencing token of the grant; the same token when the owner already held the key. */
+  readonly fencingToken: bigint;
+  /** Lease length the engine applied, ms (may be rounded up to the engine's granularity). */
+  readonly ttlMs: number;
+}
+
+/** Options of the owner-addressed acquires (`acquireForOwner`, `tryAcquireForOwner`). */
+export interface OwnerAcquireOptions {
+  /**
+   * Lease length, ms (required; fractions round up). No watchdog renews it: the engine ends the
+   * lease this long after the grant unless `renewForOwner` extends it.
+   */
+  readonly ttlMs: number;
+  /**
+   * How long `acquireForOwner` waits for the key, ms (`0`: one attempt). Ignored by
+   * `tryAcquireForOwner`. @default the locker's `waitMs`
+   */
+  readonly waitMs?: number;
+  /** Cancels a pending `acquireForOwner`; it then rejects with `LockTimeoutError`. */
+  readonly signal?: AbortSignal;
+  /** Backoff while waiting. @default the locker's `retry` */
+  readonly retry?: RetryOptions;
+}
+
+/** Which lease `releaseForOwner` releases: key and owner, and the fencing token if known. */
+export interface OwnerReleaseRef {
+  readonly key: string;
+  readonly owner: string;
+  /**
+   * The grant's fencing token. Without it, the engine's current holder is read first and
+   * released by compare-and-delete of its token, only if it is `owner` (Dapr's unlock carries no
+   * token).
+   */
+  readonly fencingToken?: bigint;
+}
+
+/**
+ * Outcome of `renewForOwner`: `renewed` with the lease length the engine applied (ms), or why
+ * not: `not-held` (the key has no holder) or `not-owner` (another owner or another grant holds it).
+ */
+export type OwnerRenewOutcome =
+  | { readonly outcome: 'renewed'; readonly ttlMs: number }
+  | { readonly outcome: 'not-held' | 'not-owner' };
+
+/** What the owner-addressed operations need from their locker. */
+export interface OwnerGrantContext {
+  /** The backend, loaded on first use. */
+  readonly backend: () => Promise<Backend>;
+  /** The store's name in events. */
+  readonly store: string;
+  readonly driftFactor: number;
+}
+
+const OWNER_ACQUIRE_OPTION_NAMES: ReadonlySet<string> = new Set([
+  'ttlMs',
+  'waitMs',
+  'signal',
+  'retry',
+]);
+
+/**
+ * Check an owner-addressed acquire (key, owner, options; `ttlMs` is required) and resolve its
+ * lock options over `defaults`: no watchdog, reentrancy, cap or session; always `write`.
+ * @returns the validated key and the options.
+ * @throws InvalidArgumentError before any network call.
+ */
+export function ownerLockOptions(
+  defaults: ResolvedLockOptions,
+  key: string,
+  owner: string,
+  options: OwnerAcquireOptions,
+): { key: string; options: ResolvedLockOptions } {
+  const k = validateKey(key);
+  validateOwnerId(owner);
+  if (typeof options !== 'object' || options === null) {
+    throw new InvalidArgumentError('options', 'an options object with ttlMs', options);
+  }
+  if (options.ttlMs === undefined) {
+    throw new InvalidArgumentError(
+      'ttlMs',
+      `a number of milliseconds in (0, ${MAX_TIMER_MS}]`,
+      undefined,
+    );
+  }
+  const resolved = resolveLockOptions(defaults, options, OWNER_ACQUIRE_OPTION_NAMES);
+  return {
+    key: k,
+    options: {
+      ...resolved,
+      autoRenew: false,
+      reentrant: false,
+      mode: 'write',
+      maxHoldMs: undefined,
+      session: undefined,
+    },
+  };
+}
+
+/** The answer of an owner-addressed acquire for a grant. */
+export function ownerGrantOf(request: AttemptRequest, result: Granted): OwnerGrant {
+  return {
+    key: request.key,
+    owner: request.owner,
+    fencingToken: result.token,
+    ttlMs: result.ttlMs,
+  };
+}
+
+/** Owner-addressed acquires in progress per backend: `owner`, `key` → latest number, live count. */
+const ownerRuns = new WeakMap<Backend, Map<string, { latest: number; live: number }>>();
+
+/** One owner-addressed acquire, as registered by `startOwnerRun`. */
+export interface OwnerRun {
+  /** True until another acquire of the same key and owner starts on the same backend. */
+  isLatest(): boolean;
+  /** Keep the entry for a withdrawal this run leaves behind (ended by its own `end()`). */
+  keep(): void;
+  /** The run (or a kept withdrawal) ended. */
+  end(): void;
+}
+
+/**
+ * Register an owner-addressed acquire of `key` by `owner`: `isLatest()` stays true until another
+ * one of the same key and owner starts on the same backend. The entry lives while any run (or a
+ * withdrawal a run left behind, `keep()` … `end()`) does.
+ */
+export function startOwnerRun(backend: Backend, key: string, owner: string): OwnerRun {
+  let runs = ownerRuns.get(backend);
+  if (runs === undefined) {
+    runs = new Map();
+    ownerRuns.set(backend, runs);
+  }
+  const id = `${owner}\u0000${key}`;
+  const entry = runs.get(id) ?? { latest: 0, live: 0 };
+  runs.set(id, entry);
+  entry.latest += 1;
+  entry.live += 1;
+  const number = entry.latest;
+  return {
+    isLatest: () => entry.latest === number,
+    keep: () => {
+      entry.live += 1;
+    },
+    end: () => {
+      entry.live -= 1;
+      if (entry.live === 0 && runs.get(id) === entry) runs.delete(id);
+    },
+  };
+}
+
+/**
+ * How an owner-addressed acquire withdraws after it gave up. It withdraws the grant (`abandon`)
+ * only where grants live in this locker's engine session (`capabilities.sessions`: etcd,
+ * ZooKeeper; there they would never run out by themselves, and no other process shares the
+ * entry), and only while no later acquire of the same key and owner has started here. Elsewhere
+ * the grant runs out by its TTL, or its owner releases or re-acquires it by name; but a
+ * given-up waiter still leaves the engine's line (`leaveQueue`, never touching a grant, where
+ * `capabilities.queue`), so that it does not hold up the others until its entry expires —
+ * unless a newer acquire has started, whose place in line that entry now is.
+ */
+export function ownerWithdrawal(backend: Backend, request: AttemptRequest): Withdrawal {
+  const run = startOwnerRun(backend, request.key, request.owner);
+  const { sessions, queue } = backend.capabilities;
+  const now = (): Promise<void> => {
+    if (!run.isLatest()) return Promise.resolve();
+    if (sessions) return backend.abandon(request);
+    if (queue && backend.leaveQueue) return backend.leaveQueue(request);
+    return Promise.resolve();
+  };
+  return {
+    now,
+    whenAnswered: (pending) => {
+      // The run stays known until the answer lands: withdraw then, whatever it says (an error
+      // may be a grant whose reply was lost after the withdrawal made at the deadline).
+      run.keep();
+      return pending
+        .then(now, now)
+        .catch(() => undefined)
+        .finally(() => run.end());
+    },
+    end: () => run.end(),
+  };
+}
+
+/**
+ * Owner-addressed renewal (see `Locker.renewForOwner`): compare-and-set on the engine; publishes
+ * a `renew` event.
+ * @throws InvalidArgumentError for a bad key, owner, token or `ttlMs`, before any network call.
+ * @throws BackendError when the engine cannot answer.
+ */
+export async function renewForOwner(
+  ctx: OwnerGrantContext,
+  lease: LeaseRef,
+  ttlMs: number,
+): Promise<OwnerRenewOutcome> {
+  const ref = validateLeaseRef(lease, true);
+  validateTtl(ttlMs);
+  const backend = await ctx.backend();
+  const ttl = validateTtl(ttlMs, 'ttlMs', backend.maxTtlMs);
+  assertLongerThanDrift(ttl, ctx.driftFactor);
+  const base = { backend: backend.name, store: ctx.store, key: ref.key, owner: ref.owner };
+  const fencingToken = ref.fencingToken as bigint;
+  let result: RenewResult;
+  try {
+    result = await backend.renew({ ...base, fencingToken }, ttl);
+  } catch (error) {
+    publish('renew', () => ({ ...base, fencingToken, ok: false, error }));
+    throw wrapEngineError(backend, `renew of "${ref.key}"`, error);
+  }
+  publish('renew', () => ({
+    ...base,
+    fencingToken,
+    ok: result.ok,
+    ...(result.ok ? { ttlMs: result.ttlMs } : {}),
+  }));
+  return result.ok ? { outcome: 'renewed', ttlMs: result.ttlMs } : { outcome: result.reason };
+}
+
+/**
+ * Owner-addressed release (see `Locker.releaseForOwner`): compare-and-delete of owner and token;
+ * without a token, the current holder is read first and released only if it is the owner.
+ * Publishes a `release` event when a release reaches the engine.
+ * @throws InvalidArgumentError for a bad key, owner or token, before any network call.
+ * @throws BackendError when the engine cannot answer.
+ */
+export async function releaseForOwner(
+  ctx: OwnerGrantContext,
+  lease: OwnerReleaseRef,
+): Promise<ReleaseOutcome> {
+  const ref = validateLeaseRef(lease, false);
+  const backend = await ctx.backend();
+  let fencingToken = ref.fencingToken;
+  if (fencingToken === undefined) {
+    let info: LockInfo;
+    try {
+      info = await backend.inspect(ref.key);
+    } catch (error) {
+      throw wrapEngineError(backend, `release of "${ref.key}"`, error);
+    }
+    if (info.holder === null) return 'not-held';
+    if (info.holder.owner !== ref.owner) return 'not-owner';
+    fencingToken = info.holder.fencingToken;
+  }
+  const target = { key: ref.key, owner: ref.owner, fencingToken };
+  const base = { backend: backend.name, store: ctx.store, ...target };
+  try {
+    const outcome = await backend.release(target);
+    publish('release', () => ({ ...base, outcome }));
+    return outcome;
+  } catch (error) {
+    publish('release', () => ({ ...base, outcome: 'error', error }));
+    throw wrapEngineError(backend, `release of "${ref.key}"`, error);
+  }
+}
+
+/**
+ * Check the key, owner and (required or optional) fencing token of an owner-addressed call.
+ * @throws InvalidArgumentError
+ */
+function validateLeaseRef(
+  ref: unknown,
+  tokenRequired: boolean,
+): { key: string; owner: string; fencingToken: bigint | undefined } {
+  if (typeof ref !== 'object' || ref === null) {
+    throw new InvalidArgumentError('lease', 'an object { key, owner, fencingToken }', ref);
+  }
+  const r = ref as Partial<LeaseRef>;
+  const key = validateKey(r.key);
+  const owner = validateOwnerId(r.owner);
+  const fencingToken =
+    r.fencingToken === undefined && !tokenRequired
+      ? undefined
+      : validateFencingToken(r.fencingToken);
+  return { key, owner, fencingToken };
+}
+
+/** Engine errors keep their type; anything else becomes a BackendError with it as `cause`. */
+function wrapEngineError(backend: Backend, operation: string, error: unknown): Error {
+  return error instanceof FencelockError ? error : new BackendError(backend.name, operation, error);
+}
