@@ -1,8 +1,7 @@
 // After tsc: copy the files tsc does not emit (Lua scripts, SQL) from a package's src/ into its
-// dist/, and mark its bin executable. `node scripts/copy-assets.mjs <src> <dist> [--bin <file>]`,
-// run from the package's folder by its `build` script; test/helpers/private-build.ts calls
-// `copyAssets` for the copies it compiles.
-import { chmodSync, cpSync, readdirSync } from 'node:fs';
+// dist/. `node scripts/copy-assets.mjs <src> <dist>`, run from the package's folder by its `build`
+// script; test/helpers/private-build.ts calls `copyAssets` for the copies it compiles.
+import { cpSync, readdirSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -16,11 +15,9 @@ export function copyAssets(from, to) {
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const [from, to, flag, bin] = process.argv.slice(2);
+  const [from, to] = process.argv.slice(2);
   if (from === undefined || to === undefined) {
-    throw new Error('usage: node scripts/copy-assets.mjs <src> <dist> [--bin <file>]');
+    throw new Error('usage: node scripts/copy-assets.mjs <src> <dist>');
   }
   copyAssets(from, to);
-  // A bin must be executable when run directly from dist/.
-  if (flag === '--bin' && bin !== undefined) chmodSync(bin, 0o755);
 }

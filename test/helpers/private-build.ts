@@ -37,8 +37,6 @@ export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** A compiled copy of the workspace. */
 export interface PrivateBuild {
-  /** The copy's root folder: `packages/…` and `tools/…` below it, as in the repository. */
-  readonly root: string;
   /** The library's compiled folder, holding `index.js`, `fencing/`, `backends/`, … */
   readonly dir: string;
   /** The `fencelock` binary's entry point (`packages/cli/dist/cli/main.js` of the copy). */
@@ -64,7 +62,6 @@ export async function privateBuild(_tag: string): Promise<PrivateBuild> {
   const name = `${PREFIX}${sourceHash()}`;
   const root = join(CACHE, name);
   const built = {
-    root,
     dir: join(root, 'packages', 'fencelock', 'dist'),
     cli: join(root, 'packages', 'cli', 'dist', 'cli', 'main.js'),
     remove: () => undefined,

@@ -21,7 +21,6 @@ import { privateBuild, ROOT } from '../../helpers/private-build.js';
 export const CHILD = join(dirname(fileURLToPath(import.meta.url)), 'fixtures/child.mjs');
 
 let cli: string | undefined;
-let buildRoot: string | undefined;
 
 /**
  * Compile the workspaces for this test file (call in `beforeAll`, with a long hook timeout).
@@ -30,10 +29,8 @@ let buildRoot: string | undefined;
 export async function buildCli(): Promise<() => void> {
   const build = await privateBuild('cli');
   cli = build.cli;
-  buildRoot = build.root;
   return () => {
     cli = undefined;
-    buildRoot = undefined;
     build.remove();
   };
 }
@@ -77,18 +74,12 @@ export interface CliOptions {
   readonly env?: Record<string, string>;
   /** Written to the CLI's stdin, which is then closed (default: no stdin at all). */
   readonly input?: string;
-  /**
-   * Another program of the build to run instead of the `fencelock` binary, relative to the build's
-   * root, e.g. `tools/torture/dist/main.js`.
-   */
-  readonly program?: string;
 }
 
 /** Start `fencelock <args>` in `cwd` with extra environment variables. */
 export function startCli(args: readonly string[], options: CliOptions = {}): RunningCli {
-  if (cli === undefined || buildRoot === undefined) throw new Error('buildCli() first');
-  const entry = options.program === undefined ? cli : join(buildRoot, options.program);
-  const child = spawn(process.execPath, [entry, ...args], {
+  if (cli === undefined) throw new Error('buildCli() first');
+  const child = spawn(process.execPath, [cli, ...args], {
     cwd: options.cwd ?? ROOT,
     env: { ...process.env, ...options.env },
     stdio: [options.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],

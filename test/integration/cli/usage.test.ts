@@ -227,40 +227,34 @@ describe('store URLs in usage errors', () => {
 interface CommandEntry {
   readonly words: readonly string[];
   readonly command: Command;
-  /** The program that answers it: the `fencelock` binary, unless a tool's own (see `CliOptions`). */
-  readonly program?: string;
 }
 
 /** Every command of the commander tree under `command`, itself first, depth first. */
-function commandTree(
-  command: Command,
-  program?: string,
-  words: readonly string[] = [],
-): CommandEntry[] {
+function commandTree(command: Command, words: readonly string[] = []): CommandEntry[] {
   return [
-    { words, command, ...(program === undefined ? {} : { program }) },
-    ...command.commands.flatMap((sub) => commandTree(sub, program, [...words, sub.name()])),
+    { words, command },
+    ...command.commands.flatMap((sub) => commandTree(sub, [...words, sub.name()])),
   ];
 }
 
 /** A tool's commands as its own program builds them (a `fencelock` program with them added). */
-function toolProgram(register: (program: Command) => void): Command {
+function toolTree(register: (program: Command) => void): CommandEntry[] {
   const program = new Command('fencelock');
   register(program);
-  return program;
+  return commandTree(program).filter(({ words }) => words.length > 0);
 }
 
 /**
  * The programs as the CLI and the tools build them (only read here: their commands, options and
- * texts). `fencelock demo …` runs the demos' own program, which answers its --help; the torture
- * harness is a program of its own (`npm run torture`).
+ * texts). `fencelock demo …` and `fencelock torture …` run the tools' own programs, which answer
+ * their --help.
  */
 const TREE = [
-  ...commandTree(createProgram()).filter(({ words }) => words[0] !== 'demo'),
-  ...commandTree(toolProgram(registerDemoCommand)).filter(({ words }) => words.length > 0),
-  ...commandTree(toolProgram(registerTortureCommand), 'tools/torture/dist/main.js').filter(
-    ({ words }) => words.length > 0,
+  ...commandTree(createProgram()).filter(
+    ({ words }) => words[0] !== 'demo' && words[0] !== 'torture',
   ),
+  ...toolTree(registerDemoCommand),
+  ...toolTree(registerTortureCommand),
 ];
 
 /**
@@ -300,7 +294,7 @@ describe('--help', () => {
       (entry) => [['fencelock', ...entry.words].join(' '), entry] as const,
     ),
   )('%s --help: exit code 0, its usage line, every option documented', async (name, entry) => {
-    const { command, words, program } = entry;
+    const { command, words } = entry;
     const help = command.createHelp();
     // A command that switches commander's help off must say whose help answers instead.
     expect(
@@ -308,7 +302,7 @@ describe('--help', () => {
       `${name} has no --help`,
     ).toContain('--help');
 
-    const result = await runCli([...words, '--help'], program === undefined ? {} : { program });
+    const result = await runCli([...words, '--help']);
     expect([result.code, result.stderr]).toEqual([0, '']);
     const lines = result.stdout.split('\n');
     expect(lines[0]).toBe(`Usage: ${name} ${command.usage()}`);

@@ -7,10 +7,19 @@
  *   `pg` installed.
  * - The command line's tarball, installed locally and globally, answers `fencelock --help`,
  *   runs a command under a lock on Redis, and says that the demos run from a clone.
+ * - In this clone, `npm ci` linked the `fencelock` command (`npx fencelock` works).
  * Dependencies come from npm's cache when it has them (`--prefer-offline`), else the registry.
  */
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -75,7 +84,8 @@ describe('the fencelock tarball', () => {
     const files = await tarballFiles(libraryTarball);
     expect(files).toContain('package/dist/index.js');
     expect(files).toContain('package/dist/fencing/redis.d.ts');
-    expect(files).toContain('package/dist/backends/redis/scripts/acquire.lua');
+    expect(files).toContain('package/dist/backends/redis/scripts/queued-acquire.lua');
+    expect(files).toContain('package/dist/backends/redlock/scripts/grant-on-node.lua');
     expect(files).toContain('package/README.md');
     expect(files).toContain('package/LICENSE');
     const tools = files.filter((f) => /\/(cli|server|torture|demos?|bench)\//.test(f));
@@ -196,7 +206,18 @@ describe('the @fencelock/cli tarball', () => {
     expect(result.stderr).toContain('the demos run from a clone of the repository');
   });
 
-  it('works from a global install (npm install -g)', async () => {
+  it('works from a global install (npm install -g): run on Redis with its own ioredis', async () => {
+    // As from the registry, where `fencelock` is a dependency of the command line and installs
+    // inside it: the command line's tarball again, its `fencelock` dependency pointing at the
+    // library's tarball. (Both tarballs side by side on the command line would make the library
+    // a global package of its own, which cannot see the command line's engine clients.)
+    const unpacked = join(scratch, 'cli-for-global');
+    mkdirSync(unpacked);
+    await exec('tar', ['-xzf', cliTarball, '-C', unpacked]);
+    const manifestPath = join(unpacked, 'package', 'package.json');
+    const manifest = JSON.parse(readFileSync(manifestPath, 'utf8'));
+    manifest.dependencies.fencelock = `file:${libraryTarball}`;
+    writeFileSync(manifestPath, JSON.stringify(manifest));
     const prefix = join(scratch, 'global');
     // A global install takes the optional engine clients too; --ignore-scripts spares the
     // native builds (better-sqlite3, several minutes where no prebuilt binary can be fetched).
@@ -207,10 +228,28 @@ describe('the @fencelock/cli tarball', () => {
       prefix,
       '--ignore-scripts',
       ...NPM_FLAGS,
-      libraryTarball,
-      cliTarball,
+      join(unpacked, 'package'),
     ]);
-    const { stdout } = await exec(join(prefix, 'bin', 'fencelock'), ['--version']);
-    expect(stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+    const fencelock = join(prefix, 'bin', 'fencelock');
+    const { stdout: version } = await exec(fencelock, ['--version']);
+    expect(version.trim()).toBe(manifest.version);
+    const { stdout } = await exec(fencelock, [
+      'run',
+      '--store',
+      REDIS_URL,
+      `packed-global-${process.pid}`,
+      '--',
+      process.execPath,
+      '-e',
+      'console.log("token=" + process.env.FENCELOCK_TOKEN)',
+    ]);
+    expect(stdout).toMatch(/^token=[1-9]\d*$/m);
   }, 300_000);
+});
+
+describe('this clone', () => {
+  it('has the fencelock command linked by npm ci (npx fencelock)', async () => {
+    const { stdout } = await exec(join(ROOT, 'node_modules', '.bin', 'fencelock'), ['--help']);
+    expect(stdout).toMatch(/^Usage: fencelock /);
+  });
 });

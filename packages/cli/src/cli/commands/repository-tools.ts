@@ -1,7 +1,8 @@
 /**
- * `fencelock bench …` and `fencelock demo …`: programs of the repository that are not published
- * (the benchmark suite `bench/run.mjs`, the same as `npm run bench`; the demos of `tools/demos`,
- * the same as `npm run demo`), run with the arguments passed through. They drive peer libraries
+ * `fencelock bench …`, `fencelock demo …` and `fencelock torture …`: programs of the repository
+ * that are not published (the benchmark suite `bench/run.mjs`, the same as `npm run bench`; the
+ * demos of `tools/demos`, as `npm run demo`; the fault matrix of `tools/torture`, as
+ * `npm run torture`), run with the arguments passed through. They drive peer libraries
  * and engines installed in a clone, so they run from a clone of the repository; from a published
  * install these commands say so. Only process plumbing here.
  */
@@ -41,9 +42,17 @@ const TOOLS: readonly RepositoryTool[] = [
     leadingArgs: ['demo'],
     hint: 'the demos run from a clone of the repository, after npm ci (npm run demo)',
   },
+  {
+    name: 'torture',
+    description:
+      'the fault-injection matrix against the engines of scripts/services.sh (from a clone of the repository; options: fencelock torture --help)',
+    script: 'tools/torture/dist/main.js',
+    leadingArgs: ['torture'],
+    hint: 'the torture harness runs from a clone of the repository, after npm ci (npm run torture)',
+  },
 ];
 
-/** Add `bench` and `demo` to `program`. */
+/** Add `bench`, `demo` and `torture` to `program`. */
 export function registerRepositoryTools(program: Command): void {
   for (const tool of TOOLS) {
     program
