@@ -72,6 +72,18 @@ function initialize(db: Database.Database, config: SqliteUrlConfig): void {
   }
 }
 
+/**
+ * What to do when better-sqlite3 is installed without its native addon (its install script was
+ * skipped, as npm does for scripts that `allowScripts` does not approve, or failed): the
+ * `bindings` package's "Could not locate the bindings file" error says only where it looked.
+ */
+export function addonHint(error: unknown): string {
+  const message = error instanceof Error ? error.message : '';
+  return message.startsWith('Could not locate the bindings file')
+    ? " (better-sqlite3's native addon is not built: run npm rebuild better-sqlite3)"
+    : '';
+}
+
 /** The SQLite backend. Build it with `createSqliteBackend`. */
 export class SqliteBackend implements Backend {
   readonly name = 'sqlite';
@@ -95,7 +107,7 @@ export class SqliteBackend implements Backend {
       if (config.path !== ':memory:') mkdirSync(dirname(config.path), { recursive: true });
       db = new Database(config.path);
     } catch (error) {
-      throw new BackendError('sqlite', `open of ${config.path}`, error);
+      throw new BackendError('sqlite', `open of ${config.path}${addonHint(error)}`, error);
     }
     this.#db = db;
     try {
