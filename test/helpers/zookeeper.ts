@@ -9,6 +9,8 @@ import { ZK_HOSTS } from './engines.js';
 /** The promise API calls the tests use. */
 export interface ZkAdmin {
   get_children(path: string, watch: boolean): Promise<string[]>;
+  /** Bring the connected server up to date with the leader before the next read. */
+  sync(path: string): Promise<unknown>;
   exists(path: string, watch: boolean): Promise<{ czxid: number; ephemeralOwner: string }>;
   get(path: string, watch: boolean): Promise<[{ czxid: number }, unknown]>;
   delete_(path: string, version: number): Promise<void>;

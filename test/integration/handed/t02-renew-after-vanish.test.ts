@@ -2,10 +2,10 @@
  * Scenario T02: renewing after the key vanished must fail, not resurrect the lock (Redis).
  * Step 3 freezes this process's event loop while a separate Node process takes the key.
  */
-import { type ChildProcessWithoutNullStreams, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import diagnostics_channel from 'node:diagnostics_channel';
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   CHANNELS,
@@ -14,10 +14,11 @@ import {
   type RenewEvent,
 } from '../../../packages/fencelock/src/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
+import { privateBuild, ROOT } from '../../helpers/private-build.js';
 import { monitorRedis, redisHarness, sleep, uniqueKey } from './stores.js';
 
-const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
-const DIST_INDEX = `${ROOT}dist/index.js`;
+/** The library's `index.js`, compiled from its sources (a private build shared by the run). */
+let buildIndex: string;
 
 let store: ReturnType<typeof redisHarness>;
 
@@ -82,11 +83,9 @@ describe('T02 renew after the key vanished (redis)', () => {
 });
 
 describe('T02 step 3: watchdog vs a frozen event loop (redis)', () => {
-  beforeAll(() => {
-    if (!existsSync(DIST_INDEX)) {
-      execFileSync('npm', ['run', 'build', '--silent'], { cwd: ROOT, stdio: 'inherit' });
-    }
-  });
+  beforeAll(async () => {
+    buildIndex = join((await privateBuild('t02')).dir, 'index.js');
+  }, 180_000);
 
   it.each([
     { variant: 'right after the grant (no renewal in flight)', renewalInFlight: false },
@@ -222,7 +221,7 @@ function startProcessB(key: string): {
   stop(): void;
 } {
   const script = `
-    import { createLocker } from ${JSON.stringify(`file://${DIST_INDEX}`)};
+    import { createLocker } from ${JSON.stringify(pathToFileURL(buildIndex).href)};
     const key = ${JSON.stringify(key)};
     const locker = createLocker(${JSON.stringify(REDIS_URL)});
     await locker.inspect(key); // connect before the go signal

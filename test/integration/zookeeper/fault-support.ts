@@ -191,6 +191,10 @@ const isNoNode = (error: unknown): boolean => /^-101\b/.test(String((error as Er
 /** The contender node names under `dir`, sorted; [] when it does not exist. */
 export async function nodeNames(admin: ZkAdmin, dir: string): Promise<string[]> {
   try {
+    // ZooKeeper orders each client's own reads after its writes, not after other clients':
+    // the admin's server may not have applied a node another client just created. `sync` first
+    // makes that server catch up with the leader (seen: an empty list right after a grant).
+    await admin.sync(dir);
     return (await admin.get_children(dir, false)).sort();
   } catch (error) {
     if (isNoNode(error)) return [];
@@ -286,6 +290,9 @@ class ReopeningAdmin implements ZkAdmin {
 
   get_children(path: string, watch: boolean) {
     return this.#call((zk) => zk.get_children(path, watch));
+  }
+  sync(path: string) {
+    return this.#call((zk) => zk.sync(path));
   }
   exists(path: string, watch: boolean) {
     return this.#call((zk) => zk.exists(path, watch));
