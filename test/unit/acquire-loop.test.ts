@@ -3,6 +3,7 @@
  * each contract answer (granted, held, queued, undecided, too late, none), its withdrawals and its
  * counters. Fake timers.
  */
+import diagnostics_channel from 'node:diagnostics_channel';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   AcquireLoop,
@@ -16,8 +17,14 @@ import type {
   Granted,
 } from '../../packages/fencelock/src/core/backend.js';
 import { AcquireCancellation } from '../../packages/fencelock/src/core/cancellation.js';
-import { BackendError, LockTimeoutError } from '../../packages/fencelock/src/index.js';
+import {
+  BackendError,
+  CHANNELS,
+  createLocker,
+  LockTimeoutError,
+} from '../../packages/fencelock/src/index.js';
 import { DEFAULTS } from '../../packages/fencelock/src/options.js';
+import { MemoryBackend } from './memory-backend.js';
 
 beforeEach(() => {
   vi.useFakeTimers();
@@ -180,5 +187,24 @@ describe('AcquireLoop', () => {
     expect(error).toBeInstanceOf(LockTimeoutError);
     expect((error as LockTimeoutError).cause).toBe(reason);
     expect(p.withdrawal.now).toHaveBeenCalledTimes(1);
+  });
+});
+
+describe('the acquire event', () => {
+  it('counts an attempt the engine failed (attempts: 1 on the error event)', async () => {
+    const seen: Record<string, unknown>[] = [];
+    const listener = (message: unknown) => seen.push(message as Record<string, unknown>);
+    diagnostics_channel.subscribe(CHANNELS.acquire, listener);
+    try {
+      const backend = new MemoryBackend();
+      backend.attemptMode = 'apply-then-fail'; // the engine grants, the reply is lost
+      const locker = createLocker(backend);
+      await expect(locker.acquire('k', { waitMs: 1000 })).rejects.toThrow(/reply lost/);
+      await locker.close();
+      expect(backend.calls.attempt).toBe(1);
+      expect(seen).toEqual([expect.objectContaining({ outcome: 'error', attempts: 1 })]);
+    } finally {
+      diagnostics_channel.unsubscribe(CHANNELS.acquire, listener);
+    }
   });
 });

@@ -86,4 +86,16 @@ describe('startWait', () => {
     expect(add).toHaveBeenCalledTimes(1);
     expect(remove).toHaveBeenCalledWith('abort', add.mock.calls[0]?.[1]);
   });
+
+  it('waits at most MAX_TIMER_MS for a longer maxMs, not 1 ms (Node runs longer delays at once)', async () => {
+    vi.useRealTimers();
+    const wait = startWait(undefined, 2 ** 31);
+    const early = await Promise.race([
+      wait.ended,
+      new Promise((resolve) => setTimeout(() => resolve('pending'), 50)),
+    ]);
+    wait.wake();
+    expect(early).toBe('pending');
+    expect(await wait.ended).toBe('event');
+  });
 });

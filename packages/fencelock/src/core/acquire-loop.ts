@@ -97,8 +97,13 @@ export class AcquireLoop<T> {
           throw this.#undecided ?? this.#timeout();
         }
         this.#sent = true;
-        const result = await this.#answerBeforeDeadline(backend.attempt(request));
-        this.#attempts += 1;
+        let result: Granted | NotGranted | undefined;
+        try {
+          result = await this.#answerBeforeDeadline(backend.attempt(request));
+        } finally {
+          // An attempt the engine failed counts too (the `acquire` event's `attempts`).
+          this.#attempts += 1;
+        }
         if (result === undefined) throw this.#noAnswer();
         const next = result.granted
           ? await this.#granted(result, attemptStartedAt)

@@ -4,6 +4,7 @@
  * and the core's wait for an engine's answer all end on the first of the three, and each must
  * clear its timer and its abort listener whichever comes first.
  */
+import { MAX_TIMER_MS } from '../options.js';
 
 /** How a wait ended: `event` (woken), `deadline` (`maxMs` passed) or `abort` (the signal). */
 export type WaitEnd = 'event' | 'deadline' | 'abort';
@@ -25,8 +26,10 @@ export interface Wait {
  *
  * @param signal ends the wait as `abort`; already aborted: the wait ends at once (and `onEnd`
  *   runs during this call).
- * @param maxMs longest wait, ms; negative counts as 0; `Infinity` (or any non-finite value)
- *   makes no timer: the wait then ends only on `wake()` or `signal`.
+ * @param maxMs longest wait, ms; negative counts as 0; above `MAX_TIMER_MS` (about 24.8 days,
+ *   the longest delay `setTimeout` keeps: Node runs a longer one after 1 ms) counts as
+ *   `MAX_TIMER_MS`; `Infinity` (or any non-finite value) makes no timer: the wait then ends only
+ *   on `wake()` or `signal`.
  * @param onEnd clean-up of the caller's own (unregister a waiter), run synchronously at the end.
  */
 export function startWait(
@@ -52,7 +55,10 @@ export function startWait(
   if (signal?.aborted) {
     finish('abort');
   } else {
-    if (Number.isFinite(maxMs)) timer = setTimeout(() => finish('deadline'), Math.max(0, maxMs));
+    if (Number.isFinite(maxMs)) {
+      const delayMs = Math.min(Math.max(0, maxMs), MAX_TIMER_MS);
+      timer = setTimeout(() => finish('deadline'), delayMs);
+    }
     signal?.addEventListener('abort', onAbort, { once: true });
   }
   return { ended, wake: () => finish('event'), isDone: () => done };
