@@ -218,6 +218,10 @@ describe('the @fencelock/cli tarball', () => {
     const manifest = JSON.parse(readFileSync(manifestPath, 'utf8'));
     manifest.dependencies.fencelock = `file:${libraryTarball}`;
     writeFileSync(manifestPath, JSON.stringify(manifest));
+    // A folder would be installed as a link to it; a tarball installs as the registry's would.
+    const [repacked] = JSON.parse(
+      await npm(scratch, ['pack', '--json', '--ignore-scripts', join(unpacked, 'package')]),
+    ) as { filename: string }[];
     const prefix = join(scratch, 'global');
     // A global install takes the optional engine clients too; --ignore-scripts spares the
     // native builds (better-sqlite3, several minutes where no prebuilt binary can be fetched).
@@ -228,7 +232,7 @@ describe('the @fencelock/cli tarball', () => {
       prefix,
       '--ignore-scripts',
       ...NPM_FLAGS,
-      join(unpacked, 'package'),
+      join(scratch, repacked!.filename),
     ]);
     const fencelock = join(prefix, 'bin', 'fencelock');
     const { stdout: version } = await exec(fencelock, ['--version']);
