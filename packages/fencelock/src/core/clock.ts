@@ -1,7 +1,7 @@
 /**
  * Monotonic time for all lease arithmetic. Wall-clock time (`Date.now()`) jumps with NTP steps
  * and manual changes; `performance.now()` does not, so a lease's validity never depends on it
- * (DESIGN.md semantics 4). Drift math sits beside it.
+ * (docs/semantics.md, "Validity (monotonic clock, drift)"). Drift math sits beside it.
  */
 import { InvalidArgumentError } from '../errors.js';
 
