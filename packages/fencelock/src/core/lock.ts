@@ -120,7 +120,7 @@ export class Lock {
   async acquireForOwner(owner: string, attempts: AttemptCount): Promise<OwnerGrant | null> {
     const startedAt = monotonicNow();
     const backend = await this.#backend();
-    const request = this.#request(backend, owner, attempts, undefined);
+    const request = this.#request(this.#renewTtlMs(backend), owner, attempts, undefined);
     return this.#run(
       backend,
       request,
@@ -157,7 +157,8 @@ export class Lock {
         return held;
       }
     }
-    const request = this.#request(backend, newOwnerId(), attempts, heldWriter);
+    const renewTtlMs = this.#renewTtlMs(backend);
+    const request = this.#request(renewTtlMs, newOwnerId(), attempts, heldWriter);
     const withdrawal = abandonOnGiveUp(backend, request);
     return this.#run(
       backend,
@@ -165,7 +166,8 @@ export class Lock {
       attempts,
       startedAt,
       withdrawal,
-      (result, attemptStartedAt) => this.#newLease(backend, result, request, attemptStartedAt),
+      (result, attemptStartedAt) =>
+        this.#newLease(backend, result, request, renewTtlMs, attemptStartedAt),
     );
   }
 
@@ -189,18 +191,17 @@ export class Lock {
   }
 
   /**
-   * The attempt request (TTL capped by `maxHoldMs`).
+   * The attempt request: `ttlMs` (the TTL the watchdog renews to) capped by `maxHoldMs`.
    * @throws InvalidArgumentError when that TTL is no longer than its drift allowance: no grant
    *   could ever be believed valid, and acquire would abandon every grant and retry forever.
    */
   #request(
-    backend: Backend,
+    ttlMs: number,
     owner: string,
     attempts: AttemptCount,
     heldWriter: string | undefined,
   ): AttemptRequest {
     const { options } = this;
-    const ttlMs = this.#renewTtlMs(backend);
     const requestTtlMs =
       options.maxHoldMs === undefined ? ttlMs : Math.min(ttlMs, options.maxHoldMs);
     assertLongerThanDrift(
@@ -252,6 +253,7 @@ export class Lock {
     backend: Backend,
     result: Granted,
     request: AttemptRequest,
+    renewTtlMs: number,
     attemptStartedAt: number,
   ): Lease {
     const lease = new Lease(
@@ -261,7 +263,7 @@ export class Lock {
         owner: request.owner,
         fencingToken: result.token,
         ttlMs: result.ttlMs,
-        renewTtlMs: this.#renewTtlMs(backend),
+        renewTtlMs,
         attemptStartedAt,
         autoRenew: this.options.autoRenew,
         maxHoldMs: this.options.maxHoldMs,
