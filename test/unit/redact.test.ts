@@ -3,6 +3,7 @@
  * the user-info part and of `password=` parameters becomes `***`; user, hosts, path and other
  * parameters stay; shapes in error wordings and IPv6 hosts are left alone.
  */
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { redactStoreUrl, redactStoreUrlsIn } from '../../packages/fencelock/src/redact.js';
 
@@ -68,5 +69,75 @@ describe('redactStoreUrlsIn', () => {
     expect(redactStoreUrlsIn(message)).toBe(
       'invalid store: expected redis://[user:pass@]host:port[/db] or rediss://…, received "redis://u:***@h:0", also postgres://x:***@h/db?password=*** here',
     );
+  });
+});
+
+describe('redactStoreUrlsIn on hostile text', () => {
+  /**
+   * The pattern this module used before it scanned words itself: the reference for what counts
+   * as a URL in a text. It backtracks (quadratic on a long run of letters), so it is only run
+   * here, on short texts.
+   */
+  const REFERENCE =
+    /[a-z][a-z0-9+.-]*:\/\/[^\s"'`<>]*|\b(?:redis|rediss|redis\+sentinel|redis\+cluster|redlock|etcd|zk|postgres|postgresql):[^\s"'`<>/@]*@[^\s"'`<>]*/gi;
+  const reference = (text: string) => text.replace(REFERENCE, (url) => redactStoreUrl(url));
+
+  /** Texts built from the pieces URLs and their look-alikes are made of. */
+  const urlish = fc
+    .array(
+      fc.constantFrom(
+        'redis',
+        'rediss',
+        'redis+sentinel',
+        'postgres',
+        'zk',
+        'etcd',
+        'x1.',
+        'a',
+        'Z',
+        '9',
+        '-',
+        '+',
+        ':',
+        '//',
+        '/',
+        '@',
+        'u:pw@',
+        '?',
+        'password=',
+        '&',
+        '=',
+        '%3A%2F%2F',
+        ' ',
+        '"',
+        '<',
+        'é',
+        '\u0000',
+      ),
+      { maxLength: 24 },
+    )
+    .map((pieces) => pieces.join(''));
+
+  it('finds and redacts the same URLs as the reference pattern', () => {
+    fc.assert(
+      fc.property(fc.oneof(urlish, fc.string({ maxLength: 40 })), (text) => {
+        expect(redactStoreUrlsIn(text)).toBe(reference(text));
+      }),
+      { numRuns: 5_000 },
+    );
+  });
+
+  it.each([
+    ['letters', 'a'],
+    ['scheme characters', 'a+'],
+    ['bare store schemes', 'redis:'],
+    ['schemes without a host', 'a://'],
+    ['parameters', '?password='],
+  ])('takes linear time on 1 MB of repeated %s', (_name, unit) => {
+    const text = unit.repeat(Math.ceil(1_048_576 / unit.length));
+    const started = performance.now();
+    redactStoreUrlsIn(text);
+    // The backtracking pattern needed over a second for 20,000 letters; this is a generous bound.
+    expect(performance.now() - started).toBeLessThan(1_000);
   });
 });

@@ -2,7 +2,6 @@
  * `createLocker`: the front door. Takes a store URL or a backend instance.
  */
 import type { Backend } from './core/backend.js';
-import { assertLongerThanDrift } from './core/clock.js';
 import { Locker } from './core/locker.js';
 import { InvalidArgumentError } from './errors.js';
 import { type LockerOptions, resolveLockerOptions } from './options.js';
@@ -26,7 +25,6 @@ import { resolveStoreUrl, storeName } from './stores.js';
  */
 export function createLocker(store: string | Backend, options?: LockerOptions): Locker {
   const { defaults, driftFactor, name } = resolveLockerOptions(options);
-  assertLongerThanDrift(defaults.ttlMs, driftFactor);
   if (typeof store === 'string') {
     return new Locker(resolveStoreUrl(store), defaults, driftFactor, name ?? storeName(store));
   }

@@ -27,6 +27,9 @@ export class FencelockError extends Error {
   }
 }
 
+/** Longest argument name an `InvalidArgumentError` repeats, characters. */
+const MAX_ARGUMENT_CHARS = 100;
+
 /**
  * Bad input, found before any network call. `argument` names the offending argument,
  * `allowed` describes the accepted range and `received` is what was passed.
@@ -46,11 +49,15 @@ export class InvalidArgumentError extends FencelockError {
           isStoreUrl(received)
           ? redactStoreUrl(received)
           : redactStoreUrlsIn(received);
+    // An argument's name can carry input too (`store parameter <name>`): cut and redacted.
+    const redacted = redactStoreUrlsIn(argument);
+    const named =
+      redacted.length > MAX_ARGUMENT_CHARS ? `${redacted.slice(0, MAX_ARGUMENT_CHARS)}…` : redacted;
     super(
       'ERR_INVALID_ARGUMENT',
-      `invalid ${argument}: expected ${allowed}, received ${describe(shown)}`,
+      `invalid ${named}: expected ${allowed}, received ${describe(shown)}`,
     );
-    this.argument = argument;
+    this.argument = named;
     this.allowed = allowed;
     // Objects are described, not kept: a whole client object would flood every log line.
     this.received = typeof shown === 'object' && shown !== null ? describe(shown) : shown;

@@ -64,7 +64,9 @@ export {
   type LockOptions,
   MAX_KEY_BYTES,
   MAX_TIMER_MS,
+  MIN_TTL_MS,
   type RetryOptions,
+  ttlRule,
   validateKey,
 } from './options.js';
 export { redactStoreUrl, redactStoreUrlsIn } from './redact.js';

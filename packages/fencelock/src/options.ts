@@ -161,13 +161,33 @@ export function validateFencingToken(value: unknown, argument = 'fencingToken'):
   return value;
 }
 
+/** Whether `value` can be an options object: an object that is neither null nor an array. */
+export function isOptionsObject(value: unknown): value is object {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
 /**
- * Check a TTL in ms: a finite number > 0 and <= `maxMs`; non-integers are rounded up.
- * @throws InvalidArgumentError
+ * The shortest lease anyone may ask for, ms: the library, the CLI (`--ttl`) and the sidecar
+ * (`ttlMs`) share it. At 100 ms the default drift allowance (1 % + 2 ms) leaves 97 ms of
+ * validity and the watchdog renews every 33 ms, still several loopback round trips; a shorter
+ * lease is lost to scheduling noise. Even the largest `driftFactor` (0.5) leaves a lease of this
+ * length 48 ms of validity, so no TTL in range is eaten by its drift allowance. Engines may grant more than asked (etcd rounds up to whole seconds and its
+ * minimum, ZooKeeper to 2 × tickTime); `lease.ttlMs` says what they granted.
+ */
+export const MIN_TTL_MS = 100;
+
+/** The rule every TTL (and `maxHoldMs`) meets, as errors state it. */
+export function ttlRule(maxMs = MAX_TIMER_MS): string {
+  return `a number of milliseconds from ${MIN_TTL_MS} to ${maxMs} (fractions round up)`;
+}
+
+/**
+ * Check a TTL in ms: a finite number in [`MIN_TTL_MS`, `maxMs`]; non-integers are rounded up.
+ * @throws InvalidArgumentError stating the rule and the value received.
  */
 export function validateTtl(value: unknown, argument = 'ttlMs', maxMs = MAX_TIMER_MS): number {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0 || value > maxMs) {
-    throw new InvalidArgumentError(argument, `a number of milliseconds in (0, ${maxMs}]`, value);
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < MIN_TTL_MS || value > maxMs) {
+    throw new InvalidArgumentError(argument, ttlRule(maxMs), value);
   }
   return Math.ceil(value);
 }
@@ -260,7 +280,7 @@ export function resolveLockOptions(
   allowed: ReadonlySet<string> = LOCK_OPTION_NAMES,
 ): ResolvedLockOptions {
   if (overrides === undefined) return base;
-  if (typeof overrides !== 'object' || overrides === null) {
+  if (!isOptionsObject(overrides)) {
     throw new InvalidArgumentError('options', 'an options object', overrides);
   }
   for (const name of Object.keys(overrides)) {
@@ -337,7 +357,7 @@ export function resolveLockerOptions(options: unknown): {
   driftFactor: number;
   name: string | undefined;
 } {
-  if (options !== undefined && (typeof options !== 'object' || options === null)) {
+  if (options !== undefined && !isOptionsObject(options)) {
     throw new InvalidArgumentError('options', 'an options object', options);
   }
   const o = (options ?? {}) as LockerOptions & { signal?: unknown; session?: unknown };

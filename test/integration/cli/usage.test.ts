@@ -41,7 +41,7 @@ afterAll(async () => {
 
 /** The schemes `createLocker` knows, as its error lists them. */
 const SCHEMES = STORE_SCHEMES.join(', ');
-const TTL_RANGE = 'an integer in [10, 2147483647]';
+const TTL_RANGE = 'an integer in [100, 2147483647]';
 const MS_RANGE = 'an integer in [0, 2147483647]';
 
 /** [what, arguments after `run <key>` (before the command), expected stderr line]. */
@@ -51,7 +51,7 @@ const BAD_RUN_OPTIONS: readonly (readonly [string, readonly string[], string])[]
     ['--ttl', 'abc'],
     `invalid --ttl: expected ${TTL_RANGE}, received "abc"`,
   ],
-  ['a --ttl below 10 ms', ['--ttl', '5'], `invalid --ttl: expected ${TTL_RANGE}, received "5"`],
+  ['a --ttl below 100 ms', ['--ttl', '99'], `invalid --ttl: expected ${TTL_RANGE}, received "99"`],
   [
     'a fractional --ttl',
     ['--ttl', '1500.5'],

@@ -7,12 +7,8 @@
 
 import { parseIntegerOption, parseStoreOption, UsageError } from '@fencelock/cli/tooling';
 import type { Command } from 'commander';
-import { redactStoreUrl } from 'fencelock';
-import {
-  FLASH_SALE_DEFAULTS,
-  FLASH_SALE_LIMITS,
-  FLASH_SALE_MINIMUMS,
-} from './flash-sale/defaults.js';
+import { MIN_TTL_MS, redactStoreUrl } from 'fencelock';
+import { FLASH_SALE_DEFAULTS, FLASH_SALE_LIMITS } from './flash-sale/defaults.js';
 import { VERSIONS_DEFAULTS, VERSIONS_TTL_LIMITS } from './versions/defaults.js';
 
 /** Raw option values of `demo flash-sale`, as commander hands them over. */
@@ -55,7 +51,7 @@ export function registerDemoCommand(program: Command): void {
     )
     .option(
       '--ttl <ms>',
-      `lease length in milliseconds (>= ${FLASH_SALE_MINIMUMS.ttlMs})`,
+      `lease length in milliseconds (>= ${MIN_TTL_MS})`,
       String(FLASH_SALE_DEFAULTS.ttlMs),
     )
     .option('--no-lock', 'no locking at all and unfenced writes: shows the overselling')
@@ -67,12 +63,7 @@ export function registerDemoCommand(program: Command): void {
         workers: parseIntegerOption('--workers', raw.workers, 1, FLASH_SALE_LIMITS.workers),
         stock: parseIntegerOption('--stock', raw.stock, 1, FLASH_SALE_LIMITS.stock),
         attempts: parseIntegerOption('--attempts', raw.attempts, 1, FLASH_SALE_LIMITS.attempts),
-        ttlMs: parseIntegerOption(
-          '--ttl',
-          raw.ttl,
-          FLASH_SALE_MINIMUMS.ttlMs,
-          FLASH_SALE_LIMITS.ttlMs,
-        ),
+        ttlMs: parseIntegerOption('--ttl', raw.ttl, MIN_TTL_MS, FLASH_SALE_LIMITS.ttlMs),
         lock: raw.lock,
       };
       const { runFlashSale, formatTable, verdict } = await loadFlashSale();

@@ -4,7 +4,7 @@
  * 400 answers. Durations: `ttlMs` and `waitMs` in milliseconds; Dapr's `expiryInSeconds` in
  * seconds. Fencing tokens travel as decimal strings (they may exceed 2^53).
  */
-import { MAX_KEY_BYTES, MAX_TIMER_MS } from 'fencelock';
+import { MAX_KEY_BYTES, MAX_TIMER_MS, MIN_TTL_MS, ttlRule } from 'fencelock';
 
 /** Longest TTL in whole seconds (Dapr's `expiryInSeconds`): the longest timer, in seconds. */
 export const MAX_EXPIRY_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
@@ -17,7 +17,7 @@ export function allowedFor(field: string, maxWaitMs: number): string {
     case 'expiryInSeconds':
       return `an integer number of seconds in [1, ${MAX_EXPIRY_SECONDS}]`;
     case 'ttlMs':
-      return `a number of milliseconds in (0, ${MAX_TIMER_MS}]`;
+      return ttlRule();
     case 'waitMs':
       return `a number of milliseconds in [0, ${maxWaitMs}]`;
     case 'resourceId':
@@ -45,7 +45,7 @@ const ownerName = {
   maxLength: MAX_OWNER_CHARS,
   pattern: '^\\P{Surrogate}*$',
 } as const;
-const ttlMs = { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_MS } as const;
+const ttlMs = { type: 'number', minimum: MIN_TTL_MS, maximum: MAX_TIMER_MS } as const;
 const fencingToken = { type: 'string', pattern: '^[1-9][0-9]{0,38}$' } as const;
 
 /** Dapr `POST /v1.0-alpha1/lock/{storeName}`. Unknown fields are ignored, as Dapr does. */

@@ -3,7 +3,6 @@
  * and manual changes; `performance.now()` does not, so a lease's validity never depends on it
  * (docs/semantics.md, "Validity (monotonic clock, drift)"). Drift math sits beside it.
  */
-import { InvalidArgumentError } from '../errors.js';
 
 /** Milliseconds on the process's monotonic clock (`performance.now()`). */
 export function monotonicNow(): number {
@@ -18,22 +17,4 @@ export function monotonicNow(): number {
  */
 export function driftMs(ttlMs: number, driftFactor: number): number {
   return ttlMs * driftFactor + 2;
-}
-
-/**
- * A lease no longer than its drift allowance could never be believed valid: reject it.
- * @throws InvalidArgumentError naming `argument`.
- */
-export function assertLongerThanDrift(
-  ttlMs: number,
-  driftFactor: number,
-  argument = 'ttlMs',
-): void {
-  if (ttlMs <= driftMs(ttlMs, driftFactor)) {
-    throw new InvalidArgumentError(
-      argument,
-      'more milliseconds than the drift allowance (ttlMs × driftFactor + 2 ms)',
-      ttlMs,
-    );
-  }
 }

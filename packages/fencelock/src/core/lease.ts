@@ -11,7 +11,7 @@
 import { LockLostError, type LockLostReason, NotLockOwnerError } from '../errors.js';
 import { validateTtl } from '../options.js';
 import type { Backend, LeaseRef, ReleaseOutcome } from './backend.js';
-import { assertLongerThanDrift, driftMs, monotonicNow } from './clock.js';
+import { driftMs, monotonicNow } from './clock.js';
 import { publish } from './events.js';
 import type { Watchdog, WatchdogTask } from './watchdog.js';
 
@@ -176,7 +176,6 @@ export class Lease implements LeaseRef, AsyncDisposable {
    */
   async extend(ttlMs: number): Promise<void> {
     const ttl = validateTtl(ttlMs, 'ttlMs', this.#ctx.backend.maxTtlMs);
-    assertLongerThanDrift(ttl, this.#ctx.driftFactor);
     if (this.#state === 'released') {
       throw new NotLockOwnerError(this.key, 'extend', 'the lease was already released');
     }

@@ -10,7 +10,7 @@ import { type ResolvedLockOptions, validateTtl } from '../options.js';
 import { AcquireLoop, type AttemptCount, type Withdrawal } from './acquire-loop.js';
 import type { AttemptRequest, Backend, Granted } from './backend.js';
 import { AcquireCancellation } from './cancellation.js';
-import { assertLongerThanDrift, monotonicNow } from './clock.js';
+import { monotonicNow } from './clock.js';
 import { publish } from './events.js';
 import { Lease, type LeaseContext } from './lease.js';
 import { type OwnerGrant, ownerGrantOf, ownerWithdrawal } from './owner-grants.js';
@@ -190,11 +190,7 @@ export class Lock {
     );
   }
 
-  /**
-   * The attempt request: `ttlMs` (the TTL the watchdog renews to) capped by `maxHoldMs`.
-   * @throws InvalidArgumentError when that TTL is no longer than its drift allowance: no grant
-   *   could ever be believed valid, and acquire would abandon every grant and retry forever.
-   */
+  /** The attempt request: `ttlMs` (the TTL the watchdog renews to) capped by `maxHoldMs`. */
   #request(
     ttlMs: number,
     owner: string,
@@ -204,11 +200,6 @@ export class Lock {
     const { options } = this;
     const requestTtlMs =
       options.maxHoldMs === undefined ? ttlMs : Math.min(ttlMs, options.maxHoldMs);
-    assertLongerThanDrift(
-      requestTtlMs,
-      this.#ctx.driftFactor,
-      requestTtlMs < ttlMs ? 'maxHoldMs' : 'ttlMs',
-    );
     return {
       key: this.key,
       owner,

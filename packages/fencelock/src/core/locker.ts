@@ -11,7 +11,6 @@ import {
   validateTtl,
 } from '../options.js';
 import type { Backend, LeaseRef, LockInfo, ReleaseOutcome } from './backend.js';
-import { assertLongerThanDrift } from './clock.js';
 import type { Lease } from './lease.js';
 import { Lock, type LockContext } from './lock.js';
 import {
@@ -164,7 +163,6 @@ export class Locker implements AsyncDisposable {
     const requested = options?.ttlMs === undefined ? this.#defaults.ttlMs : options.ttlMs;
     const backend = await this.#getBackend();
     const ttlMs = validateTtl(requested, 'ttlMs', backend.maxTtlMs);
-    assertLongerThanDrift(ttlMs, this.#ctx.driftFactor);
     if (!backend.capabilities.sessions || backend.openSession === undefined) {
       throw new InvalidArgumentError(
         'store',

@@ -30,7 +30,6 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from './backend.js';
-import { assertLongerThanDrift } from './clock.js';
 import { publish } from './events.js';
 
 /**
@@ -243,7 +242,6 @@ export async function renewForOwner(
   validateTtl(ttlMs);
   const backend = await ctx.backend();
   const ttl = validateTtl(ttlMs, 'ttlMs', backend.maxTtlMs);
-  assertLongerThanDrift(ttl, ctx.driftFactor);
   const base = { backend: backend.name, store: ctx.store, key: ref.key, owner: ref.owner };
   const fencingToken = ref.fencingToken as bigint;
   let result: RenewResult;

@@ -7,6 +7,7 @@
  */
 import { Counter, Gauge, Histogram, type Registry, register } from 'prom-client';
 import { InvalidArgumentError } from '../errors.js';
+import { isOptionsObject } from '../options.js';
 import { LockActivity, type LockLabels } from './activity.js';
 import { HOLD_BUCKETS_SECONDS, WAIT_BUCKETS_SECONDS } from './buckets.js';
 
@@ -66,7 +67,7 @@ const PREFIX = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 export function collectPrometheusMetrics(
   options: PrometheusMetricsOptions = {},
 ): PrometheusMetrics {
-  if (typeof options !== 'object' || options === null) {
+  if (!isOptionsObject(options)) {
     throw new InvalidArgumentError('options', 'an options object', options);
   }
   const registry = options.registry ?? register;

@@ -13,16 +13,6 @@ export const FLASH_SALE_DEFAULTS = Object.freeze({
   ttlMs: 5000,
 });
 
-/** Lower bounds the CLI accepts (every other option: 1). */
-export const FLASH_SALE_MINIMUMS = Object.freeze({
-  /**
-   * Lease length, ms. The critical section takes up to 5 ms and the watchdog renews at ttl / 3;
-   * below this nearly every lease is lost, and a TTL within the drift allowance (ttl × 1% + 2 ms)
-   * can never be granted.
-   */
-  ttlMs: 10,
-});
-
 /** Upper bounds the CLI accepts, to keep a typo from forking thousands of processes. */
 export const FLASH_SALE_LIMITS = Object.freeze({
   workers: 256,

@@ -32,6 +32,7 @@ import {
   type Locker,
   LockTimeoutError,
   MAX_TIMER_MS,
+  MIN_TTL_MS,
   type ReleaseOutcome,
   redactStoreUrlsIn,
 } from 'fencelock';
@@ -70,12 +71,6 @@ export const RUN_DEFAULTS = Object.freeze({
    */
   graceMs: 5000,
 });
-
-/**
- * Smallest `--ttl`, ms. A lease must outlive the drift allowance (ttl × 1% + 2 ms) and the
- * watchdog's first renewal at ttl / 3; below this, spawning the command alone outlasts it.
- */
-export const RUN_MIN_TTL_MS = 10;
 
 /** Signals `run` forwards to the command (and that cancel the wait before it starts). */
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
@@ -148,7 +143,7 @@ export function registerRunCommand(program: Command): void {
     )
     .option(
       '--ttl <ms>',
-      `lease length in ms (>= ${RUN_MIN_TTL_MS}); renewed every ttl/3 while the command runs`,
+      `lease length in ms (>= ${MIN_TTL_MS}); renewed every ttl/3 while the command runs`,
       String(RUN_DEFAULTS.ttlMs),
     )
     .option(
@@ -166,7 +161,7 @@ export function registerRunCommand(program: Command): void {
       const options: RunOptions = {
         key: parseKeyArgument('<key>', key),
         store: raw.store === undefined ? DEFAULT_CLI_STORE : parseStoreOption('--store', raw.store),
-        ttlMs: parseIntegerOption('--ttl', raw.ttl, RUN_MIN_TTL_MS, MAX_TIMER_MS),
+        ttlMs: parseIntegerOption('--ttl', raw.ttl, MIN_TTL_MS, MAX_TIMER_MS),
         waitMs:
           raw.wait === undefined
             ? Number.POSITIVE_INFINITY

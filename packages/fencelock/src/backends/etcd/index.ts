@@ -9,6 +9,7 @@
  */
 import type { Etcd3 } from 'etcd3';
 import { InvalidArgumentError } from '../../errors.js';
+import { isOptionsObject } from '../../options.js';
 import { createEtcdBackendFromConfig, EtcdBackend } from './backend.js';
 import { type EtcdUrlConfig, parseEtcdUrl } from './url.js';
 
@@ -34,7 +35,7 @@ export interface EtcdBackendOptions {
  * @throws InvalidArgumentError for a malformed URL, a missing or non-etcd3 client, or a bad option.
  */
 export function createEtcdBackend(options: EtcdBackendOptions | EtcdUrlConfig): EtcdBackend {
-  if (typeof options !== 'object' || options === null) {
+  if (!isOptionsObject(options)) {
     throw new InvalidArgumentError('options', '{ url } or { client }', options);
   }
   if ('endpoints' in options) return createEtcdBackendFromConfig(options);

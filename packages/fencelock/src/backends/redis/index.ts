@@ -21,6 +21,8 @@ export {
   type SentinelConfig,
 } from './url.js';
 
+import { isOptionsObject } from '../../options.js';
+
 /**
  * Create a Redis backend from `{ url }` or `{ client }` (an ioredis client, left open on close),
  * or from a checked URL config.
@@ -29,7 +31,7 @@ export {
  *   before the first lock operation.
  */
 export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig): RedisBackend {
-  if (typeof options !== 'object' || options === null) {
+  if (!isOptionsObject(options)) {
     throw new InvalidArgumentError('options', '{ url } or { client }', options);
   }
   if (

@@ -32,6 +32,12 @@ export function parseSqliteUrl(url: URL): SqliteUrlConfig {
     );
   }
   // `sqlite:/abs/path`, `sqlite:./rel/path`, `sqlite:rel/path`; `sqlite://` forms keep the host.
-  const path = decodeURIComponent(url.host ? `${url.host}${url.pathname}` : url.pathname);
+  const encoded = url.host ? `${url.host}${url.pathname}` : url.pathname;
+  let path: string;
+  try {
+    path = decodeURIComponent(encoded);
+  } catch {
+    throw new InvalidArgumentError('store', 'a sqlite: path with valid percent-encoding', url.href);
+  }
   return { path: path === '' ? DEFAULT_SQLITE_PATH : path, busyTimeoutMs };
 }

@@ -22,6 +22,9 @@ export {
   ZkSession,
   ZooKeeperError,
 } from './session.js';
+
+import { isOptionsObject } from '../../options.js';
+
 export { parseZookeeperUrl, type SuspendedPolicy, type ZookeeperUrlConfig } from './url.js';
 
 /** Options of `createZookeeperBackend`. */
@@ -45,7 +48,7 @@ const require = createRequire(import.meta.url);
 export function createZookeeperBackend(
   options: ZookeeperBackendOptions | ZookeeperUrlConfig,
 ): ZookeeperBackend {
-  if (typeof options !== 'object' || options === null) {
+  if (!isOptionsObject(options)) {
     throw new InvalidArgumentError('options', '{ url }', options);
   }
   let config: ZookeeperUrlConfig;
