@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install the engines the integration tests need, from Debian's packages. As root with apt-get
-# it installs what is missing; otherwise it prints the exact command and fails.
+# Install the engines (and the browser) the integration tests need, from Debian's packages. As
+# root with apt-get it installs what is missing; otherwise it prints the exact command and fails.
 set -euo pipefail
 
 # command (or file, by absolute path) the tests run -> Debian package that provides it.
@@ -25,6 +25,9 @@ declare -A PACKAGES=(
   # `faketime` is its command-line wrapper, handy for trying a jump by hand.
   ['/usr/lib/*-linux-gnu/faketime/libfaketime.so.1']=libfaketime
   [faketime]=faketime
+  # The docs site's browser test (test/integration/docs) drives Debian's Chromium headless through
+  # playwright-core, which downloads no browser of its own.
+  [/usr/bin/chromium]=chromium
 )
 
 # Optional, for the bench only (`bash scripts/install-engines.sh --bench`, which `npm run bench`
