@@ -215,7 +215,8 @@ export class AcquireLoop<T> {
    */
   #answerBeforeDeadline<R>(pending: Promise<R>): Promise<R | undefined> {
     const { cancellation, onClosing, track, withdrawal } = this.#plan;
-    const left = this.#deadline - monotonicNow();
+    // An infinite wait reads no clock here: it makes no timer whatever the time.
+    const left = Number.isFinite(this.#deadline) ? this.#deadline - monotonicNow() : Infinity;
     return new Promise<R | undefined>((resolve, reject) => {
       let answered = false;
       let unregister = noop;
