@@ -76,7 +76,8 @@ function plan(backend: Backend, attempts: AttemptCount, waitMs: number, signal?:
     retry: { ...DEFAULTS.retry },
     driftFactor: 0.01,
     cancellation: new AcquireCancellation(
-      { signal, session: undefined, closing: closing.signal },
+      { signal, session: undefined },
+      closing.signal,
       'k',
       startedAt,
     ),

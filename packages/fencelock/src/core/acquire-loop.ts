@@ -11,7 +11,7 @@ import type { RetryOptions } from '../options.js';
 import type { AttemptRequest, Backend, Granted, NotGranted } from './backend.js';
 import type { AcquireCancellation } from './cancellation.js';
 import { driftMs, monotonicNow } from './clock.js';
-import { publish } from './events.js';
+import { isObserved, publish } from './events.js';
 import { backoffDelayMs, sleep } from './retry.js';
 import { startWait } from './wait.js';
 
@@ -56,6 +56,8 @@ export interface AcquirePlan<T> {
 
 /** The loop goes on with another attempt. */
 const AGAIN = Symbol('again');
+
+function noop(): void {}
 
 /**
  * One acquire: `run()` answers with the plan's grant, or null when a single attempt found the key
@@ -105,10 +107,17 @@ export class AcquireLoop<T> {
           this.#attempts += 1;
         }
         if (result === undefined) throw this.#noAnswer();
-        const next = result.granted
-          ? await this.#granted(result, attemptStartedAt)
-          : await this.#notGranted(result);
-        if (next !== AGAIN) return next;
+        if (result.granted) {
+          this.#decided();
+          // The usual answer: taken with no further await (no promise, no turn).
+          if (this.#isUsable(result, attemptStartedAt)) {
+            return this.#grant(result, attemptStartedAt);
+          }
+          await this.#withdrawUnusable();
+        } else {
+          const next = await this.#notGranted(result);
+          if (next !== AGAIN) return next;
+        }
       }
     } catch (error) {
       this.#event(error instanceof LockTimeoutError ? 'timeout' : 'error', { error });
@@ -123,23 +132,35 @@ export class AcquireLoop<T> {
     }
   }
 
-  async #granted(result: Granted, attemptStartedAt: number): Promise<T | typeof AGAIN> {
-    const { cancellation, withdrawal, driftFactor } = this.#plan;
-    this.#decided();
+  /**
+   * A grant is of use unless the caller gave up or the locker closed meanwhile, or it came too
+   * late to be believed valid (a slow engine).
+   */
+  #isUsable(result: Granted, attemptStartedAt: number): boolean {
+    const { cancellation, driftFactor } = this.#plan;
     const validUntil = attemptStartedAt + result.ttlMs - driftMs(result.ttlMs, driftFactor);
-    if (cancellation.isStopped() || monotonicNow() >= validUntil) {
-      // Granted after the caller gave up or the locker closed, or too late to be of use (slow
-      // engine): withdraw, then give up or try again.
-      cancellation.throwIfStopped();
-      await withdrawal.now();
-      if (this.#plan.attempts === 'one' || monotonicNow() >= this.#deadline) {
-        throw this.#timeout({ reason: 'granted with no validity left' });
-      }
-      return AGAIN;
-    }
+    return !cancellation.isStopped() && monotonicNow() < validUntil;
+  }
+
+  /** The acquire's answer for a usable grant. */
+  #grant(result: Granted, attemptStartedAt: number): T {
     const answer = this.#plan.grant(result, attemptStartedAt);
-    this.#event('granted', { fencingToken: result.token, ttlMs: result.ttlMs });
+    if (isObserved('acquire')) {
+      this.#event('granted', { fencingToken: result.token, ttlMs: result.ttlMs });
+    }
     return answer;
+  }
+
+  /**
+   * Withdraw a grant that is of no use, then give up (throws) or let the loop try again.
+   * @throws LockTimeoutError when a stop source fired, or for one attempt or past the deadline.
+   */
+  async #withdrawUnusable(): Promise<void> {
+    this.#plan.cancellation.throwIfStopped();
+    await this.#plan.withdrawal.now();
+    if (this.#plan.attempts === 'one' || monotonicNow() >= this.#deadline) {
+      throw this.#timeout({ reason: 'granted with no validity left' });
+    }
   }
 
   async #notGranted(result: NotGranted): Promise<null | typeof AGAIN> {
@@ -194,10 +215,11 @@ export class AcquireLoop<T> {
    */
   #answerBeforeDeadline<R>(pending: Promise<R>): Promise<R | undefined> {
     const { cancellation, onClosing, track, withdrawal } = this.#plan;
-    const left = this.#deadline - monotonicNow();
+    // An infinite wait reads no clock here: it makes no timer whatever the time.
+    const left = Number.isFinite(this.#deadline) ? this.#deadline - monotonicNow() : Infinity;
     return new Promise<R | undefined>((resolve, reject) => {
       let answered = false;
-      let unregister = (): void => undefined;
+      let unregister = noop;
       const wait = startWait(cancellation.madeSignal, left > 0 ? left : Infinity, () => {
         unregister();
         if (answered) return;
@@ -206,15 +228,19 @@ export class AcquireLoop<T> {
         resolve(undefined);
       });
       if (!wait.isDone()) unregister = onClosing(wait.wake);
-      const settle = (finish: () => void) => {
-        if (wait.isDone()) return;
-        answered = true;
-        wait.wake();
-        finish();
-      };
       pending.then(
-        (value) => settle(() => resolve(value)),
-        (error: unknown) => settle(() => reject(error)),
+        (value) => {
+          if (wait.isDone()) return;
+          answered = true;
+          wait.wake();
+          resolve(value);
+        },
+        (error: unknown) => {
+          if (wait.isDone()) return;
+          answered = true;
+          wait.wake();
+          reject(error);
+        },
       );
     });
   }

@@ -6,14 +6,12 @@ import { LockTimeoutError } from '../errors.js';
 import { monotonicNow } from './clock.js';
 import type { Session } from './session.js';
 
-/** The stop sources of one acquire. */
-export interface StopSources {
+/** The caller's stop sources of one acquire (a handle's options have both). */
+export interface CallerStops {
   /** The caller's signal, if any. */
   readonly signal: AbortSignal | undefined;
   /** The session the acquire runs in, if any: its end stops the acquire. */
   readonly session: Session | undefined;
-  /** Aborted when the locker closes. */
-  readonly closing: AbortSignal;
 }
 
 /**
@@ -23,20 +21,24 @@ export interface StopSources {
  * per call.) An uncontended acquire creates no AbortSignal and adds no abort listener.
  */
 export class AcquireCancellation {
-  readonly #sources: StopSources;
+  readonly #caller: CallerStops;
+  readonly #closing: AbortSignal;
   readonly #key: string;
   readonly #startedAt: number;
   #signal: AbortSignal | undefined;
 
   /**
+   * @param caller the caller's signal and session (read when checked, never copied).
+   * @param closing aborted when the locker closes.
    * @param key the key being acquired, for errors.
    * @param startedAt monotonic time the acquire started, ms (errors report the time waited).
    */
-  constructor(sources: StopSources, key: string, startedAt: number) {
-    this.#sources = sources;
+  constructor(caller: CallerStops, closing: AbortSignal, key: string, startedAt: number) {
+    this.#caller = caller;
+    this.#closing = closing;
     this.#key = key;
     this.#startedAt = startedAt;
-    if (sources.signal !== undefined || sources.session !== undefined) this.signal();
+    if (caller.signal !== undefined || caller.session !== undefined) this.signal();
   }
 
   /** The acquire's own stop signal if it was made already (never makes one). */
@@ -46,17 +48,17 @@ export class AcquireCancellation {
 
   /** The acquire's own stop signal (made on first use). */
   signal(): AbortSignal {
-    const { signal, closing, session } = this.#sources;
+    const { signal, session } = this.#caller;
     this.#signal ??= AbortSignal.any(
-      [signal, closing, session?.signal].filter((s) => s !== undefined),
+      [signal, this.#closing, session?.signal].filter((s) => s !== undefined),
     );
     return this.#signal;
   }
 
   /** True once any stop source fired. */
   isStopped(): boolean {
-    const { signal, closing, session } = this.#sources;
-    return closing.aborted || signal?.aborted === true || session?.signal.aborted === true;
+    const { signal, session } = this.#caller;
+    return this.#closing.aborted || signal?.aborted === true || session?.signal.aborted === true;
   }
 
   /**
@@ -67,8 +69,8 @@ export class AcquireCancellation {
   throwIfStopped(): void {
     if (!this.isStopped()) return;
     const waitedMs = monotonicNow() - this.#startedAt;
-    const { signal, closing, session } = this.#sources;
-    if (closing.aborted) {
+    const { signal, session } = this.#caller;
+    if (this.#closing.aborted) {
       throw new LockTimeoutError(this.#key, waitedMs, {
         reason: 'was cancelled: the locker was closed',
       });

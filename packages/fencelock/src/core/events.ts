@@ -107,6 +107,14 @@ export interface EventPayloads {
   readonly wait: WaitEvent;
 }
 
+/**
+ * Whether anyone listens on channel `name`: for a caller that would allocate to publish (a
+ * payload builder with extra fields), on a path taken once per acquire.
+ */
+export function isObserved(name: keyof typeof channels): boolean {
+  return channels[name].hasSubscribers;
+}
+
 /** Publish an event if anyone listens; builds the payload only then. */
 export function publish<K extends keyof typeof channels>(
   name: K,

@@ -119,8 +119,8 @@ export class Lock {
    */
   async acquireForOwner(owner: string, attempts: AttemptCount): Promise<OwnerGrant | null> {
     const startedAt = monotonicNow();
-    const backend = await this.#backend();
-    const request = this.#request(this.#renewTtlMs(backend), owner, attempts, undefined);
+    const backend = this.#ctx.loadedBackend() ?? (await this.#ctx.backend());
+    const request = this.#request(this.#checkedRenewTtlMs(backend), owner, attempts, undefined);
     return this.#run(
       backend,
       request,
@@ -131,9 +131,34 @@ export class Lock {
     );
   }
 
-  async #acquireLease(attempts: AttemptCount): Promise<Lease | null> {
+  /**
+   * A lease acquire. Not an async function: once the backend is loaded, the checks run at once
+   * and the answer is the acquire loop's own promise (an uncontended acquire saves a promise and
+   * a turn of the event loop); a check that fails rejects it all the same.
+   */
+  #acquireLease(attempts: AttemptCount): Promise<Lease | null> {
     const startedAt = monotonicNow();
-    const backend = await this.#backend();
+    const backend = this.#ctx.loadedBackend();
+    if (backend === undefined) return this.#loadThenAcquireLease(attempts, startedAt);
+    try {
+      return this.#startLease(backend, attempts, startedAt);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** The first acquire of a locker whose backend is not loaded yet (a store URL). */
+  async #loadThenAcquireLease(attempts: AttemptCount, startedAt: number): Promise<Lease | null> {
+    const backend = await this.#ctx.backend();
+    return this.#startLease(backend, attempts, startedAt);
+  }
+
+  /**
+   * The checks before any network call, reentry (a held lease answers at once), then the loop.
+   * @throws InvalidArgumentError (synchronously) when a check fails.
+   */
+  #startLease(backend: Backend, attempts: AttemptCount, startedAt: number): Promise<Lease | null> {
+    const renewTtlMs = this.#checkedRenewTtlMs(backend);
     const { mode } = this.options;
     const heldWriter = heldWriterFor(this.#ctx.scopePrefix, this.key, mode);
     if (this.options.reentrant) {
@@ -154,40 +179,34 @@ export class Lock {
           attempts: 0,
           ttlMs: held.ttlMs,
         }));
-        return held;
+        return Promise.resolve(held);
       }
     }
-    const renewTtlMs = this.#renewTtlMs(backend);
     const request = this.#request(renewTtlMs, newOwnerId(), attempts, heldWriter);
-    const withdrawal = abandonOnGiveUp(backend, request);
     return this.#run(
       backend,
       request,
       attempts,
       startedAt,
-      withdrawal,
+      new AbandonOnGiveUp(backend, request),
       (result, attemptStartedAt) =>
         this.#newLease(backend, result, request, renewTtlMs, attemptStartedAt),
     );
   }
 
-  /** The backend, once loaded; checks the session and the mode before any network call. */
-  async #backend(): Promise<Backend> {
-    const backend = this.#ctx.loadedBackend() ?? (await this.#ctx.backend());
+  /**
+   * Checks `backend` can take this handle's acquire before any network call (the session is open,
+   * the TTL within the engine's maximum, the mode one it grants).
+   * @returns the TTL the watchdog renews to, ms: the session's, else the validated `ttlMs`.
+   */
+  #checkedRenewTtlMs(backend: Backend): number {
     const { session, mode } = this.options;
     if (session !== undefined && !session.isOpen) {
       throw new InvalidArgumentError('session', 'an open session', 'closed');
     }
-    if (session === undefined) validateTtl(this.options.ttlMs, 'ttlMs', backend.maxTtlMs);
+    const renewTtlMs = session?.ttlMs ?? validateTtl(this.options.ttlMs, 'ttlMs', backend.maxTtlMs);
     assertModeGranted(backend, mode);
-    return backend;
-  }
-
-  /** The TTL the watchdog renews to, ms: the session's, else the validated `ttlMs`. */
-  #renewTtlMs(backend: Backend): number {
-    return (
-      this.options.session?.ttlMs ?? validateTtl(this.options.ttlMs, 'ttlMs', backend.maxTtlMs)
-    );
+    return renewTtlMs;
   }
 
   /** The attempt request: `ttlMs` (the TTL the watchdog renews to) capped by `maxHoldMs`. */
@@ -222,7 +241,6 @@ export class Lock {
   ): Promise<T | null> {
     const { options } = this;
     const ctx = this.#ctx;
-    const sources = { signal: options.signal, session: options.session, closing: ctx.closing };
     return new AcquireLoop({
       backend,
       store: ctx.store,
@@ -232,7 +250,7 @@ export class Lock {
       waitMs: options.waitMs,
       retry: options.retry,
       driftFactor: ctx.driftFactor,
-      cancellation: new AcquireCancellation(sources, this.key, startedAt),
+      cancellation: new AcquireCancellation(options, ctx.closing, this.key, startedAt),
       withdrawal,
       track: ctx.track,
       onClosing: ctx.onClosing,
@@ -273,11 +291,23 @@ export class Lock {
  * Withdrawal of a lease acquire (the library's own owner, which no other acquire shares):
  * `abandon` on the engine, also when an answer given up on lands later, whatever it says.
  */
-function abandonOnGiveUp(backend: Backend, request: AttemptRequest): Withdrawal {
-  const now = () => backend.abandon(request);
-  return {
-    now,
-    whenAnswered: (pending) => pending.then(now, now).catch(() => undefined),
-    end: () => undefined,
-  };
+class AbandonOnGiveUp implements Withdrawal {
+  readonly #backend: Backend;
+  readonly #request: AttemptRequest;
+
+  constructor(backend: Backend, request: AttemptRequest) {
+    this.#backend = backend;
+    this.#request = request;
+  }
+
+  now(): Promise<void> {
+    return this.#backend.abandon(this.#request);
+  }
+
+  whenAnswered(pending: Promise<unknown>): Promise<void> {
+    const now = () => this.now();
+    return pending.then(now, now).catch(() => undefined);
+  }
+
+  end(): void {}
 }

@@ -184,16 +184,27 @@ export class Locker implements AsyncDisposable {
    * Wait for `key` and return the lease; `await using lease = await locker.acquire(key)`.
    * @throws InvalidArgumentError, LockTimeoutError, BackendError (see `Lock.acquire`).
    */
-  async acquire(key: string, options?: LockOptions): Promise<Lease> {
-    return this.lock(key, options).acquire();
+  acquire(key: string, options?: LockOptions): Promise<Lease> {
+    // Not async, so that the answer is the lock's own promise (a promise and a turn fewer); a
+    // bad argument rejects it all the same.
+    try {
+      return this.lock(key, options).acquire();
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /**
    * One attempt at `key`: the lease, or null when it is held by another owner.
    * @throws InvalidArgumentError, BackendError
    */
-  async tryAcquire(key: string, options?: LockOptions): Promise<Lease | null> {
-    return this.lock(key, options).tryAcquire();
+  tryAcquire(key: string, options?: LockOptions): Promise<Lease | null> {
+    // Not async, for the same reason as `acquire`.
+    try {
+      return this.lock(key, options).tryAcquire();
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /**

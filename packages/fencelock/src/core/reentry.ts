@@ -19,6 +19,11 @@ export function scopeKeyOf(scopePrefix: string, mode: LockMode, key: string): st
   return `${scopePrefix}${mode}\0${key}`;
 }
 
+/** Whether the current async context runs inside a `withLock` callback (of any locker). */
+export function inHoldingScope(): boolean {
+  return storage.getStore() !== undefined;
+}
+
 /** The lease held for `scopeKey` in the current async context, if any. */
 export function heldInContext(scopeKey: string): Lease | undefined {
   return storage.getStore()?.get(scopeKey);

@@ -7,7 +7,7 @@
  */
 import { InvalidArgumentError } from '../errors.js';
 import type { Backend, LockMode } from './backend.js';
-import { heldInContext, scopeKeyOf } from './reentry.js';
+import { heldInContext, inHoldingScope, scopeKeyOf } from './reentry.js';
 
 /** A write lock asked for inside the caller's read lock of `key`. */
 export function upgradeRefused(key: string): InvalidArgumentError {
@@ -61,6 +61,8 @@ export function heldWriterFor(
   key: string,
   mode: LockMode,
 ): string | undefined {
+  // Outside any withLock callback the caller holds nothing (and no scope key is built).
+  if (!inHoldingScope()) return undefined;
   const other = heldInContext(scopeKeyOf(scopePrefix, mode === 'read' ? 'write' : 'read', key));
   if (!other?.isHeld) return undefined;
   if (mode === 'write') throw upgradeRefused(key);

@@ -16,7 +16,7 @@ export interface Wait {
   /** End the wait as `event` (the thing waited for happened). Idempotent; no-op once ended. */
   readonly wake: () => void;
   /** True once the wait ended, however. */
-  readonly isDone: () => boolean;
+  isDone(): boolean;
 }
 
 /**
@@ -37,29 +37,69 @@ export function startWait(
   maxMs: number,
   onEnd?: (end: WaitEnd) => void,
 ): Wait {
-  let done = false;
-  let timer: NodeJS.Timeout | undefined;
-  let resolve!: (end: WaitEnd) => void;
-  const ended = new Promise<WaitEnd>((r) => {
-    resolve = r;
-  });
-  const finish = (end: WaitEnd) => {
-    if (done) return;
-    done = true;
-    if (timer !== undefined) clearTimeout(timer);
-    signal?.removeEventListener('abort', onAbort);
-    onEnd?.(end);
-    resolve(end);
-  };
-  const onAbort = () => finish('abort');
-  if (signal?.aborted) {
-    finish('abort');
-  } else {
+  return new PendingWait(signal, maxMs, onEnd);
+}
+
+/**
+ * One wait. Only what a wait uses is made: the timer for a finite `maxMs`, the abort listener for
+ * a signal, and the `ended` promise when someone reads it (the acquire loop's race on an
+ * engine's answer never does), so a wait that is woken at once costs one small object.
+ */
+class PendingWait implements Wait {
+  readonly wake = (): void => this.#finish('event');
+  readonly #signal: AbortSignal | undefined;
+  readonly #onEnd: ((end: WaitEnd) => void) | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #onAbort: (() => void) | undefined;
+  /** How the wait ended, once it did. */
+  #end: WaitEnd | undefined;
+  #ended: Promise<WaitEnd> | undefined;
+  #resolve: ((end: WaitEnd) => void) | undefined;
+
+  constructor(
+    signal: AbortSignal | undefined,
+    maxMs: number,
+    onEnd: ((end: WaitEnd) => void) | undefined,
+  ) {
+    this.#signal = signal;
+    this.#onEnd = onEnd;
+    if (signal?.aborted) {
+      this.#finish('abort');
+      return;
+    }
     if (Number.isFinite(maxMs)) {
       const delayMs = Math.min(Math.max(0, maxMs), MAX_TIMER_MS);
-      timer = setTimeout(() => finish('deadline'), delayMs);
+      this.#timer = setTimeout(() => this.#finish('deadline'), delayMs);
     }
-    signal?.addEventListener('abort', onAbort, { once: true });
+    if (signal !== undefined) {
+      this.#onAbort = () => this.#finish('abort');
+      signal.addEventListener('abort', this.#onAbort, { once: true });
+    }
   }
-  return { ended, wake: () => finish('event'), isDone: () => done };
+
+  get ended(): Promise<WaitEnd> {
+    if (this.#ended === undefined) {
+      const end = this.#end;
+      this.#ended =
+        end === undefined
+          ? new Promise<WaitEnd>((resolve) => {
+              this.#resolve = resolve;
+            })
+          : Promise.resolve(end);
+    }
+    return this.#ended;
+  }
+
+  isDone(): boolean {
+    return this.#end !== undefined;
+  }
+
+  #finish(end: WaitEnd): void {
+    if (this.#end !== undefined) return;
+    this.#end = end;
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    if (this.#onAbort !== undefined) this.#signal?.removeEventListener('abort', this.#onAbort);
+    this.#onEnd?.(end);
+    this.#resolve?.(end);
+  }
 }
