@@ -48,8 +48,10 @@ PG_PORT=${FENCELOCK_PG_PORT:-25432}
 # A second PostgreSQL server that fault runs never touch: the fenced register of the torture
 # harness (src/torture/register.ts) lives there, database "register", user "fencelock".
 REGISTER_PORT=${FENCELOCK_REGISTER_PORT:-25433}
-# PgBouncer in transaction mode in front of the PostgreSQL server above (database fencelock).
+# PgBouncer in transaction mode in front of the PostgreSQL server above (database fencelock),
+# and a second one that also lets statement_timeout through (ignore_startup_parameters).
 PGBOUNCER_PORT=${FENCELOCK_PGBOUNCER_PORT:-25434}
+PGBOUNCER_IGNORING_PORT=${FENCELOCK_PGBOUNCER_IGNORING_PORT:-$((PGBOUNCER_PORT + 1))}
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -708,33 +710,37 @@ postgres_status() { pg_status postgres "$PG_PORT" fencelock; }
 register_up() { pg_up register "$REGISTER_PORT" register; }
 register_down() { pg_down register; }
 register_status() { pg_status register "$REGISTER_PORT" register; }
-# --- PgBouncer: a transaction-mode pooler in front of the PostgreSQL server ----------------------
-# Debian's pgbouncer package, run by hand (not its system service): config, log and PID in
-# $STATE/pgbouncer, listening on 127.0.0.1:$PGBOUNCER_PORT only (no Unix socket). Database
+# --- PgBouncer: transaction-mode poolers in front of the PostgreSQL server ----------------------
+# Debian's pgbouncer package, run by hand (not its system service), twice: `pgbouncer` on
+# $PGBOUNCER_PORT with the defaults, which refuses the startup parameter statement_timeout, and
+# `pgbouncer-ignoring` on $PGBOUNCER_IGNORING_PORT with `ignore_startup_parameters =
+# extra_float_digits,statement_timeout`, as production set-ups often have it: a client that sends
+# them is let in (the setting is dropped) and cannot tell the pooler from the server by a refusal.
+# Config, log and PID in $STATE/<name>, listening on 127.0.0.1 only (no Unix socket). Database
 # fencelock is forwarded to the postgres engine on $PG_PORT as user fencelock; `auth_type = any`
 # takes any user name without a password (loopback tests only). pool_mode = transaction: a server
 # connection belongs to a client for one transaction, so no session state (SET, LISTEN, advisory
 # locks, startup parameters such as statement_timeout) carries over. PgBouncer refuses to run as
 # root, so as root it runs as the postgres user, like the server. It starts without the server
-# being up (it connects on the first client's transaction).
-pgbouncer_dir() { echo "$STATE/pgbouncer"; }
-pgbouncer_ready() {
-  "$(pg_bindir)/psql" -qAt -h 127.0.0.1 -p "$PGBOUNCER_PORT" -U fencelock -d pgbouncer \
+# being up (it connects on the first client's transaction). The engine `pgbouncer` is both.
+pgbouncer_ready() { # pgbouncer_ready <port>
+  "$(pg_bindir)/psql" -qAt -h 127.0.0.1 -p "$1" -U fencelock -d pgbouncer \
     -c 'SHOW VERSION' >/dev/null
 }
-pgbouncer_up() {
-  if pid_alive "$STATE/pgbouncer.pid"; then log "pgbouncer already up on $PGBOUNCER_PORT"; return; fi
+pgbouncer_start() { # pgbouncer_start <name> <port> [extra pgbouncer.ini line...]
+  local name=$1 port=$2; shift 2
+  if pid_alive "$STATE/$name.pid"; then log "$name already up on $port"; return; fi
   command -v pgbouncer >/dev/null 2>&1 ||
     { log "pgbouncer not found: run scripts/install-engines.sh"; return 1; }
-  require_free_port "$PGBOUNCER_PORT" pgbouncer
-  local dir; dir=$(pgbouncer_dir)
+  require_free_port "$port" "$name"
+  local dir=$STATE/$name
   rm -rf "$dir" && mkdir -p "$dir"
   {
     echo "[databases]"
     echo "fencelock = host=127.0.0.1 port=$PG_PORT dbname=fencelock user=fencelock"
     echo "[pgbouncer]"
     echo "listen_addr = 127.0.0.1"
-    echo "listen_port = $PGBOUNCER_PORT"
+    echo "listen_port = $port"
     echo "unix_socket_dir ="
     echo "auth_type = any"
     echo "admin_users = fencelock"
@@ -744,24 +750,34 @@ pgbouncer_up() {
     echo "server_login_retry = 1"
     echo "pidfile = $dir/pgbouncer.pid"
     echo "logfile = $dir/pgbouncer.log"
+    local line; for line in "$@"; do echo "$line"; done
   } >"$dir/pgbouncer.ini"
   [[ $(id -u) -eq 0 ]] && chown -R postgres: "$dir"
   as_pg pgbouncer -d -q "$dir/pgbouncer.ini" ||
-    { log "pgbouncer did not start; see $dir/pgbouncer.log"; return 1; }
-  wait_until 20 "pgbouncer on $PGBOUNCER_PORT" pgbouncer_ready ||
+    { log "$name did not start; see $dir/pgbouncer.log"; return 1; }
+  wait_until 20 "$name on $port" pgbouncer_ready "$port" ||
     { tail -5 "$dir/pgbouncer.log" >&2; return 1; }
-  cp "$dir/pgbouncer.pid" "$STATE/pgbouncer.pid"
-  log "pgbouncer up on 127.0.0.1:$PGBOUNCER_PORT (transaction mode, database fencelock ->" \
+  cp "$dir/pgbouncer.pid" "$STATE/$name.pid"
+  log "$name up on 127.0.0.1:$port (transaction mode, database fencelock ->" \
     "127.0.0.1:$PG_PORT)"
 }
-pgbouncer_down() { stop_pidfile pgbouncer; }
-pgbouncer_status() {
-  if pid_alive "$STATE/pgbouncer.pid" && pgbouncer_ready; then
-    echo "pgbouncer: up on 127.0.0.1:$PGBOUNCER_PORT (pid $(cat "$STATE/pgbouncer.pid")," \
+pgbouncer_status_of() { # pgbouncer_status_of <name> <port>
+  if pid_alive "$STATE/$1.pid" && pgbouncer_ready "$2"; then
+    echo "$1: up on 127.0.0.1:$2 (pid $(cat "$STATE/$1.pid")," \
       "transaction mode -> 127.0.0.1:$PG_PORT)"
   else
-    echo "pgbouncer: down"
+    echo "$1: down"
   fi
+}
+pgbouncer_up() {
+  pgbouncer_start pgbouncer "$PGBOUNCER_PORT"
+  pgbouncer_start pgbouncer-ignoring "$PGBOUNCER_IGNORING_PORT" \
+    "ignore_startup_parameters = extra_float_digits,statement_timeout"
+}
+pgbouncer_down() { stop_pidfile pgbouncer; stop_pidfile pgbouncer-ignoring; }
+pgbouncer_status() {
+  pgbouncer_status_of pgbouncer "$PGBOUNCER_PORT"
+  pgbouncer_status_of pgbouncer-ignoring "$PGBOUNCER_IGNORING_PORT"
 }
 
 pg_server() { # pg_server restart-immediate|kill-backends

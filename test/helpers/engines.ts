@@ -59,3 +59,15 @@ export const PG_URL = `postgres://fencelock@127.0.0.1:${PG_PORT}/fencelock`;
 export const PGBOUNCER_PORT = Number(process.env.FENCELOCK_PGBOUNCER_PORT || 25434);
 /** `postgres://fencelock@127.0.0.1:25434/fencelock`. */
 export const PGBOUNCER_URL = `postgres://fencelock@127.0.0.1:${PGBOUNCER_PORT}/fencelock`;
+
+/**
+ * The second PgBouncer of `scripts/services.sh up pgbouncer`: transaction mode too, with
+ * `ignore_startup_parameters = extra_float_digits,statement_timeout`, so it lets in a client that
+ * sends `statement_timeout` (and drops the setting) instead of refusing it. Its port defaults to
+ * PGBOUNCER_PORT + 1, as in the script.
+ */
+export const PGBOUNCER_IGNORING_PORT = Number(
+  process.env.FENCELOCK_PGBOUNCER_IGNORING_PORT || PGBOUNCER_PORT + 1,
+);
+/** `postgres://fencelock@127.0.0.1:25435/fencelock`. */
+export const PGBOUNCER_IGNORING_URL = `postgres://fencelock@127.0.0.1:${PGBOUNCER_IGNORING_PORT}/fencelock`;

@@ -13,7 +13,9 @@
  * - Release deletes the contender's key only if its create revision still equals the token.
  *
  * The owner id is part of the key (not only the lease id, as in etcd's `Mutex`), so two handles
- * in one process never share a lock by accident.
+ * in one process never share a lock by accident. Keys under the lock's folder that this backend
+ * did not write (another shape, or bound to no lease) are ignored everywhere: see
+ * contender-key.ts.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Etcd3, type IKeyValue, type IRequestOp, type ITxnResponse } from 'etcd3';
@@ -29,11 +31,12 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
-import { type QueueEntry, queueVerdict } from '../../core/predecessor.js';
+import { queueVerdict } from '../../core/predecessor.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
 import { startWait } from '../../core/wait.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
+import { contenderKey, contenderOf, contendersOf } from './contender-key.js';
 import { KeepaliveRoute } from './keepalive-route.js';
 import { EtcdSession } from './session.js';
 import type { EtcdUrlConfig } from './url.js';
@@ -189,8 +192,7 @@ export class EtcdBackend implements Backend {
       const session = request.session
         ? this.#userSession(request.session)
         : await this.session(request.ttlMs);
-      const mark = request.mode === 'read' ? 'r' : 'w';
-      const key = `${dir}${mark}-${session.leaseHex}-${request.owner}`;
+      const key = contenderKey(dir, request.mode, session.leaseHex, request.owner);
       contender = { key, session, lost: new AbortController() };
     }
     const { key, session: contenderSession } = contender;
@@ -203,16 +205,16 @@ export class EtcdBackend implements Backend {
         .else(list)
         .commit(),
     );
-    const kvs = rangeOf(txn, txn.succeeded ? 1 : 0);
-    const mine = kvs.find((kv) => kv.key.toString() === key);
+    const line = contendersOf(rangeOf(txn, txn.succeeded ? 1 : 0), dir);
+    const mine = line.find((entry) => entry.key === key);
     if (mine === undefined) {
       // Our key vanished (its lease expired between two attempts): start again as a new contender.
       this.#forget(request.owner);
       throw new BackendError(this.name, 'acquire', new Error('contender key vanished'));
     }
-    const token = BigInt(mine.create_revision);
+    const token = mine.order;
     const verdict = queueVerdict(
-      kvs.map((kv) => entryOf(kv, dir)),
+      line,
       { owner: request.owner, mode: request.mode, order: token },
       request.heldWriter,
     );
@@ -292,11 +294,10 @@ export class EtcdBackend implements Backend {
     });
     if (!txn.succeeded) {
       if (target !== current && !target.shared) void target.revoke();
-      const kvs = rangeOf(txn, 0);
-      const others = kvs.filter((kv) => kv.key.toString() !== contender.key);
+      const line = contendersOf(rangeOf(txn, 0), dir);
       // Our key gone: forget it. Our key there with another revision (a wrong token): not ours.
-      if (kvs.length === others.length) this.#forget(lease.owner);
-      return { ok: false, reason: kvs.length > 0 ? 'not-owner' : 'not-held' };
+      if (!line.some((entry) => entry.key === contender.key)) this.#forget(lease.owner);
+      return { ok: false, reason: line.length > 0 ? 'not-owner' : 'not-held' };
     }
     if (target !== current) {
       contender.session = target;
@@ -329,10 +330,9 @@ export class EtcdBackend implements Backend {
       this.#forget(lease.owner);
       return 'released';
     }
-    const kvs = rangeOf(txn, 0);
-    const others = kvs.filter((kv) => kv.key.toString() !== key);
-    if (kvs.length === others.length) this.#forget(lease.owner);
-    return kvs.length > 0 ? 'not-owner' : 'not-held';
+    const line = contendersOf(rangeOf(txn, 0), dir);
+    if (!line.some((entry) => entry.key === key)) this.#forget(lease.owner);
+    return line.length > 0 ? 'not-owner' : 'not-held';
   }
 
   /** Delete this contender's key (waiting or granted), whatever its revision. */
@@ -345,10 +345,9 @@ export class EtcdBackend implements Backend {
   /** Oldest contender (owner, revision token, lease TTL) and the newest contender's revision. */
   async inspect(key: string): Promise<LockInfo> {
     const dir = this.dirOf(key);
-    const kvs = await this.#call('inspect', async () => {
-      const response = await this.#client.getAll().prefix(dir).sort('Create', 'Ascend').exec();
-      return response.kvs;
-    });
+    const kvs = (await this.#list('inspect', dir)).filter(
+      (kv) => contenderOf(kv, dir) !== undefined,
+    );
     const first = kvs[0];
     const lastFencingToken = kvs.reduce(
       (max, kv) => (BigInt(kv.create_revision) > max ? BigInt(kv.create_revision) : max),
@@ -361,7 +360,7 @@ export class EtcdBackend implements Backend {
     return {
       key,
       holder: {
-        owner: first.key.toString().split('-').at(-1) ?? '',
+        owner: contenderOf(first, dir)!.owner,
         fencingToken: BigInt(first.create_revision),
         ttlMs: Math.max(0, Number(ttl.TTL) * 1000),
       },
@@ -466,8 +465,15 @@ export class EtcdBackend implements Backend {
 
   /** Whether any contender key is under `dir`. */
   async #anyContender(dir: string): Promise<boolean> {
-    const count = await this.#call('lookup', () => this.#client.getAll().prefix(dir).count());
-    return count > 0;
+    const kvs = await this.#list('lookup', dir);
+    return kvs.some((kv) => contenderOf(kv, dir) !== undefined);
+  }
+
+  /** The keys under `dir` (names, create revisions and leases; no values), oldest first. */
+  async #list(operation: string, dir: string): Promise<IKeyValue[]> {
+    const { request_range: range } = this.#listOp(dir);
+    const response = await this.#call(operation, () => this.#client.kv.range(range!));
+    return response.kvs;
   }
 
   /** Drop what this backend knows of `owner`, revoking a single-use lease (in the background). */
@@ -477,14 +483,13 @@ export class EtcdBackend implements Backend {
     if (contender !== undefined && !contender.session.shared) void contender.session.revoke();
   }
 
-  /** The contender key of `owner` for `key`: known locally, or found by its owner suffix. */
+  /** The contender key of `owner` for `key`: known locally, or found by its owner id. */
   async #keyOf(key: string, owner: string): Promise<string | undefined> {
     const known = this.#contenders.get(owner)?.key;
     if (known !== undefined) return known;
-    const keys = await this.#call('lookup', () =>
-      this.#client.getAll().prefix(this.dirOf(key)).keys(),
-    );
-    return keys.find((k) => k.endsWith(`-${owner}`));
+    const dir = this.dirOf(key);
+    const kvs = await this.#list('lookup', dir);
+    return contendersOf(kvs, dir).find((entry) => entry.owner === owner)?.key;
   }
 
   #listOp(dir: string): IRequestOp {
@@ -574,17 +579,6 @@ function isLeaseNotFound(error: unknown): boolean {
 
 function modeOf(key: string, dir: string): LockMode {
   return key.startsWith(`${dir}r-`) ? 'read' : 'write';
-}
-
-/** A contender key `<dir><w|r>-<lease hex>-<owner>` as an entry of the key's line. */
-function entryOf(kv: IKeyValue, dir: string): QueueEntry & { readonly key: string } {
-  const key = kv.key.toString();
-  return {
-    key,
-    owner: key.slice(key.lastIndexOf('-') + 1),
-    mode: modeOf(key, dir),
-    order: BigInt(kv.create_revision),
-  };
 }
 
 /** The end of the range of all keys that start with `prefix` (etcd's `GetPrefixRangeEnd`). */

@@ -21,7 +21,9 @@
  *   by a sweep piggybacked on attempts: with a backend's first attempt, then at most once a
  *   minute (see `advisorySweep` in sql.ts), so they do not pile up.
  * - Needs a real session: do not run this mode behind a transaction-mode pooler
- *   (`pooler: 'transaction'` is refused with this mode).
+ *   (`pooler: 'transaction'` is refused with this mode). A pooler the options do not name is
+ *   found when the lock connection opens, before any lock is taken on it (see session-check.ts):
+ *   every attempt then fails with a `BackendError` saying so.
  */
 import type pg from 'pg';
 import type {
@@ -38,6 +40,7 @@ import type {
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { isConnectionFailure, PostgresConnectionSet, type PostgresSettings } from './connection.js';
+import { findTransactionPooler } from './session-check.js';
 import { lockIdOf, pgLocksIdOf } from './sql.js';
 
 /** At most one sweep of unbacked holder rows per backend per this interval, ms. */
@@ -83,9 +86,13 @@ export class PostgresAdvisoryBackend implements Backend {
   #opening: Promise<AdvisorySession> | undefined;
   #lastSweep = Number.NEGATIVE_INFINITY;
   #sweeping: Promise<void> | undefined;
+  /** Set once the lock connection was found behind a transaction-mode pooler: every attempt fails. */
+  #refused: BackendError | undefined;
+  readonly #commandTimeoutMs: number;
 
   constructor(settings: PostgresSettings) {
     this.#db = new PostgresConnectionSet(settings);
+    this.#commandTimeoutMs = settings.commandTimeoutMs;
   }
 
   /** Server pid of the dedicated connection, or undefined when none is open (tests, operators). */
@@ -347,9 +354,11 @@ export class PostgresAdvisoryBackend implements Backend {
   }
 
   #getSession(): Promise<AdvisorySession> {
+    if (this.#refused !== undefined) return Promise.reject(this.#refused);
     if (this.#session !== undefined) return Promise.resolve(this.#session);
     this.#opening ??= this.#db
       .connectDedicated()
+      .then((client) => this.#checkOwnSession(client))
       .then((client) => {
         const session: AdvisorySession = {
           client,
@@ -371,6 +380,35 @@ export class PostgresAdvisoryBackend implements Backend {
         this.#opening = undefined;
       });
     return this.#opening;
+  }
+
+  /**
+   * Refuse a lock connection that is no session of its own (a transaction-mode pooler between it
+   * and the server, see session-check.ts), before any lock is taken on it: the connection is
+   * ended and this backend's attempts fail from then on.
+   */
+  async #checkOwnSession(client: pg.Client): Promise<pg.Client> {
+    let found: string | undefined;
+    try {
+      found = await findTransactionPooler(client, this.#db.pool, this.#commandTimeoutMs);
+    } catch (error) {
+      await client.end().catch(() => undefined);
+      throw error;
+    }
+    if (found === undefined) return client;
+    await client.end().catch(() => undefined);
+    this.#refused = new BackendError(
+      this.name,
+      'attempt',
+      new Error(
+        `advisory mode needs a server session of its own, but the lock connection goes through ` +
+          `a transaction-mode pooler (${found}). Connect advisory mode to the server itself or ` +
+          `through a session-mode pooler, or use lease mode behind this pooler ` +
+          `(?mode=lease&pooler=transaction&listenUrl=<the server's own URL, percent-encoded>, ` +
+          `or notifications=false instead of listenUrl). No lock was taken.`,
+      ),
+    );
+    throw this.#refused;
   }
 
   /** The connection is gone and the server has dropped its locks: every lease on it is lost. */
