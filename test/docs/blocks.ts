@@ -169,6 +169,32 @@ export function blocksOf(file: string, markdown: string): DocBlock[] {
   return blocks;
 }
 
+/** The README's Quickstart: its block, and the output the README shows right after it. */
+export interface Quickstart {
+  readonly block: DocBlock;
+  /** The lines of the `text` block that follows the Quickstart block. */
+  readonly output: readonly string[];
+}
+
+/**
+ * The one block marked `quickstart` in `markdown`, with the output shown by the fenced `text`
+ * block that comes next in the document.
+ * @throws Error when there is not exactly one such block, or no `text` block follows it.
+ */
+export function quickstartOf(file: string, markdown: string): Quickstart {
+  const nodes = fencedCode(fromMarkdown(markdown));
+  const marked = blocksOf(file, markdown).filter((block) => block.quickstart);
+  if (marked.length !== 1) {
+    throw new Error(`${file}: ${marked.length} blocks marked quickstart (one is expected)`);
+  }
+  const block = marked[0]!;
+  const next = nodes[nodes.findIndex((node) => node.position?.start.line === block.line) + 1];
+  if (next?.lang !== 'text') {
+    throw new Error(`${file}:${block.line}: the quickstart block is not followed by a text block`);
+  }
+  return { block, output: next.value.split('\n') };
+}
+
 /** The code nodes of a Markdown tree, in document order. */
 function fencedCode(node: Nodes): Code[] {
   if (node.type === 'code') return [node];
@@ -213,8 +239,9 @@ function moduleMode(
   cjs: boolean,
   problems: string[],
 ): BlockMode {
-  if (words.has('run'))
+  if (words.has('run')) {
     problems.push('"run" is for shell blocks (a ts/js block without meta runs)');
+  }
   if (words.has('compile') && words.has('excerpt')) {
     problems.push('"compile" and "excerpt" exclude each other');
   }

@@ -13,6 +13,7 @@ import {
   type DocBlock,
   describeBlock,
   docFiles,
+  quickstartOf,
   shellScript,
   testedCode,
 } from '../docs/blocks.js';
@@ -150,6 +151,47 @@ describe('blocksOf', () => {
   it('describes a block by place and mode', () => {
     expect(describeBlock(only(`${fence}ts redis`, 'x'))).toBe('doc.md:3 (ts program redis)');
     expect(describeBlock(only(`${fence}sh run`, 'x'))).toBe('doc.md:3 (sh run)');
+  });
+});
+
+describe('quickstartOf', () => {
+  const quickstart = [
+    '## Quickstart',
+    '',
+    `${fence}ts quickstart`,
+    "console.log('hello');",
+    'console.log(1n);',
+    `${fence}`,
+    '',
+    'It prints:',
+    '',
+    `${fence}text`,
+    'hello',
+    '1',
+    `${fence}`,
+    '',
+  ].join('\n');
+
+  it('finds the quickstart block and the output shown after it', () => {
+    const { block, output } = quickstartOf('README.md', `${fence}ts\nx\n${fence}\n\n${quickstart}`);
+    expect([block.line, block.code, block.mode]).toEqual([
+      7,
+      "console.log('hello');\nconsole.log(1n);",
+      'program',
+    ]);
+    expect(output).toEqual(['hello', '1']);
+  });
+
+  it('refuses a README with no quickstart block, or two, or no output after it', () => {
+    expect(() => quickstartOf('README.md', '# nothing\n')).toThrow(
+      'README.md: 0 blocks marked quickstart (one is expected)',
+    );
+    expect(() => quickstartOf('README.md', `${quickstart}\n${quickstart}`)).toThrow(
+      'README.md: 2 blocks marked quickstart (one is expected)',
+    );
+    expect(() =>
+      quickstartOf('README.md', `${fence}ts quickstart\nx\n${fence}\n\n${fence}sh\nls\n${fence}\n`),
+    ).toThrow('README.md:1: the quickstart block is not followed by a text block');
   });
 });
 
