@@ -9,9 +9,11 @@
  * `node_modules/@fencelock/*` links to them, so the packages import each other by name as when
  * installed. The CLI finds the demos there as in a clone (`fencelock demo …`).
  *
- * It only transpiles (`tsc --noCheck`): `npm run lint` type-checks. One build serves every test
- * file of a run: the folder is named after a hash of the sources, package files and tsconfigs, so
- * the first file that needs it compiles and the others reuse it while the sources are unchanged.
+ * It only transpiles (`tsc --noCheck`): `npm run lint` type-checks. It emits the declarations
+ * too, so the doc-tests type-check the docs' code against the packages as users get them. One
+ * build serves every test file of a run: the folder is named after a hash of the sources, package
+ * files and tsconfigs, so the first file that needs it compiles and the others reuse it while the
+ * sources are unchanged.
  */
 import { execFile, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -37,6 +39,8 @@ export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** A compiled copy of the workspace. */
 export interface PrivateBuild {
+  /** The build's folder: the root `package.json`, each workspace, `node_modules/` links. */
+  readonly root: string;
   /** The library's compiled folder, holding `index.js`, `fencing/`, `backends/`, … */
   readonly dir: string;
   /** The `fencelock` binary's entry point (`packages/cli/dist/cli/main.js` of the copy). */
@@ -62,6 +66,7 @@ export async function privateBuild(_tag: string): Promise<PrivateBuild> {
   const name = `${PREFIX}${sourceHash()}`;
   const root = join(CACHE, name);
   const built = {
+    root,
     dir: join(root, 'packages', 'fencelock', 'dist'),
     cli: join(root, 'packages', 'cli', 'dist', 'cli', 'main.js'),
     remove: () => undefined,
@@ -105,8 +110,6 @@ async function compileWorkspace(folder: string, into: string): Promise<void> {
         '--outDir',
         dist,
         '--noCheck',
-        '--declaration',
-        'false',
       ],
       { cwd: source, timeout: 180_000 },
     );
@@ -122,7 +125,8 @@ async function compileWorkspace(folder: string, into: string): Promise<void> {
 
 /** A hash of everything the build reads. */
 function sourceHash(): string {
-  const hash = createHash('sha256');
+  // The build's own format: a change here makes a new folder (v2: with declarations).
+  const hash = createHash('sha256').update('v2');
   const files = [join(ROOT, 'package.json'), join(ROOT, 'tsconfig.base.json')];
   for (const folder of workspaces()) {
     files.push(join(ROOT, folder, 'package.json'), join(ROOT, folder, 'tsconfig.build.json'));

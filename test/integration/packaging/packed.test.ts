@@ -7,11 +7,18 @@
  *   `pg` installed.
  * - The command line's tarball, installed locally and globally, answers `fencelock --help`,
  *   runs a command under a lock on Redis, and says that the demos run from a clone.
+ * - A newcomer's project (the README's Quickstart): `npm init -y`, `npm pkg set type=module`, the
+ *   library's tarball with `better-sqlite3@12` (its install script approved, as npm 11 asks),
+ *   TypeScript 5.9 and `@types/node@20`, `tsc --init`; the README's `quickstart` block copied
+ *   verbatim into `index.ts` compiles with that tsconfig unchanged and prints what the README
+ *   shows. In the same project, `require('fencelock')` works from a `.cjs` file, and a CommonJS
+ *   project with `moduleResolution: node10` finds the types of `fencelock` and its subpaths.
  * - In this clone, `npm ci` linked the `fencelock` command (`npx fencelock` works).
  * Dependencies come from npm's cache when it has them (`--prefer-offline`), else the registry.
  */
 import { execFile } from 'node:child_process';
 import {
+  existsSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -24,6 +31,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { quickstartOf } from '../../docs/blocks.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { ROOT } from '../../helpers/private-build.js';
 
@@ -33,10 +41,38 @@ const NPM_FLAGS = ['--prefer-offline', '--no-audit', '--no-fund', '--loglevel=er
 let libraryTarball: string;
 let cliTarball: string;
 
-/** Run `npm` in `cwd`; resolves to its stdout. */
-async function npm(cwd: string, args: readonly string[]): Promise<string> {
-  const { stdout } = await exec('npm', [...args], { cwd, timeout: 240_000, maxBuffer: 1 << 24 });
+/** Run `npm` in `cwd` (with `env` added to the environment); resolves to its stdout. */
+async function npm(
+  cwd: string,
+  args: readonly string[],
+  env: Record<string, string> = {},
+): Promise<string> {
+  const { stdout } = await exec('npm', [...args], {
+    cwd,
+    // Compiling a native addon where no prebuilt binary is found takes minutes on a busy machine.
+    timeout: 900_000,
+    maxBuffer: 1 << 24,
+    env: { ...process.env, ...env },
+  });
   return stdout;
+}
+
+/**
+ * A folder holding better-sqlite3's prebuilt binary for this Node.js, as its install script
+ * (prebuild-install) downloads it for a newcomer, named as on the download host. This machine
+ * cannot reach that host, so the file is made from the repository's own build of the addon, and
+ * handed to the install through prebuild-install's "local prebuilds" setting. When the version
+ * npm picks differs from the repository's, no file matches and npm compiles the addon (minutes).
+ */
+async function localPrebuilds(): Promise<Record<string, string>> {
+  const addon = join(ROOT, 'node_modules', 'better-sqlite3');
+  const { version } = JSON.parse(readFileSync(join(addon, 'package.json'), 'utf8'));
+  const dir = join(scratch, 'prebuilds');
+  mkdirSync(dir, { recursive: true });
+  const { modules } = process.versions;
+  const file = `better-sqlite3-v${version}-node-v${modules}-${process.platform}-${process.arch}.tar.gz`;
+  await exec('tar', ['-czf', join(dir, file), '-C', addon, 'build/Release/better_sqlite3.node']);
+  return { npm_config_better_sqlite3_local_prebuilds: dir };
 }
 
 /** A new `npm init -y` project in the scratch folder. */
@@ -249,6 +285,124 @@ describe('the @fencelock/cli tarball', () => {
     ]);
     expect(stdout).toMatch(/^token=[1-9]\d*$/m);
   }, 300_000);
+});
+
+describe("a newcomer's project (the README Quickstart)", () => {
+  let project: string;
+  /** Run `npx <args>` in the project (its own TypeScript); resolves to stdout and stderr. */
+  const npx = (args: readonly string[], cwd = project) =>
+    exec('npx', ['--no-install', ...args], { cwd, timeout: 120_000 });
+  /** Run `node <file>` in `cwd`; resolves to its stdout. */
+  const node = async (file: string, cwd = project) =>
+    (await exec(process.execPath, [file], { cwd, timeout: 30_000 })).stdout;
+
+  beforeAll(async () => {
+    // The README's steps, in its order; the library from its tarball instead of the registry.
+    project = await freshProject('newcomer');
+    await npm(project, ['pkg', 'set', 'type=module']);
+    // npm 11 runs better-sqlite3's install script with a warning (it fetches the prebuilt
+    // binary, see localPrebuilds); the approval records the script in `allowScripts`.
+    await npm(
+      project,
+      ['install', ...NPM_FLAGS, libraryTarball, 'better-sqlite3@12'],
+      await localPrebuilds(),
+    );
+    await npm(project, ['install-scripts', 'approve', 'better-sqlite3']);
+    // The README: "when an addon was not built, npm rebuild better-sqlite3".
+    const addon = join(project, 'node_modules/better-sqlite3/build/Release/better_sqlite3.node');
+    if (!existsSync(addon)) await npm(project, ['rebuild', 'better-sqlite3']);
+    await npm(project, ['install', '--save-dev', ...NPM_FLAGS, 'typescript@5.9', '@types/node@20']);
+    await npx(['tsc', '--init']);
+  }, 900_000);
+
+  it('gets the tsconfig the README assumes from tsc --init (TypeScript 5.9)', async () => {
+    const ts = await import(join(project, 'node_modules', 'typescript', 'lib', 'typescript.js'));
+    const read = ts.default.readConfigFile(join(project, 'tsconfig.json'), ts.default.sys.readFile);
+    expect(read.config.compilerOptions).toMatchObject({
+      module: 'nodenext',
+      target: 'esnext',
+      types: [],
+      strict: true,
+      verbatimModuleSyntax: true,
+      moduleDetection: 'force',
+    });
+    expect(read.config.compilerOptions.lib).toBeUndefined();
+    const manifest = JSON.parse(readFileSync(join(project, 'package.json'), 'utf8'));
+    expect(manifest.type).toBe('module');
+    // `better-sqlite3`, or `better-sqlite3@<version>` where npm pins the approval.
+    const approved = Object.entries(manifest.allowScripts ?? {}).filter(
+      ([name, allowed]) => name.replace(/@[^@]*$/, '') === 'better-sqlite3' && allowed === true,
+    );
+    expect(approved).toHaveLength(1);
+  });
+
+  it('compiles the Quickstart block verbatim and prints what the README shows', async () => {
+    const quickstart = quickstartOf('README.md', readFileSync(join(ROOT, 'README.md'), 'utf8'));
+    writeFileSync(join(project, 'index.ts'), quickstart.block.code);
+    const tsc = await npx(['tsc']).catch((error: { stdout: string }) => ({ stdout: error.stdout }));
+    expect(tsc.stdout).toBe('');
+    expect((await node('index.js')).split('\n')).toEqual([...quickstart.output, '']);
+  }, 120_000);
+
+  it("loads fencelock with require() from a .cjs file (Node's require of ES modules)", async () => {
+    writeFileSync(
+      join(project, 'main.cjs'),
+      [
+        "const { createLocker } = require('fencelock');",
+        "const locker = createLocker('sqlite:./cjs.db');",
+        'locker',
+        "  .withLock('cjs', (lease) => console.log('fencing token ' + lease.fencingToken))",
+        '  .finally(() => locker.close());',
+        '',
+      ].join('\n'),
+    );
+    const { stdout, stderr } = await exec(process.execPath, ['main.cjs'], { cwd: project });
+    expect(stdout).toBe('fencing token 1\n');
+    expect(stderr).toBe('');
+  });
+
+  it('type-checks fencelock and its subpaths with moduleResolution node10, and runs the CommonJS output', async () => {
+    const dir = join(project, 'node10');
+    mkdirSync(dir);
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ type: 'commonjs' }));
+    writeFileSync(
+      join(dir, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'commonjs',
+          moduleResolution: 'node10',
+          target: 'es2022',
+          strict: true,
+          types: ['node'],
+          skipLibCheck: true,
+        },
+        files: ['main.ts'],
+      }),
+    );
+    writeFileSync(
+      join(dir, 'main.ts'),
+      [
+        "import { createLocker, type Lease } from 'fencelock';",
+        "import type { RedisBackendOptions } from 'fencelock/redis';",
+        "import type { RedisFence } from 'fencelock/fencing/redis';",
+        "import type { PgFence } from 'fencelock/fencing/postgres';",
+        "import type { collectPrometheusMetrics } from 'fencelock/metrics/prometheus';",
+        '',
+        'export type Used = [RedisBackendOptions, RedisFence, PgFence, typeof collectPrometheusMetrics];',
+        "const locker = createLocker('sqlite:./node10.db');",
+        "void locker.withLock('node10', (lease: Lease) => {",
+        "  console.log('fencing token ' + lease.fencingToken);",
+        '}).finally(() => locker.close());',
+        '',
+      ].join('\n'),
+    );
+    const tsc = await npx(['tsc', '-p', dir]).catch((error: { stdout: string }) => ({
+      stdout: error.stdout,
+    }));
+    expect(tsc.stdout).toBe('');
+    expect(readFileSync(join(dir, 'main.js'), 'utf8')).toContain('require("fencelock")');
+    expect(await node('main.js', dir)).toBe('fencing token 1\n');
+  }, 120_000);
 });
 
 describe('this clone', () => {
