@@ -17,12 +17,4 @@ declare global {
   const signal: AbortSignal;
   /** A `pg` pool of the database a fencing guard protects. */
   const pool: Pool;
-  /** The README's stand-in for the reader's own work: a payment that takes a fencing token. */
-  function chargeCard(payment: {
-    orderId: number;
-    fencingToken: bigint;
-    signal: AbortSignal;
-  }): Promise<void>;
-  /** The README's stand-in for the reader's own work: a report that stops on `signal`. */
-  function buildReport(signal: AbortSignal): Promise<void>;
 }
