@@ -30,6 +30,14 @@ export class UsageError extends Error {
   }
 }
 
+/** Longest part of a received value a usage message repeats, characters. */
+const SHOWN_CHARS = 60;
+
+/** `raw` as a usage message shows it: JSON-quoted, cut after `SHOWN_CHARS` characters. */
+export function shownValue(raw: string): string {
+  return JSON.stringify(raw.length > SHOWN_CHARS ? `${raw.slice(0, SHOWN_CHARS)}…` : raw);
+}
+
 /**
  * Parse a whole number in [`min`, `max`] given as text (digits only: no sign, no decimals).
  * @throws UsageError naming `option`.
@@ -39,7 +47,7 @@ export function parseIntegerOption(option: string, raw: string, min: number, max
   if (!Number.isSafeInteger(value) || value < min || value > max) {
     throw new UsageError(
       option,
-      `invalid ${option}: expected an integer in [${min}, ${max}], received ${JSON.stringify(raw)}`,
+      `invalid ${option}: expected an integer in [${min}, ${max}], received ${shownValue(raw)}`,
     );
   }
   return value;
@@ -57,7 +65,7 @@ export function parseStoreOption(option: string, raw: string): string {
     const what = error.argument === 'store' ? '' : ` (${error.argument})`;
     throw new UsageError(
       option,
-      `invalid ${option}${what}: expected ${error.allowed}, received ${JSON.stringify(redactStoreUrl(raw))}`,
+      `invalid ${option}${what}: expected ${error.allowed}, received ${shownValue(redactStoreUrl(raw))}`,
     );
   }
   return raw;
@@ -73,10 +81,9 @@ export function parseKeyArgument(argument: string, raw: string): string {
     return validateKey(raw);
   } catch (error) {
     if (!(error instanceof InvalidArgumentError)) throw error;
-    const shown = raw.length > 60 ? `${raw.slice(0, 60)}…` : raw;
     throw new UsageError(
       argument,
-      `invalid ${argument}: expected ${error.allowed}, received ${JSON.stringify(shown)}`,
+      `invalid ${argument}: expected ${error.allowed}, received ${shownValue(raw)}`,
     );
   }
 }

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { parseIntegerOption, parseStoreOption, UsageError } from '../usage.js';
+import { parseIntegerOption, parseStoreOption, shownValue, UsageError } from '../usage.js';
 
 /** Environment variable holding the bearer token when `--token-file` is not given. */
 export const TOKEN_ENV = 'FENCELOCK_SERVER_TOKEN';
@@ -69,13 +69,13 @@ same store). On etcd and ZooKeeper they end with this sidecar's engine session.`
       if (token === undefined && !isLoopbackHost(raw.host)) {
         throw new UsageError(
           '--host',
-          `invalid --host: without a token (--token-file or $${TOKEN_ENV}) the sidecar listens on loopback only, received ${JSON.stringify(raw.host)}`,
+          `invalid --host: without a token (--token-file or $${TOKEN_ENV}) the sidecar listens on loopback only, received ${shownValue(raw.host)}`,
         );
       }
       if (!/^[\w.-]{1,128}$/.test(raw.storeName)) {
         throw new UsageError(
           '--store-name',
-          `invalid --store-name: expected 1 to 128 letters, digits, "_", "." or "-", received ${JSON.stringify(raw.storeName)}`,
+          `invalid --store-name: expected 1 to 128 letters, digits, "_", "." or "-", received ${shownValue(raw.storeName)}`,
         );
       }
 
