@@ -402,7 +402,11 @@ export class ZookeeperBackend implements Backend {
         const code = zkCode(error);
         if (code === ZCODE.noNode && tries < 3) {
           await this.#call('acquire', () => this.#createParents(session, dir));
-        } else if (code === ZCODE.connectionLoss || code === ZCODE.operationTimeout) {
+        } else if (
+          code === ZCODE.connectionLoss ||
+          code === ZCODE.operationTimeout ||
+          code === ZCODE.closing
+        ) {
           // The create may have been applied with its reply lost: find it by owner (protected mode).
           try {
             path = await this.#findNode(session, dir, request.owner);
