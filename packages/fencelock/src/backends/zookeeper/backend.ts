@@ -280,7 +280,11 @@ export class ZookeeperBackend implements Backend {
     return { ok: true, ttlMs: applied, validUntil: session.validUntil };
   }
 
-  /** Delete the owner's node by path and version, if its czxid is the token. */
+  /**
+   * Delete the owner's node by path and version, if its czxid is the token. A delete whose outcome
+   * is unknown (the connection dropped) is kept and done once the ensemble answers again
+   * (Curator's guaranteed delete), and the error is thrown; a later release asks the ensemble.
+   */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const dir = this.dirOf(lease.key);
     const known = this.#contenders.get(lease.owner);
@@ -288,8 +292,10 @@ export class ZookeeperBackend implements Backend {
       // Not this owner's grant: leave its node (if any) alone.
       return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
     }
-    const session = known?.session.alive ? known.session : await this.session(DEFAULTS.ttlMs);
-    const path = known?.path ?? (await this.#findNode(session, dir, lease.owner));
+    // A release that failed before left its node's delete pending: its session and path.
+    const own = known ?? this.#pendingDelete(dir, lease.owner);
+    const session = own?.session.alive ? own.session : await this.session(DEFAULTS.ttlMs);
+    const path = own?.path ?? (await this.#findNode(session, dir, lease.owner));
     if (path === undefined) {
       return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
     }
@@ -303,8 +309,10 @@ export class ZookeeperBackend implements Backend {
     try {
       deleted = await this.#call('release', () => session.delete(path, version));
     } catch (error) {
-      // A lost connection: the node goes on reconnection (the sweep) or with the session.
-      if (known !== undefined) known.lost.abort(error);
+      // Deleted in the background once the ensemble answers (on reconnection, or by the retry).
+      known?.lost.abort(error);
+      this.#forget(lease.owner);
+      this.#doom({ session, dir, owner: lease.owner, path });
       throw error;
     }
     this.#forget(lease.owner);
@@ -562,6 +570,16 @@ export class ZookeeperBackend implements Backend {
     }, delayMs);
     timer.unref();
     this.#retries.set(session, timer);
+  }
+
+  /** A pending delete (`#doom`) of `owner`'s node under `dir` whose path is known. */
+  #pendingDelete(dir: string, owner: string): { session: ZkSession; path: string } | undefined {
+    for (const d of this.#doomed) {
+      if (d.dir === dir && d.owner === owner && d.path !== undefined && d.session.alive) {
+        return { session: d.session, path: d.path };
+      }
+    }
+    return undefined;
   }
 
   /** The node of `owner` under `dir`, found by its protected name. */
