@@ -55,8 +55,12 @@ import type { SuspendedPolicy } from './url.js';
 /** How long a waiter trusts its watch before reading the children again, ms. */
 const RECHECK_AFTER_MS = 30_000;
 
-/** A contender node name: `_c_<owner>-<w|r>-<10-digit sequence>`. */
-const NODE_NAME = /^_c_([0-9a-f]+)-([wr])-(\d{10})$/;
+/**
+ * A contender node name: `_c_<owner>-<w|r>-<10-digit sequence>`, the owner id being 32 to 128
+ * hex digits (`validateOwnerId`). Only names of this shape are contenders: any other child of a
+ * key's node (written by someone else) is ignored by the predecessor rule and by `inspect`.
+ */
+const NODE_NAME = /^_c_([0-9a-f]{32,128})-([wr])-(\d{10})$/;
 
 interface Contender {
   readonly owner: string;
