@@ -250,6 +250,19 @@ describe('reentrancy', () => {
     expect(backend.calls.release).toBe(1);
   });
 
+  it('a release whose engine call failed is asked of the engine again by the next release', async () => {
+    const lease = await locker.acquire('k');
+    backend.failReleases = 1;
+    await expect(lease.release()).rejects.toMatchObject({ code: 'ERR_BACKEND' });
+    expect(backend.entries.has('k')).toBe(true);
+    expect(await lease.release()).toBe('released');
+    expect(backend.entries.has('k')).toBe(false);
+    expect(backend.calls.release).toBe(2);
+    // Settled by the engine: over-release answers locally again.
+    expect(await lease.release()).toBe('not-held');
+    expect(backend.calls.release).toBe(2);
+  });
+
   it('does not share a lease between handles without reentrant', async () => {
     const h1 = locker.lock('k');
     const h2 = locker.lock('k');

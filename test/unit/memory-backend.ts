@@ -41,6 +41,8 @@ export class MemoryBackend implements Backend {
   attemptDelayMs = 0;
   /** 'ok', 'hang' (never answer) or 'apply-then-fail' (grant, then lose the reply). */
   attemptMode: 'ok' | 'hang' | 'apply-then-fail' = 'ok';
+  /** Releases to fail (reject with BackendError, nothing deleted) before they answer again. */
+  failReleases = 0;
   /** 'ok' or 'hang' (never answer). */
   abandonMode: 'ok' | 'hang' = 'ok';
   /** A session whose end the backend reports on every grant (`Granted.lost`), if set. */
@@ -120,6 +122,10 @@ export class MemoryBackend implements Backend {
 
   async release(l: LeaseRef): Promise<ReleaseOutcome> {
     this.#count('release');
+    if (this.failReleases > 0) {
+      this.failReleases -= 1;
+      throw new BackendError(this.name, 'release', new Error('down'));
+    }
     const e = this.#live(l.key);
     if (!e) return 'not-held';
     if (e.owner !== l.owner || e.token !== l.fencingToken) return 'not-owner';

@@ -72,6 +72,8 @@ export class Lease implements LeaseRef, AsyncDisposable {
   #renewTtlMs: number;
   #expiresAt: number;
   #holdCount = 1;
+  /** The engine call of the last release failed (unknown outcome): the next release asks again. */
+  #releaseInDoubt = false;
   #state: 'held' | 'lost' | 'released' = 'held';
   #renewing: Promise<unknown> | undefined;
   #lastRenewError: unknown;
@@ -188,14 +190,16 @@ export class Lease implements LeaseRef, AsyncDisposable {
   /**
    * Release one hold. When the hold count reaches 0 the watchdog stops (after any renewal in
    * flight settles) and the engine deletes the lease by compare-and-delete of owner and token.
-   * Over-release returns `not-held` without an engine call; the count never goes negative.
+   * Over-release returns `not-held` without an engine call, unless the engine call of the last
+   * release failed: then the engine is asked again. The count never goes negative.
    * @returns `released`, `not-held` or `not-owner` (the engine's answer; never deletes another
    * owner's lease).
-   * @throws BackendError when the engine cannot answer (the lease then expires by its TTL).
+   * @throws BackendError when the engine cannot answer (the lease then expires by its TTL, unless
+   * the backend deletes it once the engine answers again); a later `release()` asks again.
    */
   async release(): Promise<ReleaseOutcome> {
-    if (this.#holdCount === 0) return 'not-held';
-    this.#holdCount -= 1;
+    if (this.#holdCount === 0 && !this.#releaseInDoubt) return 'not-held';
+    this.#holdCount = Math.max(0, this.#holdCount - 1);
     if (this.#holdCount > 0) return 'released';
     if (this.#state === 'held' && monotonicNow() >= this.#expiresAt) {
       // Validity ran out before the watchdog could say so (a blocked event loop): say it now.
@@ -211,9 +215,11 @@ export class Lease implements LeaseRef, AsyncDisposable {
     const holdMs = monotonicNow() - this.#grantedAt;
     try {
       const outcome = await backend.release(this);
+      this.#releaseInDoubt = false;
       publish('release', () => ({ ...this.#eventBase(), outcome, holdMs }));
       return outcome;
     } catch (error) {
+      this.#releaseInDoubt = true;
       publish('release', () => ({ ...this.#eventBase(), outcome: 'error', holdMs, error }));
       throw error;
     }

@@ -55,8 +55,12 @@ import type { SuspendedPolicy } from './url.js';
 /** How long a waiter trusts its watch before reading the children again, ms. */
 const RECHECK_AFTER_MS = 30_000;
 
-/** A contender node name: `_c_<owner>-<w|r>-<10-digit sequence>`. */
-const NODE_NAME = /^_c_([0-9a-f]+)-([wr])-(\d{10})$/;
+/**
+ * A contender node name: `_c_<owner>-<w|r>-<10-digit sequence>`, the owner id being 32 to 128
+ * hex digits (`validateOwnerId`). Only names of this shape are contenders: any other child of a
+ * key's node (written by someone else) is ignored by the predecessor rule and by `inspect`.
+ */
+const NODE_NAME = /^_c_([0-9a-f]{32,128})-([wr])-(\d{10})$/;
 
 interface Contender {
   readonly owner: string;
@@ -280,7 +284,11 @@ export class ZookeeperBackend implements Backend {
     return { ok: true, ttlMs: applied, validUntil: session.validUntil };
   }
 
-  /** Delete the owner's node by path and version, if its czxid is the token. */
+  /**
+   * Delete the owner's node by path and version, if its czxid is the token. A delete whose outcome
+   * is unknown (the connection dropped) is kept and done once the ensemble answers again
+   * (Curator's guaranteed delete), and the error is thrown; a later release asks the ensemble.
+   */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const dir = this.dirOf(lease.key);
     const known = this.#contenders.get(lease.owner);
@@ -288,8 +296,10 @@ export class ZookeeperBackend implements Backend {
       // Not this owner's grant: leave its node (if any) alone.
       return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
     }
-    const session = known?.session.alive ? known.session : await this.session(DEFAULTS.ttlMs);
-    const path = known?.path ?? (await this.#findNode(session, dir, lease.owner));
+    // A release that failed before left its node's delete pending: its session and path.
+    const own = known ?? this.#pendingDelete(dir, lease.owner);
+    const session = own?.session.alive ? own.session : await this.session(DEFAULTS.ttlMs);
+    const path = own?.path ?? (await this.#findNode(session, dir, lease.owner));
     if (path === undefined) {
       return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
     }
@@ -303,8 +313,10 @@ export class ZookeeperBackend implements Backend {
     try {
       deleted = await this.#call('release', () => session.delete(path, version));
     } catch (error) {
-      // A lost connection: the node goes on reconnection (the sweep) or with the session.
-      if (known !== undefined) known.lost.abort(error);
+      // Deleted in the background once the ensemble answers (on reconnection, or by the retry).
+      known?.lost.abort(error);
+      this.#forget(lease.owner);
+      this.#doom({ session, dir, owner: lease.owner, path });
       throw error;
     }
     this.#forget(lease.owner);
@@ -402,7 +414,11 @@ export class ZookeeperBackend implements Backend {
         const code = zkCode(error);
         if (code === ZCODE.noNode && tries < 3) {
           await this.#call('acquire', () => this.#createParents(session, dir));
-        } else if (code === ZCODE.connectionLoss || code === ZCODE.operationTimeout) {
+        } else if (
+          code === ZCODE.connectionLoss ||
+          code === ZCODE.operationTimeout ||
+          code === ZCODE.closing
+        ) {
           // The create may have been applied with its reply lost: find it by owner (protected mode).
           try {
             path = await this.#findNode(session, dir, request.owner);
@@ -558,6 +574,16 @@ export class ZookeeperBackend implements Backend {
     }, delayMs);
     timer.unref();
     this.#retries.set(session, timer);
+  }
+
+  /** A pending delete (`#doom`) of `owner`'s node under `dir` whose path is known. */
+  #pendingDelete(dir: string, owner: string): { session: ZkSession; path: string } | undefined {
+    for (const d of this.#doomed) {
+      if (d.dir === dir && d.owner === owner && d.path !== undefined && d.session.alive) {
+        return { session: d.session, path: d.path };
+      }
+    }
+    return undefined;
   }
 
   /** The node of `owner` under `dir`, found by its protected name. */

@@ -8,8 +8,11 @@
  *   negotiated timeout: `validUntil` = start of the last successful request + timeout − drift.
  *   A heartbeat (one `exists` every third of the timeout) keeps that bound fresh when no lock
  *   traffic does.
- * - SUSPENDED: the client lost its connection (its `connecting` event) and reconnects by itself.
- *   The session may still be alive on the server, or not: it learns which only on reconnection.
+ * - SUSPENDED: the client lost its connection (its `connecting` event, or a request call that
+ *   found the connection reset, `socketDropped`). The client reconnects by itself while it keeps
+ *   trying; when it stops (see attach.ts), or dropped its socket, a new client takes the session
+ *   over (same id and password). The session may still be alive on the server, or not: it learns
+ *   which only on reconnection.
  *   `suspended` aborts at once, so a backend that treats SUSPENDED as loss (Curator's advice, the
  *   default) can say so; `validUntil` still bounds how long it may be believed.
  * - LOST: the client closed with "session expired", or no request succeeded before `validUntil`.
@@ -25,78 +28,31 @@ import { driftMs, monotonicNow } from '../../core/clock.js';
 import { startWait } from '../../core/wait.js';
 import { BackendError } from '../../errors.js';
 import { DEFAULTS } from '../../options.js';
+import { attach } from './attach.js';
+import {
+  type Callback,
+  type NativeZooKeeper,
+  type NativeZooKeeperClass,
+  type NodeStat,
+  socketDropped,
+  ZCODE,
+  ZSTATE,
+} from './native.js';
 
-/**
- * Resolve on a later turn of the event loop (libuv's check phase), outside every callback of the
- * native binding. A native client must not be made inside another client's callback, nor in the
- * promise continuations that run before that callback returns (an `await` alone does not leave
- * it). While the other client reconnects, its old socket is closed but the binding's poll handle
- * on it is not; the new client's socket gets the same descriptor, libuv refuses a second poll
- * handle on it, the binding ignores the refusal, and the process aborts in `uv_poll_start`
- * (seen every time, when a lease's abort listener acquires on a new session after the holder's
- * server was killed). `open` and `#revive` make their clients after this.
- */
-export function outsideNativeCallbacks(): Promise<void> {
-  return new Promise((resolve) => setImmediate(resolve));
-}
+export {
+  CREATE_MODE,
+  type NativeZooKeeper,
+  type NativeZooKeeperClass,
+  type NodeStat,
+  outsideNativeCallbacks,
+  ZCODE,
+} from './native.js';
 
-/** ZooKeeper's return codes used here (`ZooDefs`, the C client's `ZOO_ERRORS`). */
-export const ZCODE = Object.freeze({
-  connectionLoss: -4,
-  operationTimeout: -7,
-  invalidState: -9,
-  noNode: -101,
-  badVersion: -103,
-  nodeExists: -110,
-  notEmpty: -111,
-  sessionExpired: -112,
-  closing: -116,
-});
-
-/** Node create modes (`CreateMode`). */
-export const CREATE_MODE = Object.freeze({ persistent: 0, ephemeralSequential: 3, container: 4 });
+/** While suspended, how often the client's own reconnection is checked, ms. */
+const RECONNECT_CHECK_MS = 100;
 
 /** Watch event types (`Watcher.Event.EventType`): -1 is a session event, not a node's. */
 const SESSION_EVENT = -1;
-
-/** The parts of a node's `Stat` we read. */
-export interface NodeStat {
-  /** Zxid of the create, as a JS number (exact below 2^53). */
-  readonly czxid: number;
-  readonly version: number;
-  /** Session id (hex) of an ephemeral node's owner, `'0'` for others. */
-  readonly ephemeralOwner: string;
-}
-
-type Callback<T> = (rc: number, error: string, value: T) => void;
-
-/** The callback API of the native client (`zookeeper` package) that fencelock calls. */
-export interface NativeZooKeeper {
-  readonly timeout: number;
-  readonly client_id: string;
-  readonly client_password: string;
-  init(config: object): unknown;
-  close(): unknown;
-  on(event: 'connect' | 'connecting' | 'close', listener: (...args: unknown[]) => void): unknown;
-  a_create(path: string, data: string, flags: number, cb: Callback<string>): unknown;
-  a_exists(path: string, watch: boolean, cb: Callback<NodeStat>): unknown;
-  aw_exists(
-    path: string,
-    watchCb: (type: number, state: number, path: string) => void,
-    cb: Callback<NodeStat>,
-  ): unknown;
-  a_get_children(path: string, watch: boolean, cb: Callback<string[]>): unknown;
-  a_get(
-    path: string,
-    watch: boolean,
-    cb: (rc: number, error: string, stat: NodeStat, data: unknown) => void,
-  ): unknown;
-  a_delete_(path: string, version: number, cb: (rc: number, error: string) => void): unknown;
-  a_set(path: string, data: string, version: number, cb: Callback<NodeStat>): unknown;
-}
-
-/** A constructor of the native client. */
-export type NativeZooKeeperClass = new (config: object) => NativeZooKeeper;
 
 /** An error code from the ZooKeeper client, with its message. */
 export class ZooKeeperError extends Error {
@@ -138,8 +94,10 @@ export class ZkSession implements BackendSession {
   #zk: NativeZooKeeper;
   readonly #native: NativeZooKeeperClass;
   readonly #options: ZkSessionOptions;
-  /** The client closed with "session expired" while our bound says it may live: asking again. */
-  #reviving = false;
+  /** A new native client is being attached to the session (`#reattach`). */
+  #reattaching = false;
+  /** Checks the client's own reconnection while suspended (`#watchReconnection`). */
+  #reconnectCheck: NodeJS.Timeout | undefined;
   /** `orphan()` was called: the validity bound no longer moves. */
   #orphaned = false;
   readonly #lost = new AbortController();
@@ -182,14 +140,16 @@ export class ZkSession implements BackendSession {
 
   #listen(zk: NativeZooKeeper): void {
     zk.on('connecting', () => {
-      if (zk === this.#zk) this.#suspend();
+      if (zk !== this.#zk) return;
+      this.#suspend();
+      this.#watchReconnection();
     });
     zk.on('connect', () => {
       if (zk === this.#zk) this.#resume();
     });
     zk.on('close', (_zk, code) => {
-      if (zk !== this.#zk || !this.alive) return;
-      if (code === ZCODE.sessionExpired && monotonicNow() < this.#validUntil) this.#revive();
+      if (zk !== this.#zk || this.#reattaching || !this.alive) return;
+      if (code === ZCODE.sessionExpired && monotonicNow() < this.#validUntil) this.#reattach();
       else if (code === ZCODE.sessionExpired) {
         this.lose(new ZooKeeperError(ZCODE.sessionExpired, 'ZooKeeper session expired'));
       } else this.lose(new Error(`ZooKeeper client closed (code ${String(code)})`));
@@ -197,44 +157,57 @@ export class ZkSession implements BackendSession {
   }
 
   /**
-   * The native client closed itself with "session expired" although the session may still be
-   * alive (the binding also says so after a run of empty reads while it reconnects, e.g. when
-   * its server is killed). Ask the ensemble: reconnect with the session's id and password. The
-   * same session back means it was alive; its ephemeral nodes are intact, but the old client's
-   * watches are gone, so every wait is woken to look again. Anything else (a real expiry, no
-   * answer before the validity runs out) loses the session.
+   * While the client reconnects by itself (SUSPENDED), check it every RECONNECT_CHECK_MS: once it
+   * stops trying (the binding then waits for a timer armed for another purpose, see attach.ts),
+   * hand the session to a new client.
    */
-  #revive(): void {
-    if (this.#reviving || !this.alive) return;
-    this.#reviving = true;
-    this.#suspend();
-    // Called from the old client's 'close' event: the new client is made on a later turn.
-    setImmediate(() => this.#reconnect());
+  #watchReconnection(): void {
+    clearTimeout(this.#reconnectCheck);
+    this.#reconnectCheck = setTimeout(() => {
+      if (!this.alive || this.#reattaching || !this.#suspension.signal.aborted) return;
+      const { state } = this.#zk;
+      if (state === ZSTATE.connecting || state === ZSTATE.associating) this.#watchReconnection();
+      else if (state !== ZSTATE.connected) this.#reattach();
+    }, RECONNECT_CHECK_MS);
+    this.#reconnectCheck.unref();
   }
 
-  /** The second half of `#revive`: a new native client on the session's id and password. */
-  #reconnect(): void {
-    if (!this.#reviving || !this.alive) return;
-    let next: NativeZooKeeper;
-    try {
-      next = new this.#native({
-        connect: this.#options.connect,
-        timeout: this.#options.requestedTimeoutMs,
-        debug_level: 0,
-        host_order_deterministic: false,
-        client_id: this.id,
-        client_password: this.#zk.client_password,
-      });
-    } catch (error) {
-      this.lose(error);
-      return;
-    }
-    next.on('connect', () => {
-      if (!this.#reviving) return;
-      this.#reviving = false;
-      if (!this.alive || next.client_id !== this.id) {
+  /**
+   * Hand the session to a new native client (the same session id and password): the current
+   * client lost its socket behind the binding's back (`socketDropped`), stopped reconnecting, or
+   * closed with "session expired" while the session may still be alive (the binding also says so
+   * after a run of empty reads, e.g. when its server is killed). The current client is closed at
+   * once; it is not connected, so the server keeps the session. The same session back means it
+   * was alive: its ephemeral nodes are intact, but the old client's watches are gone, so every
+   * wait is woken to look again. Anything else (another session, no answer before the validity
+   * runs out) loses the session.
+   */
+  #reattach(): void {
+    if (this.#reattaching || !this.alive) return;
+    this.#reattaching = true;
+    clearTimeout(this.#reconnectCheck);
+    this.#suspend();
+    const password = this.#zk.client_password;
+    this.#zk.close();
+    void attach(this.#native, {
+      connect: this.#options.connect,
+      requestedTimeoutMs: this.#options.requestedTimeoutMs,
+      session: { id: this.id, password },
+      deadline: this.#validUntil,
+      signal: this.signal,
+    }).then((attached) => {
+      this.#reattaching = false;
+      if (attached.outcome !== 'connected') {
+        this.lose(
+          attached.outcome === 'expired'
+            ? new ZooKeeperError(ZCODE.sessionExpired, 'ZooKeeper session expired')
+            : attached.cause,
+        );
+        return;
+      }
+      const next = attached.client;
+      if (!this.alive) {
         next.close();
-        this.lose(new ZooKeeperError(ZCODE.sessionExpired, 'ZooKeeper session expired'));
         return;
       }
       this.#zk = next;
@@ -243,26 +216,6 @@ export class ZkSession implements BackendSession {
       for (const waiting of [...this.#watches.values()]) for (const wake of waiting) wake();
       this.#watches.clear();
     });
-    next.on('close', (_zk, code) => {
-      if (!this.#reviving) return;
-      this.#reviving = false;
-      // The binding's guess again (its new connection hit the dead server first): try once more
-      // while the bound allows; the expiry timer ends it otherwise.
-      if (code === ZCODE.sessionExpired && this.alive && monotonicNow() < this.#validUntil) {
-        setTimeout(() => this.#revive(), 100).unref();
-        return;
-      }
-      this.lose(new ZooKeeperError(Number(code), 'ZooKeeper session expired'));
-    });
-    // Give up when the validity runs out first (the expiry timer loses the session then).
-    this.#lost.signal.addEventListener(
-      'abort',
-      () => {
-        if (this.#zk !== next) next.close();
-      },
-      { once: true },
-    );
-    next.init({});
   }
 
   /**
@@ -270,50 +223,19 @@ export class ZkSession implements BackendSession {
    * @throws BackendError when no server answers within `connectTimeoutMs`.
    */
   static async open(native: NativeZooKeeperClass, options: ZkSessionOptions): Promise<ZkSession> {
-    const deadline = monotonicNow() + options.connectTimeoutMs;
-    for (;;) {
-      await outsideNativeCallbacks();
-      const startedAt = monotonicNow();
-      const zk = new native({
-        connect: options.connect,
-        timeout: options.requestedTimeoutMs,
-        // The C client writes its log to stderr, process-wide; errors reach callers as codes.
-        debug_level: 0,
-        host_order_deterministic: false,
-      });
-      const outcome = await new Promise<'connected' | 'expired' | Error>((resolve) => {
-        const timer = setTimeout(
-          () =>
-            resolve(
-              new Error(`no ZooKeeper server answered within ${options.connectTimeoutMs} ms`),
-            ),
-          Math.max(0, deadline - monotonicNow()),
-        );
-        zk.on('connect', () => {
-          clearTimeout(timer);
-          resolve('connected');
-        });
-        zk.on('close', (_zk, code) => {
-          clearTimeout(timer);
-          resolve(
-            code === ZCODE.sessionExpired
-              ? 'expired'
-              : new Error(`ZooKeeper client closed while connecting (code ${String(code)})`),
-          );
-        });
-        zk.init({});
-      });
-      if (outcome === 'connected') return new ZkSession(zk, native, options, startedAt);
-      zk.close();
-      // "Expired" before any session existed is the native client's guess after a dead server
-      // (see #revive): try a new client while the connect timeout lasts.
-      if (outcome === 'expired' && monotonicNow() < deadline) continue;
-      const cause =
-        outcome === 'expired'
-          ? new Error('ZooKeeper client closed while connecting (code -112)')
-          : outcome;
-      throw new BackendError('zookeeper', `connect to ${options.connect}`, cause);
+    const attached = await attach(native, {
+      connect: options.connect,
+      requestedTimeoutMs: options.requestedTimeoutMs,
+      deadline: monotonicNow() + options.connectTimeoutMs,
+    });
+    if (attached.outcome === 'connected') {
+      return new ZkSession(attached.client, native, options, attached.startedAt);
     }
+    const cause =
+      attached.outcome === 'failed'
+        ? attached.cause
+        : new Error('ZooKeeper client closed while connecting (code -112)');
+    throw new BackendError('zookeeper', `connect to ${options.connect}`, cause);
   }
 
   /** TTL of the locks in this session: the negotiated timeout, ms. */
@@ -482,7 +404,8 @@ export class ZkSession implements BackendSession {
     this.#suspension.abort(cause);
     this.#notifySuspended();
     this.#lost.abort(cause);
-    this.#reviving = false;
+    this.#reattaching = false;
+    clearTimeout(this.#reconnectCheck);
     this.#zk.close();
     // Every wait ends with the session (no listener per wait on `signal`).
     const waits = [...this.#watches.values()];
@@ -531,9 +454,13 @@ export class ZkSession implements BackendSession {
     this.onReconnect?.();
   }
 
-  /** Run one callback-API call; its success moves the validity bound. */
+  /**
+   * Run one callback-API call; its success moves the validity bound. A call whose send finds the
+   * connection reset hands the session to a new client at once (`socketDropped`).
+   */
   #call<T>(start: (cb: Callback<T>) => unknown): Promise<T> {
     const startedAt = monotonicNow();
+    const zk = this.#zk;
     return new Promise<T>((resolve, reject) => {
       const returned = start((rc, error, value) => {
         if (rc === 0) {
@@ -544,6 +471,10 @@ export class ZkSession implements BackendSession {
       // The binding refuses a call synchronously (a code, no callback) once the client is closed.
       if (typeof returned === 'number' && returned !== 0) {
         reject(new ZooKeeperError(returned, 'ZooKeeper client is closed or expired'));
+      } else if (zk === this.#zk && socketDropped(zk)) {
+        // Now, before any other socket can take the dropped one's number (see socketDropped).
+        // Closing the client fails this call with ZCLOSING: it may not have reached the server.
+        this.#reattach();
       }
     });
   }
