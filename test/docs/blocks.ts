@@ -24,8 +24,8 @@ export type BlockKind = 'ts' | 'js' | 'sh';
  */
 export type BlockMode = 'program' | 'compile' | 'excerpt' | 'run' | 'shown';
 
-/** One fenced code block in scope, with what the doc-tests do with it. */
-export interface DocBlock {
+/** A fenced code block in scope, as found in a Markdown file, before it is classified. */
+export interface RawBlock {
   /** The Markdown file, relative to the repository's root (`docs/server.md`). */
   readonly file: string;
   /** Line of the opening fence in that file, 1-based. */
@@ -37,6 +37,10 @@ export interface DocBlock {
   readonly meta: readonly string[];
   /** The block's text, without the fences. */
   readonly code: string;
+}
+
+/** One fenced code block in scope, with what the doc-tests do with it. */
+export interface DocBlock extends RawBlock {
   readonly mode: BlockMode;
   /** Runs against a real Redis: the doc-test puts its own Redis URL in place of the block's. */
   readonly redis: boolean;
@@ -200,15 +204,6 @@ function fencedCode(node: Nodes): Code[] {
   if (node.type === 'code') return [node];
   if (!('children' in node)) return [];
   return node.children.flatMap((child) => fencedCode(child));
-}
-
-interface RawBlock {
-  readonly file: string;
-  readonly line: number;
-  readonly kind: BlockKind;
-  readonly lang: string;
-  readonly meta: readonly string[];
-  readonly code: string;
 }
 
 /** Decide a block's mode and list the ways it breaks the convention. */

@@ -12,11 +12,9 @@ import {
   parseStoreOption,
   UsageError,
 } from '../../packages/cli/src/cli/usage.js';
+import { fuzzRuns, MB } from '../helpers/fuzz.js';
 
-const MB = 1_048_576;
-
-/** Random cases per property; `FENCELOCK_FUZZ_RUNS` raises it for a long run. */
-const RUNS = Number(process.env.FENCELOCK_FUZZ_RUNS ?? 2_000);
+const RUNS = fuzzRuns(2_000);
 
 /** Text that trips parsers: digits and signs, separators, surrogates, NUL, URL parts. */
 const hostileText = fc.oneof(

@@ -14,12 +14,10 @@ import {
   STORE_SCHEMES,
   validateStoreUrl,
 } from '../../packages/fencelock/src/index.js';
+import { fuzzRuns, MB } from '../helpers/fuzz.js';
 import { MemoryBackend } from './memory-backend.js';
 
-const MB = 1_048_576;
-
-/** Random cases per property; `FENCELOCK_FUZZ_RUNS` raises it for a long run. */
-const RUNS = Number(process.env.FENCELOCK_FUZZ_RUNS ?? 2_000);
+const RUNS = fuzzRuns(2_000);
 
 /** `unit` repeated to about `bytes` characters. */
 const run = (unit: string, bytes = MB) => unit.repeat(Math.ceil(bytes / unit.length));

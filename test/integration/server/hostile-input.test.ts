@@ -10,13 +10,12 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Sidecar } from '../../../packages/cli/src/server/index.js';
+import { fuzzRuns, MB } from '../../helpers/fuzz.js';
 import { startInProcess } from './support.js';
 
 const TOKEN = 'hostile-input-test-token-0123456789';
-const MB = 1_048_576;
 
-/** Random cases per property; `FENCELOCK_FUZZ_RUNS` raises it for a long run. */
-const RUNS = Number(process.env.FENCELOCK_FUZZ_RUNS ?? 150);
+const RUNS = fuzzRuns(150);
 
 let dir: string;
 let sidecar: Sidecar;
