@@ -1,6 +1,7 @@
 /**
  * Scenario T06: invalid TTL values are rejected up front, before any engine command, with an
- * `InvalidArgumentError` naming `ttlMs` and the allowed range; 123.45 is rounded up to 124.
+ * `InvalidArgumentError` naming `ttlMs` and the TTL rule (`MIN_TTL_MS` to `MAX_TIMER_MS`); 123.45 is
+ * rounded up to 124.
  * Runs on every store of `stores.ts` (Redis, SQLite, PostgreSQL lease mode directly and through
  * PgBouncer): no lease and no token for the key on the engine afterwards. That not even a read reached the engine is checked
  * on Redis (MONITOR) and SQLite (no commit by any connection). The sidecar part is in
@@ -11,7 +12,8 @@ import {
   InvalidArgumentError,
   type Locker,
   LockTimeoutError,
-  MAX_TIMER_MS,
+  MIN_TTL_MS,
+  ttlRule,
 } from '../../../packages/fencelock/src/index.js';
 import {
   ALL_STORES,
@@ -26,13 +28,14 @@ import {
 const INVALID: readonly { label: string; value: unknown }[] = [
   { label: '0', value: 0 },
   { label: '-1', value: -1 },
+  { label: `${MIN_TTL_MS - 1} (below MIN_TTL_MS)`, value: MIN_TTL_MS - 1 },
   { label: 'NaN', value: Number.NaN },
   { label: 'Infinity', value: Number.POSITIVE_INFINITY },
   { label: '"1000" (a string)', value: '1000' },
   { label: '2**53', value: 2 ** 53 },
 ];
 
-const RANGE = `(0, ${MAX_TIMER_MS}]`;
+const RANGE = ttlRule();
 
 /** Every way a caller can hand a ttlMs to an acquire, with retries enabled. */
 const ENTRY_POINTS: readonly {
