@@ -4,6 +4,7 @@
  * command never runs). And `--help` on every command and subcommand of the program (its
  * commander tree is walked, so a command added later is checked too).
  */
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command } from 'commander';
@@ -16,6 +17,7 @@ import { monitorRedis } from '../handed/stores.js';
 import {
   buildCli,
   childCommand,
+  cliPath,
   linesOf,
   redisStore,
   runCli,
@@ -363,4 +365,24 @@ describe('--help', () => {
     expect(stdout).toMatch(/^ {2}run \[options\] <key> <command> \[args\.\.\.\] +hold a lock/m);
     expect(stdout).toMatch(/^ {2}inspect \[options\] <key> +show the holder/m);
   });
+});
+
+describe('a reader that stops early', () => {
+  it.each([['run', '--help'], ['serve', '--help'], ['inspect', '--help'], ['--help']])(
+    '`fencelock %s` into a closed pipe ends quietly with exit 0 (no EPIPE error)',
+    async (...args) => {
+      // As `fencelock run --help | head -1`: the reading end is closed before the help is written.
+      const child = spawn(process.execPath, [cliPath(), ...args], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      child.stdout.destroy();
+      let stderr = '';
+      child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+        stderr += chunk;
+      });
+      const code = await new Promise((resolve) => child.on('exit', resolve));
+      expect(stderr).not.toContain('EPIPE');
+      expect(code).toBe(0);
+    },
+  );
 });

@@ -16,4 +16,11 @@
 import { createProgram } from './program.js';
 import { runProgram } from './run-program.js';
 
+// A reader that stops early (`fencelock run --help | head -1`) closes the pipe: end quietly, as
+// Unix tools do, instead of dying on an unhandled EPIPE error. Anything else stays an error.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code !== 'EPIPE') throw error;
+  process.exit(typeof process.exitCode === 'number' ? process.exitCode : 0);
+});
+
 process.exitCode = await runProgram(createProgram(), process.argv);
