@@ -81,7 +81,8 @@ const STORES: readonly Store[] = [
   {
     name: 'etcd',
     url: ([p]) => `etcd://127.0.0.1:${p}?dialTimeoutMs=${T}`,
-    boundMs: 2 * T,
+    // etcd3 tries a request that got no answer again, each try with its own deadline.
+    boundMs: 4 * T,
     closedReasons: ['connection-refused'],
     lingers: { silent: true },
   },

@@ -232,12 +232,18 @@ export class PostgresConnectionSet {
             'postgres',
             operation,
             error,
-            unreachableAt(this.#address, [error], this.#commandTimeoutMs),
+            unreachableAt(this.#address, [error], this.#boundOf(error)),
           );
         }
         await new Promise((resolve) => setTimeout(resolve, delayMs));
       }
     }
+  }
+
+  /** The client-side bound `error` reports running out: the query's, or the connection's. */
+  #boundOf(error: unknown): number {
+    const queryTimedOut = error instanceof Error && /Query read timeout/i.test(error.message);
+    return this.#commandTimeoutMs + (queryTimedOut ? CLIENT_TIMEOUT_SLACK_MS : 0);
   }
 
   /** Stop the listener and end the pool if this backend opened it. */
