@@ -158,23 +158,61 @@ export class QuorumError extends FencelockError {
   readonly nodes: readonly NodeOutcome[];
 
   constructor(key: string, operation: string, nodes: readonly NodeOutcome[]) {
-    const summary = nodes.map((n) => `${n.node}=${n.outcome}`).join(', ');
+    const summary = nodes
+      .map((n) => {
+        const why = n.error instanceof BackendError ? n.error.unreachable : undefined;
+        return `${n.node}=${n.outcome}${why ? ` (${why.replace('-', ' ')})` : ''}`;
+      })
+      .join(', ');
     super('ERR_QUORUM', `${operation} of "${key}" reached no quorum (${summary})`);
     this.key = key;
     this.nodes = nodes;
   }
 }
 
-/** The engine was unreachable or answered with a protocol error; the engine's error is `cause`. */
+/**
+ * Why an engine could not be used at all: it refused the connection (nothing listens there), the
+ * connection closed before any answer, or nothing answered within `afterMs`.
+ */
+export type Unreachable =
+  | { readonly address: string; readonly reason: 'connection-refused' | 'connection-closed' }
+  | { readonly address: string; readonly reason: 'no-answer'; readonly afterMs: number };
+
+/**
+ * The engine was unreachable or answered with a protocol error; the engine's error is `cause`.
+ * An unreachable engine is named in one form on every backend:
+ * `<backend> <operation> failed: <host:port> unreachable: connection refused` (or
+ * `connection closed`, or `no answer within <N> ms`), with `address` and `unreachable` set.
+ */
 export class BackendError extends FencelockError {
   readonly backend: string;
   readonly operation: string;
+  /** The store's address (`host:port`, several comma-separated; never a password), when known. */
+  readonly address: string | undefined;
+  /** Set when the engine could not be reached at all (see the class comment). */
+  readonly unreachable: Unreachable['reason'] | undefined;
 
-  constructor(backend: string, operation: string, cause: unknown) {
-    super('ERR_BACKEND', `${backend} ${operation} failed: ${messageOf(cause)}`, { cause });
+  constructor(backend: string, operation: string, cause: unknown, unreachable?: Unreachable) {
+    super(
+      'ERR_BACKEND',
+      `${backend} ${operation} failed: ${unreachable ? describeUnreachable(unreachable) : messageOf(cause)}`,
+      { cause },
+    );
     this.backend = backend;
     this.operation = operation;
+    this.address = unreachable?.address;
+    this.unreachable = unreachable?.reason;
   }
+}
+
+function describeUnreachable(u: Unreachable): string {
+  const why =
+    u.reason === 'no-answer'
+      ? `no answer within ${Math.round(u.afterMs)} ms`
+      : u.reason === 'connection-refused'
+        ? 'connection refused'
+        : 'connection closed';
+  return `${u.address} unreachable: ${why}`;
 }
 
 /**

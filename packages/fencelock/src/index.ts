@@ -57,6 +57,7 @@ export {
   NotLockOwnerError,
   QuorumError,
   StaleTokenError,
+  type Unreachable,
 } from './errors.js';
 export {
   DEFAULTS,

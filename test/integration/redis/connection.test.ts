@@ -38,8 +38,12 @@ describe('redis connection', () => {
     const locker = createLocker('redis://127.0.0.1:1');
     const error = await locker.acquire('k').catch((e: unknown) => e);
     expect(error).toBeInstanceOf(BackendError);
-    expect((error as BackendError).message).toContain('127.0.0.1:1');
-    expect((error as BackendError).message).toContain('ECONNREFUSED');
+    expect((error as BackendError).message).toContain(
+      '127.0.0.1:1 unreachable: connection refused',
+    );
+    expect((error as BackendError).unreachable).toBe('connection-refused');
+    // The client's own error stays as the cause.
+    expect((error as BackendError).cause).toBeInstanceOf(Error);
     await locker.close();
   });
 
@@ -50,7 +54,8 @@ describe('redis connection', () => {
     const startedAt = performance.now();
     const error = await locker.tryAcquire('k').catch((e: unknown) => e);
     expect(error).toBeInstanceOf(BackendError);
-    expect((error as BackendError).message).toContain('not connected within 500 ms');
+    expect((error as BackendError).message).toContain(`127.0.0.1:${port} unreachable:`);
+    expect(['connection-closed', 'no-answer']).toContain((error as BackendError).unreachable);
     expect(performance.now() - startedAt).toBeLessThan(5_000);
     await locker.close();
   });

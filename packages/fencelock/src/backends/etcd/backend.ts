@@ -34,8 +34,9 @@ import type {
 import { queueVerdict } from '../../core/predecessor.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
 import { startWait } from '../../core/wait.js';
-import { BackendError, InvalidArgumentError } from '../../errors.js';
+import { BackendError, InvalidArgumentError, type Unreachable } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
+import { type UnreachableReason, unreachableAt } from '../unreachable.js';
 import { contenderKey, contenderOf, contendersOf } from './contender-key.js';
 import { KeepaliveRoute } from './keepalive-route.js';
 import { EtcdSession } from './session.js';
@@ -83,6 +84,10 @@ export class EtcdBackend implements Backend {
   readonly #ownsClient: boolean;
   readonly #namespace: string;
   readonly #timeoutMs: number;
+  /** The members' addresses for errors (`host:port,…`). */
+  readonly #address: string;
+  /** Why the cluster was last found unreachable (for calls its circuit breaker stops). */
+  #lastUnreachable: UnreachableReason | undefined;
   /** One session per lease TTL in whole seconds. */
   readonly #sessions = new Map<number, Promise<EtcdSession>>();
   /** Sessions opened for the user (`openSession`), until they end. */
@@ -102,7 +107,9 @@ export class EtcdBackend implements Backend {
     namespace: string,
     timeoutMs: number,
     route?: KeepaliveRoute,
+    address = 'etcd',
   ) {
+    this.#address = address;
     this.#route = route ?? new KeepaliveRoute([client], false);
     this.#client = client;
     this.#ownsClient = ownsClient;
@@ -171,10 +178,38 @@ export class EtcdBackend implements Backend {
       // The contender's lease was gone (revoked by hand, expired unnoticed): its session is now
       // lost, so queue again once on a fresh session instead of failing the acquire. A session
       // the user opened is not replaced: the acquire fails.
-      if (!isLeaseNotFound(error) || request.session !== undefined) throw error;
+      if (!isLeaseNotFound(error) || request.session !== undefined) throw this.#outward(error);
       this.#forget(request.owner);
       return this.#attempt(request);
     }
+  }
+
+  /**
+   * A session's failure (a `BackendError` of `session.ts`) in the one form of an unreachable
+   * engine when it is one; other errors unchanged.
+   */
+  #outward(error: unknown): unknown {
+    if (!(error instanceof BackendError) || error.unreachable !== undefined) return error;
+    const unreachable = this.#unreachable(error.cause);
+    return unreachable
+      ? new BackendError(this.name, error.operation, error.cause, unreachable)
+      : error;
+  }
+
+  /**
+   * Whether `error` says the cluster is unreachable. etcd3's circuit breaker, open after
+   * failures, fails calls at once without reaching a member: the reason last seen stands.
+   */
+  #unreachable(error: unknown): Unreachable | undefined {
+    if (error instanceof Error && /circuit breaker is open/i.test(error.message)) {
+      return {
+        address: this.#address,
+        ...(this.#lastUnreachable ?? { reason: 'connection-closed' }),
+      };
+    }
+    const found = unreachableAt(this.#address, [error], this.#timeoutMs);
+    if (found) this.#lastUnreachable = found;
+    return found;
   }
 
   async #attempt(request: AttemptRequest): Promise<AttemptResult> {
@@ -559,7 +594,7 @@ export class EtcdBackend implements Backend {
     try {
       return await run();
     } catch (error) {
-      throw new BackendError(this.name, operation, error);
+      throw new BackendError(this.name, operation, error, this.#unreachable(error));
     }
   }
 }
@@ -624,5 +659,6 @@ export function createEtcdBackendFromConfig(config: EtcdUrlConfig): EtcdBackend 
     config.namespace,
     config.dialTimeoutMs,
     route,
+    config.endpoints.map((endpoint) => new URL(endpoint).host).join(','),
   );
 }

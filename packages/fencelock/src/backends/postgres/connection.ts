@@ -13,6 +13,7 @@
  */
 import pg from 'pg';
 import { BackendError } from '../../errors.js';
+import { unreachableAt } from '../unreachable.js';
 import { ReleaseListener } from './listener.js';
 import { type PostgresSql, sqlFor } from './sql.js';
 import type { CheckedPostgresOptions } from './url.js';
@@ -40,6 +41,8 @@ export class PostgresConnectionSet {
   /** Behind a transaction-mode pooler: statements run in `#begin` … `COMMIT`. */
   readonly #transactionPooler: boolean;
   readonly #begin: string;
+  /** The server's address for errors (`host:port`, never user info). */
+  readonly #address: string;
   #setup: Promise<void> | undefined;
   #closed = false;
 
@@ -82,6 +85,7 @@ export class PostgresConnectionSet {
       // the caller's.
       this.pool.on('error', () => undefined);
     }
+    this.#address = addressOf(this.#clientConfig);
     // Only LISTEN runs there: no statement timeout, so a session-mode pooler would do too.
     this.#listenConfig =
       settings.listenUrl === undefined
@@ -224,11 +228,22 @@ export class PostgresConnectionSet {
           throw new BackendError('postgres', operation, withPoolerHint(error));
         }
         if (!retry || !isConnectionFailure(error) || performance.now() + delayMs > giveUpAt) {
-          throw new BackendError('postgres', operation, error);
+          throw new BackendError(
+            'postgres',
+            operation,
+            error,
+            unreachableAt(this.#address, [error], this.#boundOf(error)),
+          );
         }
         await new Promise((resolve) => setTimeout(resolve, delayMs));
       }
     }
+  }
+
+  /** The client-side bound `error` reports running out: the query's, or the connection's. */
+  #boundOf(error: unknown): number {
+    const queryTimedOut = error instanceof Error && /Query read timeout/i.test(error.message);
+    return this.#commandTimeoutMs + (queryTimedOut ? CLIENT_TIMEOUT_SLACK_MS : 0);
   }
 
   /** Stop the listener and end the pool if this backend opened it. */
@@ -299,4 +314,20 @@ function isServerError(error: unknown): boolean {
 
 function asError(error: unknown): Error {
   return error instanceof Error ? error : new Error(String(error));
+}
+
+/** `host:port` of a client config (from its fields or its connection string), for errors. */
+function addressOf(config: pg.ClientConfig): string {
+  let host = config.host;
+  let port = config.port;
+  if (config.connectionString !== undefined) {
+    try {
+      const url = new URL(config.connectionString);
+      host ??= decodeURIComponent(url.hostname) || undefined;
+      port ??= url.port === '' ? undefined : Number(url.port);
+    } catch {
+      // A key=value connection string: node-postgres reads it; the address stays unknown.
+    }
+  }
+  return `${host ?? 'localhost'}:${port ?? 5432}`;
 }

@@ -117,10 +117,12 @@ export class RedisBackend implements Backend {
       readonly minReplicas: number;
       readonly replicaTimeoutMs: number;
       /**
-       * Bound of the first connection of a client this backend opened, ms (a Sentinel client
-       * retries unreachable Sentinels forever).
+       * Bound of each command, and of the first connection of a client this backend opened, ms
+       * (a Sentinel client retries unreachable Sentinels forever).
        */
       readonly commandTimeoutMs: number;
+      /** The servers' address for errors (`host:port`…), when the backend opened the client. */
+      readonly address?: string;
     },
     epochs?: FailoverEpoch,
   ) {
@@ -129,6 +131,7 @@ export class RedisBackend implements Backend {
       ownsClient,
       this.name,
       settings.commandTimeoutMs,
+      settings.address,
     );
     this.#waiters = new ReleaseWaiters(client);
     this.#epochs = epochs;

@@ -9,6 +9,9 @@ import { InvalidArgumentError } from '../../errors.js';
 import { FailoverEpoch } from './failover-epoch.js';
 import type { RedisUrlConfig } from './url.js';
 
+/** How long a closed client's socket may take to end before it is destroyed, ms. */
+export const DISCONNECT_TIMEOUT_MS = 10;
+
 /** A client the backend opened for a URL config, with the failover epoch on Sentinel. */
 export interface OpenedRedisClient {
   readonly client: Redis | Cluster;
@@ -17,15 +20,20 @@ export interface OpenedRedisClient {
 }
 
 /**
- * Open (lazily: no connection before the first command) the client `config` names. Commands
- * time out after `config.commandTimeoutMs`.
+ * Open (lazily: no connection before the first command) the client `config` names. Commands,
+ * and connecting, time out after `config.commandTimeoutMs`.
  * @throws InvalidArgumentError for a config that names no server (no `url`, Sentinel or Cluster).
  */
 export function openRedisClient(config: RedisUrlConfig): OpenedRedisClient {
   const options = {
     commandTimeout: config.commandTimeoutMs,
     maxRetriesPerRequest: 2,
-    connectTimeout: 5_000,
+    // A server that accepts no connection, or never completes one, is given up on as soon as a
+    // command would be.
+    connectTimeout: config.commandTimeoutMs,
+    // After close(): a socket that does not end at once is destroyed (ioredis waits 2 s, and
+    // its timer would keep the process alive that long).
+    disconnectTimeout: DISCONNECT_TIMEOUT_MS,
     // Connect on the first command, not at construction.
     lazyConnect: true,
   };
@@ -33,7 +41,12 @@ export function openRedisClient(config: RedisUrlConfig): OpenedRedisClient {
   if (cluster) {
     const client = new Cluster(
       cluster.map((n) => ({ host: n.host, port: n.port })),
-      { lazyConnect: true, redisOptions: options },
+      {
+        lazyConnect: true,
+        // Asking the seeds for the slots is given up on as a command would be.
+        slotsRefreshTimeout: config.commandTimeoutMs,
+        redisOptions: options,
+      },
     );
     return { client, epochs: undefined };
   }
@@ -48,6 +61,8 @@ export function openRedisClient(config: RedisUrlConfig): OpenedRedisClient {
     // A failover takes seconds (2.2 s measured with down-after 1 s): a command keeps waiting
     // for the client to reach the new primary, still bounded by commandTimeoutMs.
     maxRetriesPerRequest: 20,
+    // A Sentinel that accepts the connection and never answers is given up on too.
+    sentinelCommandTimeout: config.commandTimeoutMs,
     // ioredis asks the Sentinels for the current primary, and again after a failover.
     sentinels: sentinel.sentinels.map((s) => ({ host: s.host, port: s.port })),
     name: sentinel.name,

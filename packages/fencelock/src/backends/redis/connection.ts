@@ -1,12 +1,15 @@
 /**
  * The connection of a Redis backend: one ioredis client (a node-redis client comes through its
- * adapter), connected on first use within a bound, every command's failure wrapped in a
- * `BackendError` that names the operation, the server and the client's last connection error,
- * and closed within a bound. It knows nothing of locks; `backend.ts` runs its scripts through
+ * adapter), connected on first use within `commandTimeoutMs`, every command's failure wrapped in a
+ * `BackendError` that names the operation and the server (an unreachable one in the one form of
+ * `BackendError`: `host:port unreachable: connection refused` or `no answer within N ms`), and
+ * closed within a bound, leaving no timer or socket behind. It knows nothing of locks; `backend.ts` runs its scripts through
  * `call`.
  */
 import type { Cluster, Redis } from 'ioredis';
 import { BackendError } from '../../errors.js';
+import { unreachableAt } from '../unreachable.js';
+import { DISCONNECT_TIMEOUT_MS } from './client.js';
 
 /** Longest wait for a server's answer to QUIT on close(), ms. */
 export const CLOSE_TIMEOUT_MS = 1_000;
@@ -24,6 +27,8 @@ export class RedisConnection {
    * retries unreachable Sentinels forever).
    */
   readonly #connectTimeoutMs: number;
+  /** The server's address for errors: `host:port`, the Sentinels' or the Cluster seeds'. */
+  readonly #address: string;
   #closed = false;
   #connecting: Promise<void> | undefined;
   /** An error that makes every command wrong (a db the server does not have). */
@@ -36,11 +41,13 @@ export class RedisConnection {
     owned: boolean,
     backendName: string,
     connectTimeoutMs: number,
+    address?: string,
   ) {
     this.client = client;
     this.#owned = owned;
     this.#backendName = backendName;
     this.#connectTimeoutMs = connectTimeoutMs;
+    this.#address = address ?? addressOf(client);
     if (owned) {
       // Connection errors surface through the commands that fail; keep the last one for them.
       client.on('error', (error: Error) => {
@@ -51,6 +58,12 @@ export class RedisConnection {
       client.on('ready', () => {
         this.#lastConnectionError = undefined;
       });
+      // A Cluster reports its nodes' connection errors apart.
+      if (isClusterClient(client)) {
+        client.on('node error', (error: Error) => {
+          this.#lastConnectionError = error;
+        });
+      }
     }
   }
 
@@ -70,7 +83,7 @@ export class RedisConnection {
         new BackendError(this.#backendName, operation, new Error('backend is closed')),
       );
     }
-    if ((this.#owned && this.client.status === 'wait') || this.#fatal) {
+    if ((this.#owned && this.client.status !== 'ready' && this.#queuesUnbounded()) || this.#fatal) {
       return this.#callSlow(operation, run);
     }
     // Hot path: no async frame; the command is written to the socket in this same tick.
@@ -85,11 +98,23 @@ export class RedisConnection {
     });
   }
 
-  /** Refuse further calls; QUIT the client (within 1 s) if the backend opened it. */
+  /**
+   * Refuse further calls; QUIT the client if the backend opened it, within 1 s and
+   * `commandTimeoutMs`.
+   */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    if (this.#owned) await quit(this.client, CLOSE_TIMEOUT_MS);
+    if (this.#owned) await quit(this.client, Math.min(CLOSE_TIMEOUT_MS, this.#connectTimeoutMs));
+  }
+
+  /**
+   * Whether a command sent now may wait without a bound of the client's own: before the first
+   * connection, and on a Cluster that is not ready (its offline queue has no timeout; a single
+   * node's queued commands keep their `commandTimeout`).
+   */
+  #queuesUnbounded(): boolean {
+    return this.client.status === 'wait' || isClusterClient(this.client);
   }
 
   async #callSlow<T>(operation: string, run: () => Promise<T>): Promise<T> {
@@ -99,60 +124,88 @@ export class RedisConnection {
         this.#connecting ??= this.client.connect();
         // Bounded: ioredis keeps trying (Sentinels it cannot reach, forever). The client has
         // left 'wait' by then, so later calls take the hot path, bounded by commandTimeout.
-        let timer: NodeJS.Timeout | undefined;
-        try {
-          await Promise.race([
-            this.#connecting,
-            new Promise<never>((_, reject) => {
-              timer = setTimeout(
-                () =>
-                  reject(
-                    new Error(
-                      `not connected within ${this.#connectTimeoutMs} ms (commandTimeoutMs)`,
-                    ),
-                  ),
-                this.#connectTimeoutMs,
-              );
-            }),
-          ]);
-        } finally {
-          clearTimeout(timer);
-        }
+        await this.#within(this.#connecting, 'not connected');
       }
       if (this.#fatal) throw this.#fatal;
-      return await run();
+      // A Cluster still not ready queues the command with no timeout: bound it here.
+      return this.#owned && isClusterClient(this.client) && this.client.status !== 'ready'
+        ? await this.#within(run(), 'no answer')
+        : await run();
     } catch (error) {
       throw this.#wrap(operation, error);
     }
   }
 
+  /** `pending`, or a rejection after `commandTimeoutMs` (`<what> within N ms`). */
+  async #within<T>(pending: Promise<T>, what: string): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([
+        pending,
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(
+            () => reject(new Error(`${what} within ${this.#connectTimeoutMs} ms`)),
+            this.#connectTimeoutMs,
+          );
+        }),
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   #wrap(operation: string, error: unknown): BackendError {
-    const { host, port } = isClusterClient(this.client)
-      ? { host: 'cluster', port: '' }
-      : this.client.options;
+    const unreachable = unreachableAt(
+      this.#address,
+      [error, this.#lastConnectionError],
+      this.#connectTimeoutMs,
+    );
+    if (unreachable) return new BackendError(this.#backendName, operation, error, unreachable);
     const last = this.#lastConnectionError ? `: ${this.#lastConnectionError.message}` : '';
-    return new BackendError(this.#backendName, `${operation} (${host}:${port}${last})`, error);
+    return new BackendError(this.#backendName, `${operation} (${this.#address}${last})`, error);
   }
 }
 
+/** A client's server address for errors, when the backend did not open it from a URL. */
+function addressOf(client: Redis | Cluster): string {
+  if (isClusterClient(client)) return 'cluster';
+  const { host, port } = client.options;
+  return `${host}:${port}`;
+}
 /** An ioredis Cluster, by its own flag (two copies of ioredis defeat `instanceof`). */
 export function isClusterClient(client: Redis | Cluster): client is Cluster {
   return (client as { isCluster?: boolean }).isCluster === true;
 }
 
-/** QUIT, but never wait on a silent server longer than `timeoutMs`; then drop the socket. */
+/**
+ * QUIT a connected client, but never wait on a silent server longer than `timeoutMs`; then drop
+ * the socket and wait (a few ms) until ioredis has let go of it, so no timer or socket of the
+ * client outlives the returned promise. A client that is not connected is dropped at once.
+ */
 export async function quit(client: Redis | Cluster, timeoutMs: number): Promise<void> {
-  if (client.status === 'end' || client.status === 'wait') {
-    client.disconnect();
-    return;
+  if (client.status === 'ready') {
+    await settleWithin(
+      client.quit().catch(() => undefined),
+      timeoutMs,
+    );
   }
+  if (client.status === 'end') return;
+  const ended = new Promise<void>((resolve) => client.once('end', resolve));
+  client.disconnect();
+  // ioredis destroys a socket that has not closed after its `disconnectTimeout`; a socket that
+  // was already closed (a refused connection) emits no `end`, and only that timer is left.
+  await settleWithin(ended, DISCONNECT_TIMEOUT_MS + 5);
+  await new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Wait for `pending`, at most `timeoutMs`; clears its timer. */
+async function settleWithin(pending: Promise<unknown>, timeoutMs: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([
-    client.quit().catch(() => undefined),
+    pending,
     new Promise((resolve) => {
       timer = setTimeout(resolve, timeoutMs);
     }),
   ]);
   clearTimeout(timer);
-  client.disconnect();
 }

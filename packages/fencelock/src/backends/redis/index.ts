@@ -10,7 +10,13 @@ import { InvalidArgumentError } from '../../errors.js';
 import { RedisBackend, type RedisBackendOptions } from './backend.js';
 import { describeClient, isIoredisClient, openRedisClient } from './client.js';
 import { adaptNodeRedis, isNodeRedisClient } from './node-redis.js';
-import { parseClusterUrl, parseRedisUrl, parseSentinelUrl, type RedisUrlConfig } from './url.js';
+import {
+  addressOfConfig,
+  parseClusterUrl,
+  parseRedisUrl,
+  parseSentinelUrl,
+  type RedisUrlConfig,
+} from './url.js';
 
 export { RedisBackend, type RedisBackendOptions } from './backend.js';
 export type { NodeRedisClientLike } from './node-redis.js';
@@ -95,7 +101,7 @@ export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig
 /** A backend on a client opened for `config` (closed with the backend). */
 function createRedisBackendFromConfig(config: RedisUrlConfig): RedisBackend {
   const { client, epochs } = openRedisClient(config);
-  return new RedisBackend(client, true, config, epochs);
+  return new RedisBackend(client, true, { ...config, address: addressOfConfig(config) }, epochs);
 }
 
 /** `url` with `params` added to its query string. */

@@ -144,3 +144,20 @@ function parseParams(params: URLSearchParams): Omit<RedisUrlConfig, 'url' | 'sen
     replicaTimeoutMs: integerParameter(params, 'replicaTimeoutMs', 200, 1, 600_000),
   };
 }
+
+/**
+ * The servers a config names, for errors: `host:port` of a single node, or the Sentinels' or the
+ * Cluster seeds' (comma-separated). Never user info.
+ */
+export function addressOfConfig(config: RedisUrlConfig): string {
+  const list = config.cluster ?? config.sentinel?.sentinels;
+  if (list) return list.map((n) => `${hostOf(n.host)}:${n.port}`).join(',');
+  if (config.url === undefined) return 'unknown';
+  const url = new URL(config.url);
+  return `${url.hostname}:${url.port || 6379}`;
+}
+
+/** An IPv6 host in brackets, as in a URL. */
+function hostOf(host: string): string {
+  return host.includes(':') ? `[${host}]` : host;
+}

@@ -34,6 +34,7 @@ import { BackendError, QuorumError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { CLOSE_TIMEOUT_MS, quit } from '../redis/connection.js';
 import { inspectScript, renewManyScript } from '../redis/scripts.js';
+import { unreachableAt } from '../unreachable.js';
 import type { RedlockNode } from './node.js';
 import { type NodeResult, outcomesOf, quorumOf, vote } from './quorum.js';
 import { RestartWatch } from './restarts.js';
@@ -69,6 +70,8 @@ export class RedlockBackend implements Backend {
   readonly #nodeTimeoutMs: number;
   readonly #connecting = new Map<RedlockNode, Promise<void>>();
   readonly #restarts: RestartWatch;
+  /** Last connection error of each node since it was last ready, for the nodes' errors. */
+  readonly #lastErrors = new Map<RedlockNode, Error>();
   #closed = false;
 
   /**
@@ -81,6 +84,10 @@ export class RedlockBackend implements Backend {
     this.#nodeTimeoutMs = nodeTimeoutMs;
     this.quorum = quorumOf(nodes.length);
     this.#restarts = new RestartWatch(nodes);
+    for (const node of nodes) {
+      node.client.on('error', (error: Error) => this.#lastErrors.set(node, error));
+      node.client.on('ready', () => this.#lastErrors.delete(node));
+    }
   }
 
   /** The nodes, in the order given. */
@@ -372,7 +379,11 @@ export class RedlockBackend implements Backend {
     return Math.max(5, Math.min(this.#nodeTimeoutMs, ttlMs / 10));
   }
 
-  /** Run a script on every node, each bounded by `timeoutMs`. */
+  /**
+   * Run a script on every node, each bounded by `timeoutMs`. A node's failure is a
+   * `BackendError` naming the node (an unreachable one in the one form: `host:port unreachable:
+   * connection refused`).
+   */
   #vote<T>(
     timeoutMs: number,
     run: (client: Redis) => Promise<T>,
@@ -383,8 +394,21 @@ export class RedlockBackend implements Backend {
       this.#nodes,
       (node) => node.name,
       async (node) => {
-        await this.#connect(node);
-        return run(node.client);
+        try {
+          await this.#connect(node);
+          return await run(node.client);
+        } catch (error) {
+          // A node still connecting (its socket accepted, no answer to the ready check) refuses
+          // commands (no offline queue): it has not answered, which says more than the refusal.
+          const status = node.client.status;
+          const silent = status === 'connect' || status === 'connecting';
+          const unreachable = unreachableAt(
+            node.name,
+            [error, this.#lastErrors.get(node), silent ? 'no answer within' : undefined],
+            timeoutMs,
+          );
+          throw new BackendError(this.name, `vote on ${node.name}`, error, unreachable);
+        }
       },
       timeoutMs,
       decided,

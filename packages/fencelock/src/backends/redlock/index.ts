@@ -8,7 +8,7 @@
  */
 import { Redis } from 'ioredis';
 import { InvalidArgumentError } from '../../errors.js';
-import { describeClient, isIoredisClient } from '../redis/client.js';
+import { DISCONNECT_TIMEOUT_MS, describeClient, isIoredisClient } from '../redis/client.js';
 import {
   adaptNodeRedis,
   isNodeRedisClient,
@@ -98,6 +98,8 @@ function toNode(node: unknown, index: number, nodeTimeoutMs: number): RedlockNod
       connectTimeout: Math.max(nodeTimeoutMs, 1_000),
       // Reconnect to a node that came back within half a second (ioredis waits up to 2 s).
       retryStrategy: (times: number) => Math.min(times * 50, 500),
+      // After close(): a socket that does not end at once is destroyed (see redis/client.ts).
+      disconnectTimeout: DISCONNECT_TIMEOUT_MS,
     });
     client.on('error', () => undefined);
     return { name: `${url.hostname}:${url.port || 6379}`, client, owned: true };
