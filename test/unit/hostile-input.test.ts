@@ -162,6 +162,16 @@ describe('options', () => {
     );
   });
 
+  it('refuses an array where an options object or retry object belongs', async () => {
+    expect((await invalidArgument(() => locker.tryAcquire('k', [] as never)))?.argument).toBe(
+      'options',
+    );
+    expect(
+      (await invalidArgument(() => locker.tryAcquire('k', { retry: [] as never })))?.argument,
+    ).toBe('retry');
+    expect(backend.totalCalls).toBe(0);
+  });
+
   it('refuses an options value that is not an object', async () => {
     await fc.assert(
       fc.asyncProperty(

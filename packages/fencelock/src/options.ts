@@ -171,12 +171,17 @@ export function isOptionsObject(value: unknown): value is object {
  * (`ttlMs`) share it. At 100 ms the default drift allowance (1 % + 2 ms) leaves 97 ms of
  * validity and the watchdog renews every 33 ms, still several loopback round trips; a shorter
  * lease is lost to scheduling noise. Even the largest `driftFactor` (0.5) leaves a lease of this
- * length 48 ms of validity, so no TTL in range is eaten by its drift allowance. Engines may grant more than asked (etcd rounds up to whole seconds and its
- * minimum, ZooKeeper to 2 × tickTime); `lease.ttlMs` says what they granted.
+ * length 48 ms of validity, so no TTL in range is eaten by its drift allowance. Engines may grant
+ * more than asked (etcd rounds up to whole seconds and its minimum, ZooKeeper to 2 × tickTime);
+ * `lease.ttlMs` says what they granted. See docs/semantics.md, "The TTL rule".
  */
 export const MIN_TTL_MS = 100;
 
-/** The rule every TTL (and `maxHoldMs`) meets, as errors state it. */
+/**
+ * The rule every TTL (and `maxHoldMs`) meets, in the words `InvalidArgumentError.allowed` uses:
+ * milliseconds from `MIN_TTL_MS` to `maxMs` (default `MAX_TIMER_MS`, the longest Node.js timer).
+ * @returns e.g. "a number of milliseconds from 100 to 2147483647 (fractions round up)".
+ */
 export function ttlRule(maxMs = MAX_TIMER_MS): string {
   return `a number of milliseconds from ${MIN_TTL_MS} to ${maxMs} (fractions round up)`;
 }
@@ -225,7 +230,7 @@ function validatePositive(value: unknown, argument: string, min: number, max: nu
 
 function validateRetry(value: unknown, base: Required<RetryOptions>): Required<RetryOptions> {
   if (value === undefined) return base;
-  if (typeof value !== 'object' || value === null) {
+  if (!isOptionsObject(value)) {
     throw new InvalidArgumentError(
       'retry',
       'an object { initialDelayMs, maxDelayMs, factor }',
