@@ -452,19 +452,29 @@ export class ZookeeperBackend implements Backend {
     return contender;
   }
 
-  /** `/<namespace>` and `/<namespace>/locks` persistent, the key's node a container (the server removes it once empty). */
+  /**
+   * The key's node, a container (CreateMode.CONTAINER, ZooKeeper 3.5.3 and later): once its last
+   * contender node is gone, the leader deletes it on its next container check
+   * (`znode.container.checkIntervalMs`), so a released key leaves nothing behind. Its parents,
+   * `/<namespace>` and `/<namespace>/locks`, are persistent and made only when missing (the first
+   * lock of a namespace), shared by every key.
+   */
   async #createParents(session: ZkSession, dir: string): Promise<void> {
     const root = `/${this.#settings.namespace}`;
-    for (const [path, mode] of [
-      [root, CREATE_MODE.persistent],
-      [`${root}/locks`, CREATE_MODE.persistent],
-      [dir, CREATE_MODE.container],
-    ] as const) {
+    const create = async (path: string, mode: number) => {
       try {
         await session.create(path, '', mode);
       } catch (error) {
         if (zkCode(error) !== ZCODE.nodeExists) throw error;
       }
+    };
+    try {
+      await create(dir, CREATE_MODE.container);
+    } catch (error) {
+      if (zkCode(error) !== ZCODE.noNode) throw error;
+      await create(root, CREATE_MODE.persistent);
+      await create(`${root}/locks`, CREATE_MODE.persistent);
+      await create(dir, CREATE_MODE.container);
     }
   }
 
