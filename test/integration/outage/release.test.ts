@@ -50,8 +50,9 @@ const ENGINES: readonly Engine[] = [
     name: 'zookeeper',
     port: ZK_CLIENT_PORT_BASE,
     url: (p) => `zk://127.0.0.1:${p}/outage${process.pid}?connectTimeoutMs=${T}`,
-    // Each request is given connectTimeoutMs; a connection found down is asked why (reach.ts).
-    boundMs: T + 200,
+    // Each request is given connectTimeoutMs; with the connection down, the members are then
+    // asked whether they refuse, for up to a fifth of it (reach.ts).
+    boundMs: T + T / 5,
   },
 ];
 

@@ -109,7 +109,8 @@ const STORES: readonly Store[] = [
     // Every member of the ensemble down (three closed ports), or one silent server.
     url: (ports) =>
       `zk://${[...new Set(ports)].map((p) => `127.0.0.1:${p}`).join(',')}?connectTimeoutMs=${T}`,
-    // No session is ever made, so only the connect bound runs (requests get another).
+    // No session is ever made: only the connect bound runs (the members are asked whether they
+    // refuse within its last fifth).
     boundMs: T,
     closedReasons: ['connection-refused'],
   },
