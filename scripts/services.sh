@@ -472,9 +472,16 @@ etcd_member() { # etcd_member stop|kill|start|pause|resume <1|2|3>
 ZK_SERVERS=(1 2 3)
 ZK_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
 # A small heap and a quick start: C1 only, serial GC, no hsperfdata files in /tmp.
+# Container nodes (a lock key's node is one): the leader looks for empty ones every
+# znode.container.checkIntervalMs and deletes at most znode.container.maxPerMinute of them a
+# minute (ZooKeeper's defaults: 60000 ms and 10000). Here every second and without a rate limit,
+# so that the idle tests (test/integration/idle/) see released keys go within seconds. Both are
+# JVM system properties: zoo.cfg would prefix them with "zookeeper.".
+ZK_CONTAINER_CHECK_MS=${FENCELOCK_ZK_CONTAINER_CHECK_MS:-1000}
 ZK_JVM_FLAGS=(-Xms32m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData
   -Dorg.slf4j.simpleLogger.showDateTime=true
-  "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS")
+  "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS"
+  "-Dznode.container.checkIntervalMs=$ZK_CONTAINER_CHECK_MS" -Dznode.container.maxPerMinute=6000000)
 
 zk_client_port() { echo $((ZK_CLIENT_PORT_BASE + $1 - 1)); }
 zk_peer_port() { echo $((ZK_PEER_PORT_BASE + $1 - 1)); }

@@ -22,6 +22,11 @@ export const ETCD_ENDPOINTS: readonly string[] = [1, 2, 3].map(
 export const ZK_CLIENT_PORT_BASE = Number(process.env.FENCELOCK_ZK_CLIENT_PORT_BASE || 21811);
 /** `127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813` (a `zk://` host list). */
 export const ZK_HOSTS = [1, 2, 3].map((n) => `127.0.0.1:${ZK_CLIENT_PORT_BASE + n - 1}`).join(',');
+/**
+ * How often the ensemble's leader deletes empty container nodes (`znode.container.checkIntervalMs`,
+ * 1000 ms in `scripts/services.sh`; ZooKeeper's default is 60000), ms.
+ */
+export const ZK_CONTAINER_CHECK_MS = Number(process.env.FENCELOCK_ZK_CONTAINER_CHECK_MS || 1000);
 
 /** Redlock node n (1..5) of `scripts/services.sh` listens on REDLOCK_PORT_BASE+n (6401 … 6405). */
 export const REDLOCK_PORT_BASE = Number(process.env.FENCELOCK_REDLOCK_PORT_BASE || 6400);

@@ -7,7 +7,12 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { BackendError, createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
-import { ETCD_CLIENT_PORT_BASE, PG_PORT, REDIS_PORT } from '../../helpers/engines.js';
+import {
+  ETCD_CLIENT_PORT_BASE,
+  PG_PORT,
+  REDIS_PORT,
+  ZK_CLIENT_PORT_BASE,
+} from '../../helpers/engines.js';
 import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js';
 
 const T = 500;
@@ -40,6 +45,14 @@ const ENGINES: readonly Engine[] = [
     port: PG_PORT,
     url: (p) => `postgres://fencelock@127.0.0.1:${p}/fencelock?commandTimeoutMs=${T}`,
     boundMs: 2 * T + 1_000,
+  },
+  {
+    name: 'zookeeper',
+    port: ZK_CLIENT_PORT_BASE,
+    url: (p) => `zk://127.0.0.1:${p}/outage${process.pid}?connectTimeoutMs=${T}`,
+    // Each request is given connectTimeoutMs; with the connection down, the members are then
+    // asked whether they refuse, for up to a fifth of it (reach.ts).
+    boundMs: T + T / 5,
   },
 ];
 

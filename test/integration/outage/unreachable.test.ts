@@ -1,7 +1,7 @@
 /**
  * Engines that do not answer (docs/semantics.md, "Engines that do not answer"), on every backend
- * with a network but ZooKeeper: a closed port (nothing listens: the connection is refused) and a
- * silent server (it accepts connections and never sends a byte). Real clients, real sockets.
+ * with a network: a closed port (nothing listens: the connection is refused) and a silent server
+ * (it accepts connections and never sends a byte). Real clients, real sockets.
  *
  * Each operation rejects within its backend's bound with a `BackendError` in the one form
  * (`<host:port> unreachable: connection refused` / `no answer within N ms`), or with Redlock's
@@ -21,7 +21,10 @@ import { closedPort } from '../../helpers/ports.js';
 import { privateBuild } from '../../helpers/private-build.js';
 import { type SilentServer, startSilentServer } from '../../helpers/silent-server.js';
 
-/** The bound every store below is given (`commandTimeoutMs`, `dialTimeoutMs`, `nodeTimeoutMs`). */
+/**
+ * The bound every store below is given (`commandTimeoutMs`, `dialTimeoutMs`, `nodeTimeoutMs`,
+ * `connectTimeoutMs`).
+ */
 const T = 500;
 /** Scheduling noise on a shared two-core machine, ms. */
 const SLACK_MS = 400;
@@ -100,6 +103,16 @@ const STORES: readonly Store[] = [
     boundMs: 2 * T + 1_000,
     closedReasons: ['connection-refused'],
     lingers: { closed: true },
+  },
+  {
+    name: 'zookeeper',
+    // Every member of the ensemble down (three closed ports), or one silent server.
+    url: (ports) =>
+      `zk://${[...new Set(ports)].map((p) => `127.0.0.1:${p}`).join(',')}?connectTimeoutMs=${T}`,
+    // No session is ever made: only the connect bound runs (the members are asked whether they
+    // refuse within its last fifth).
+    boundMs: T,
+    closedReasons: ['connection-refused'],
   },
 ];
 

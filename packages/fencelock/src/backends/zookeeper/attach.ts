@@ -46,8 +46,15 @@ export type AttachOutcome =
   | { readonly outcome: 'connected'; readonly client: NativeZooKeeper; readonly startedAt: number }
   /** The ensemble gave another session than `session`: it expired. */
   | { readonly outcome: 'expired' }
-  /** The deadline passed or the signal aborted, or a client closed for another reason. */
-  | { readonly outcome: 'failed'; readonly cause: Error };
+  /**
+   * No client connected: `deadline` (no server answered before it), `stopped` (the signal
+   * aborted) or `closed` (a client closed for another reason, e.g. a failed authentication).
+   */
+  | {
+      readonly outcome: 'failed';
+      readonly why: 'deadline' | 'stopped' | 'closed';
+      readonly cause: Error;
+    };
 
 type Attempt = 'connected' | 'stalled' | 'ended' | { readonly closed: number };
 
@@ -64,7 +71,7 @@ export async function attach(
   for (;;) {
     await outsideNativeCallbacks();
     const ended = endOf(options);
-    if (ended !== undefined) return { outcome: 'failed', cause: ended };
+    if (ended !== undefined) return ended;
     const startedAt = monotonicNow();
     const client = new native({
       connect: options.connect,
@@ -89,11 +96,16 @@ export async function attach(
     if (typeof attempt === 'object' && attempt.closed !== ZCODE.sessionExpired) {
       return {
         outcome: 'failed',
+        why: 'closed',
         cause: new Error(`ZooKeeper client closed while connecting (code ${attempt.closed})`),
       };
     }
     if (attempt === 'stalled' || typeof attempt === 'object') {
-      await pause(pauseMs, options.signal);
+      // Never past the deadline: the attempts end at it, not at the end of a pause.
+      await pause(
+        Math.min(pauseMs, Math.max(0, options.deadline - monotonicNow())),
+        options.signal,
+      );
       pauseMs = Math.min(pauseMs * 2, MAX_RETRY_MS);
     }
   }
@@ -107,6 +119,7 @@ function tryOnce(client: NativeZooKeeper, options: AttachOptions): Promise<Attem
       if (settled) return;
       settled = true;
       clearInterval(watch);
+      clearTimeout(atDeadline);
       options.signal?.removeEventListener('abort', onAbort);
       resolve(attempt);
     };
@@ -117,6 +130,7 @@ function tryOnce(client: NativeZooKeeper, options: AttachOptions): Promise<Attem
         settle('stalled');
       }
     }, FIRST_RETRY_MS);
+    const atDeadline = setTimeout(onAbort, Math.max(0, options.deadline - monotonicNow()));
     options.signal?.addEventListener('abort', onAbort, { once: true });
     client.on('connect', () => settle('connected'));
     client.on('close', (_client, code) => settle({ closed: Number(code) }));
@@ -125,10 +139,20 @@ function tryOnce(client: NativeZooKeeper, options: AttachOptions): Promise<Attem
 }
 
 /** Why the attempts end now, if they do. */
-function endOf(options: AttachOptions): Error | undefined {
-  if (options.signal?.aborted) return new Error('ZooKeeper connection attempts stopped');
+function endOf(options: AttachOptions): AttachOutcome | undefined {
+  if (options.signal?.aborted) {
+    return {
+      outcome: 'failed',
+      why: 'stopped',
+      cause: new Error('ZooKeeper connection attempts stopped'),
+    };
+  }
   if (monotonicNow() >= options.deadline) {
-    return new Error(`no ZooKeeper server of ${options.connect} answered in time`);
+    return {
+      outcome: 'failed',
+      why: 'deadline',
+      cause: new Error(`no ZooKeeper server of ${options.connect} answered in time`),
+    };
   }
   return undefined;
 }

@@ -45,9 +45,9 @@ import {
   CREATE_MODE,
   type NativeZooKeeperClass,
   type NodeStat,
+  requestUnreachable,
   ZCODE,
   ZkSession,
-  type ZooKeeperError,
   zkCode,
 } from './session.js';
 import type { SuspendedPolicy } from './url.js';
@@ -131,6 +131,8 @@ export class ZookeeperBackend implements Backend {
   readonly #retries = new Map<ZkSession, NodeJS.Timeout>();
   readonly #retryDelays = new Map<ZkSession, number>();
   #closed = false;
+  /** Aborted by `close()`: stops sessions still connecting. */
+  readonly #closing = new AbortController();
 
   constructor(native: NativeZooKeeperClass, settings: ZookeeperBackendSettings) {
     this.#native = native;
@@ -359,6 +361,7 @@ export class ZookeeperBackend implements Backend {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#closing.abort();
     for (const contender of this.#contenders.values()) clearTimeout(contender.expiry);
     this.#contenders.clear();
     for (const timer of this.#retries.values()) clearTimeout(timer);
@@ -377,6 +380,7 @@ export class ZookeeperBackend implements Backend {
       connect: this.#settings.connect,
       requestedTimeoutMs: ttlMs,
       connectTimeoutMs: this.#settings.connectTimeoutMs,
+      signal: this.#closing.signal,
     });
     if (this.#closed) {
       await session.close();
@@ -425,10 +429,10 @@ export class ZookeeperBackend implements Backend {
           } catch {
             // Not even that answered: delete it by name once the ensemble can be reached.
             this.#doom({ session, dir, owner: request.owner, path: undefined });
-            throw new BackendError(this.name, 'acquire', error);
+            throw await this.#wrap('acquire', error);
           }
-          if (path === undefined) throw new BackendError(this.name, 'acquire', error);
-        } else throw new BackendError(this.name, 'acquire', error);
+          if (path === undefined) throw await this.#wrap('acquire', error);
+        } else throw await this.#wrap('acquire', error);
       }
     }
     const contender: Contender = {
@@ -448,19 +452,29 @@ export class ZookeeperBackend implements Backend {
     return contender;
   }
 
-  /** `/<namespace>` and `/<namespace>/locks` persistent, the key's node a container (the server removes it once empty). */
+  /**
+   * The key's node, a container (CreateMode.CONTAINER, ZooKeeper 3.5.3 and later): once its last
+   * contender node is gone, the leader deletes it on its next container check
+   * (`znode.container.checkIntervalMs`), so a released key leaves nothing behind. Its parents,
+   * `/<namespace>` and `/<namespace>/locks`, are persistent and made only when missing (the first
+   * lock of a namespace), shared by every key.
+   */
   async #createParents(session: ZkSession, dir: string): Promise<void> {
     const root = `/${this.#settings.namespace}`;
-    for (const [path, mode] of [
-      [root, CREATE_MODE.persistent],
-      [`${root}/locks`, CREATE_MODE.persistent],
-      [dir, CREATE_MODE.container],
-    ] as const) {
+    const create = async (path: string, mode: number) => {
       try {
         await session.create(path, '', mode);
       } catch (error) {
         if (zkCode(error) !== ZCODE.nodeExists) throw error;
       }
+    };
+    try {
+      await create(dir, CREATE_MODE.container);
+    } catch (error) {
+      if (zkCode(error) !== ZCODE.noNode) throw error;
+      await create(root, CREATE_MODE.persistent);
+      await create(`${root}/locks`, CREATE_MODE.persistent);
+      await create(dir, CREATE_MODE.container);
     }
   }
 
@@ -625,9 +639,20 @@ export class ZookeeperBackend implements Backend {
     try {
       return await run();
     } catch (error) {
-      if (error instanceof BackendError) throw error;
-      throw new BackendError(this.name, operation, error as ZooKeeperError);
+      throw await this.#wrap(operation, error);
     }
+  }
+
+  /**
+   * `error` as the BackendError of `operation`: in the one form of an unreachable engine when
+   * the request found no connection or no answer (`requestUnreachable`), the ensemble of the URL
+   * as its address.
+   */
+  async #wrap(operation: string, error: unknown): Promise<BackendError> {
+    if (error instanceof BackendError) return error;
+    const { connect, connectTimeoutMs } = this.#settings;
+    const unreachable = await requestUnreachable(error, connect, connectTimeoutMs);
+    return new BackendError(this.name, operation, error, unreachable);
   }
 }
 

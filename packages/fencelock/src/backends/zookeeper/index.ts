@@ -33,6 +33,9 @@ export interface ZookeeperBackendOptions {
    * A `zk://host:port[,host:port…][/namespace][?connectTimeoutMs=…&suspended=lose|wait]` URL.
    * `suspended=lose` (default): a lost connection loses the locks held (Curator's advice);
    * `suspended=wait`: they stay held while the session can still be alive on the server.
+   * `connectTimeoutMs` (default 5000) bounds a new session's connection and each request: an
+   * ensemble that refuses or never answers fails an operation with `BackendError` in the one
+   * form (`<host:port,…> unreachable: connection refused` / `no answer within N ms`).
    */
   readonly url: string;
 }

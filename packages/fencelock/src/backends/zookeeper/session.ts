@@ -26,7 +26,7 @@
 import type { BackendSession } from '../../core/backend.js';
 import { driftMs, monotonicNow } from '../../core/clock.js';
 import { startWait } from '../../core/wait.js';
-import { BackendError } from '../../errors.js';
+import { BackendError, type Unreachable } from '../../errors.js';
 import { DEFAULTS } from '../../options.js';
 import { attach } from './attach.js';
 import {
@@ -38,6 +38,7 @@ import {
   ZCODE,
   ZSTATE,
 } from './native.js';
+import { ensembleUnreachable, PROBE_MS } from './reach.js';
 
 export {
   CREATE_MODE,
@@ -54,13 +55,23 @@ const RECONNECT_CHECK_MS = 100;
 /** Watch event types (`Watcher.Event.EventType`): -1 is a session event, not a node's. */
 const SESSION_EVENT = -1;
 
+/** How a request failed to reach the ensemble, as the session saw it when it failed. */
+export type RequestFailure =
+  /** Nothing answered within `afterMs` while the connection was up. */
+  | { readonly kind: 'no-answer'; readonly afterMs: number }
+  /** The connection was down (SUSPENDED), or dropped under the request. */
+  | { readonly kind: 'disconnected' };
+
 /** An error code from the ZooKeeper client, with its message. */
 export class ZooKeeperError extends Error {
   readonly code: number;
-  constructor(code: number, message: string) {
+  /** Set when the request failed for want of a connection or an answer. */
+  readonly failure: RequestFailure | undefined;
+  constructor(code: number, message: string, failure?: RequestFailure) {
     super(`${message} (ZooKeeper code ${code})`);
     this.name = 'ZooKeeperError';
     this.code = code;
+    this.failure = failure;
   }
 }
 
@@ -77,9 +88,17 @@ export interface ZkSessionOptions {
   readonly connect: string;
   /** Session timeout asked for, ms; the server negotiates it into its [2, 20] × tickTime. */
   readonly requestedTimeoutMs: number;
-  /** How long to wait for the first connection, ms. */
+  /**
+   * How long to wait for the first connection, and for the answer to each request, ms: a request
+   * still unanswered then fails with ZOPERATIONTIMEOUT (-7), "no answer within <N> ms".
+   */
   readonly connectTimeoutMs: number;
+  /** Aborting it stops connecting (`open`). */
+  readonly signal?: AbortSignal;
 }
+
+/** Codes with which the C client fails a request whose connection ended under it. */
+const DISCONNECTED: ReadonlySet<number> = new Set([ZCODE.connectionLoss, ZCODE.closing]);
 
 /** One ZooKeeper session. */
 export class ZkSession implements BackendSession {
@@ -219,23 +238,36 @@ export class ZkSession implements BackendSession {
   }
 
   /**
-   * Connect a new client and wait for its session.
-   * @throws BackendError when no server answers within `connectTimeoutMs`.
+   * Connect a new client and wait for its session. The last `probeMsOf(connectTimeoutMs)` of the
+   * bound are kept to ask why no server answered (reach.ts).
+   * @throws BackendError when no server answers within `connectTimeoutMs`: in the one form of an
+   *   unreachable engine (`<ensemble> unreachable: connection refused` when every member refuses
+   *   connections, else `no answer within <connectTimeoutMs> ms`), `address` the ensemble.
    */
   static async open(native: NativeZooKeeperClass, options: ZkSessionOptions): Promise<ZkSession> {
+    const probeMs = probeMsOf(options.connectTimeoutMs);
     const attached = await attach(native, {
       connect: options.connect,
       requestedTimeoutMs: options.requestedTimeoutMs,
-      deadline: monotonicNow() + options.connectTimeoutMs,
+      deadline: monotonicNow() + options.connectTimeoutMs - probeMs,
+      ...(options.signal && { signal: options.signal }),
     });
     if (attached.outcome === 'connected') {
       return new ZkSession(attached.client, native, options, attached.startedAt);
     }
-    const cause =
-      attached.outcome === 'failed'
-        ? attached.cause
-        : new Error('ZooKeeper client closed while connecting (code -112)');
-    throw new BackendError('zookeeper', `connect to ${options.connect}`, cause);
+    if (attached.outcome === 'expired') {
+      const expired = new Error('ZooKeeper client closed while connecting (code -112)');
+      throw new BackendError('zookeeper', 'connect', expired);
+    }
+    const unreachable =
+      attached.why === 'deadline'
+        ? await ensembleUnreachable(
+            options.connect,
+            { address: options.connect, reason: 'no-answer', afterMs: options.connectTimeoutMs },
+            probeMs,
+          )
+        : undefined;
+    throw new BackendError('zookeeper', 'connect', attached.cause, unreachable);
   }
 
   /** TTL of the locks in this session: the negotiated timeout, ms. */
@@ -461,15 +493,30 @@ export class ZkSession implements BackendSession {
   #call<T>(start: (cb: Callback<T>) => unknown): Promise<T> {
     const startedAt = monotonicNow();
     const zk = this.#zk;
+    const boundMs = this.#options.connectTimeoutMs;
     return new Promise<T>((resolve, reject) => {
+      // The C client sets no deadline on a request: only its connection's receive timeout
+      // (two thirds of the session timeout) ends one that a silent server never answers.
+      const timer = setTimeout(() => {
+        reject(
+          new ZooKeeperError(
+            ZCODE.operationTimeout,
+            `no answer within ${boundMs} ms`,
+            this.#connected() ? { kind: 'no-answer', afterMs: boundMs } : { kind: 'disconnected' },
+          ),
+        );
+      }, boundMs);
+      timer.unref();
       const returned = start((rc, error, value) => {
+        clearTimeout(timer);
         if (rc === 0) {
           this.#extendFrom(startedAt);
           resolve(value);
-        } else reject(new ZooKeeperError(rc, error || 'ZooKeeper error'));
+        } else reject(new ZooKeeperError(rc, error || 'ZooKeeper error', this.#failureOf(rc)));
       });
       // The binding refuses a call synchronously (a code, no callback) once the client is closed.
       if (typeof returned === 'number' && returned !== 0) {
+        clearTimeout(timer);
         reject(new ZooKeeperError(returned, 'ZooKeeper client is closed or expired'));
       } else if (zk === this.#zk && socketDropped(zk)) {
         // Now, before any other socket can take the dropped one's number (see socketDropped).
@@ -477,6 +524,24 @@ export class ZkSession implements BackendSession {
         this.#reattach();
       }
     });
+  }
+
+  /** Connected now: alive, and not suspended. */
+  #connected(): boolean {
+    return this.alive && !this.#suspension.signal.aborted;
+  }
+
+  /**
+   * What a failure code of the C client says about the connection: ZOPERATIONTIMEOUT when its
+   * receive timeout (two thirds of the session timeout) dropped a silent connection; connection
+   * loss or closing while the session lives and its connection is down.
+   */
+  #failureOf(rc: number): RequestFailure | undefined {
+    if (rc === ZCODE.operationTimeout) {
+      return { kind: 'no-answer', afterMs: Math.round((this.timeoutMs * 2) / 3) };
+    }
+    if (DISCONNECTED.has(rc) && this.alive) return { kind: 'disconnected' };
+    return undefined;
   }
 
   #scheduleHeartbeat(delayMs = this.timeoutMs / 3): void {
@@ -516,4 +581,33 @@ export class ZkSession implements BackendSession {
     );
     this.#expiry.unref();
   }
+}
+
+/** The part of `connectTimeoutMs` kept to ask why no server answered: a fifth, 200 ms at most. */
+function probeMsOf(connectTimeoutMs: number): number {
+  return Math.min(PROBE_MS, Math.floor(connectTimeoutMs / 5));
+}
+
+/**
+ * What a failed request of a session on `ensemble` says about reaching it, in the one form of an
+ * unreachable engine: no answer within the bound that ran out; or, when the connection was down,
+ * `connection refused` when every member refuses connections now (reach.ts), else `connection
+ * closed`.
+ * @returns undefined for other failures (an answer of the server, a closed session).
+ */
+export async function requestUnreachable(
+  error: unknown,
+  ensemble: string,
+  connectTimeoutMs: number,
+): Promise<Unreachable | undefined> {
+  const failure = error instanceof ZooKeeperError ? error.failure : undefined;
+  if (failure === undefined) return undefined;
+  if (failure.kind === 'no-answer') {
+    return { address: ensemble, reason: 'no-answer', afterMs: failure.afterMs };
+  }
+  return ensembleUnreachable(
+    ensemble,
+    { address: ensemble, reason: 'connection-closed' },
+    probeMsOf(connectTimeoutMs),
+  );
 }

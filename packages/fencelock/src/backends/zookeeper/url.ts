@@ -1,8 +1,9 @@
 /**
  * Parse `zk://host:port[,host:port…][/namespace][?params]` store URLs without importing the
  * engine client. The namespace (default `fencelock`) is the top node of every path the backend
- * writes. Parameters: `connectTimeoutMs` (default 5000), `suspended` (`lose`, the default, or
- * `wait`: what a lost connection means for the locks held, see `ZookeeperBackendOptions`).
+ * writes. Parameters: `connectTimeoutMs` (default 5000: the bound of a new session's connection
+ * and of each request), `suspended` (`lose`, the default, or `wait`: what a lost connection means
+ * for the locks held, see `ZookeeperBackendOptions`).
  */
 import { InvalidArgumentError } from '../../errors.js';
 import { integerParameter, parseHostList } from '../store-url.js';
