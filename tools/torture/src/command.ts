@@ -1,13 +1,15 @@
 /**
  * `npm run torture`: run the fault-injection matrix (this folder) against the engines of
  * `scripts/services.sh`, and `npm run torture:report -- <result.json>`: regenerate
- * docs/guarantees.md, its chart and the README summary from a committed result. Only option
- * parsing and file writing here; the harness is in harness.ts and matrix.ts.
+ * docs/guarantees.md, its chart and the README summary from a committed result (`torture merge`
+ * joins results made in parts first). Only option parsing and file writing here; the harness is
+ * in harness.ts and matrix.ts.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { parseIntegerOption, UsageError } from '@fencelock/cli/tooling';
 import type { Command } from 'commander';
+import type { MatrixResult } from './matrix.js';
 
 interface TortureCliOptions {
   readonly backend?: string[];
@@ -100,20 +102,32 @@ export function registerTortureCommand(program: Command): void {
     });
 
   torture
+    .command('merge <out> <parts...>')
+    .description(
+      'merge results made in parts (same settings, disjoint backend × fault cells) into <out>, for report',
+    )
+    .action(async (out: string, sources: string[]) => {
+      const { mergeResults, MergeConflict } = await import('./merge.js');
+      try {
+        const merged = mergeResults(sources.map(readResult));
+        writeFileSync(out, `${JSON.stringify(merged, null, 2)}\n`);
+        process.stdout.write(
+          `written: ${out} (${merged.cells.length} cells from ${sources.length} parts)\n`,
+        );
+      } catch (error) {
+        if (error instanceof MergeConflict)
+          throw new UsageError('merge', `merge: ${error.message}`);
+        throw error;
+      }
+    });
+
+  torture
     .command('report <result>')
     .description(
       'regenerate docs/guarantees.md, its chart and the README summary from a result JSON',
     )
     .action(async (source: string) => {
-      let result: import('./matrix.js').MatrixResult;
-      try {
-        result = JSON.parse(readFileSync(source, 'utf8'));
-      } catch (error) {
-        throw new UsageError(
-          'report',
-          `report: cannot read ${source}: ${(error as Error).message}`,
-        );
-      }
+      const result = readResult(source);
       const { guaranteesPage, readmeSummary, svgChart } = await import('./report.js');
       const chart = join('torture', `${basename(source, '.json')}.svg`);
       mkdirSync(join('docs', dirname(chart)), { recursive: true });
@@ -132,4 +146,13 @@ export function registerTortureCommand(program: Command): void {
       writeFileSync('README.md', updated);
       process.stdout.write(`written: docs/guarantees.md, docs/${chart}, README.md\n`);
     });
+}
+
+/** A result JSON written by `torture` or `torture merge`. */
+function readResult(source: string): MatrixResult {
+  try {
+    return JSON.parse(readFileSync(source, 'utf8'));
+  } catch (error) {
+    throw new UsageError('result', `cannot read ${source}: ${(error as Error).message}`);
+  }
 }

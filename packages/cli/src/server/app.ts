@@ -1,7 +1,7 @@
 /**
  * The sidecar: an HTTP server (fastify) in front of one Locker, for callers in any language.
- * It speaks Dapr's distributed-lock API, fencelock's `/v1/locks` extensions, `GET /healthz`
- * and `GET /metrics` (Prometheus). It keeps no lock state of its own: every handler validates,
+ * It speaks Dapr's distributed-lock API (with the metadata and health routes Dapr's SDKs call),
+ * fencelock's `/v1/locks` extensions, `GET /healthz` and `GET /metrics` (Prometheus). It keeps no lock state of its own: every handler validates,
  * calls the Locker's owner-addressed operations and maps the answer, so several sidecars over one
  * store agree (on Redis, Redlock, SQLite and PostgreSQL; on etcd and ZooKeeper a grant lives in
  * the engine session of the sidecar that made it).
@@ -11,10 +11,18 @@ import type { Locker } from 'fencelock';
 import { createLocker, InvalidArgumentError, MAX_TIMER_MS } from 'fencelock';
 import { collectPrometheusMetrics, type PrometheusMetrics } from 'fencelock/metrics/prometheus';
 import { Registry } from 'prom-client';
-import { bearerChecker, isLoopbackHost, MIN_TOKEN_CHARS } from './auth.js';
+import { packageVersion } from '../version.js';
+import {
+  apiTokenChecker,
+  DAPR_API_TOKEN_HEADER,
+  isLoopbackHost,
+  MIN_TOKEN_CHARS,
+  OPEN_PATHS,
+} from './auth.js';
 import { daprAnswer, fromFastifyError, HttpError, sendError, utf8Body } from './http-errors.js';
 import type { RouteContext } from './routes/context.js';
 import { DAPR_PATH_PREFIX, registerDaprRoutes } from './routes/dapr.js';
+import { DAPR_HEALTH_PATHS, notReady, registerDaprRuntimeRoutes } from './routes/dapr-runtime.js';
 import { registerLockRoutes } from './routes/locks.js';
 import { registerOpsRoutes } from './routes/ops.js';
 import { allowedFor } from './schemas.js';
@@ -34,6 +42,8 @@ export interface SidecarOptions {
   readonly token?: string;
   /** Store name in Dapr's paths (`/v1.0-alpha1/lock/<storeName>`). @default 'lockstore' */
   readonly storeName?: string;
+  /** Dapr's app id, reported by `GET /v1.0/metadata`. @default 'fencelock' */
+  readonly appId?: string;
   /** Longest `waitMs` a caller may ask for, ms. @default 60000 */
   readonly maxWaitMs?: number;
   /**
@@ -76,8 +86,13 @@ export interface Sidecar {
 export const DEFAULT_PORT = 3500;
 /** Default Dapr store name. */
 export const DEFAULT_STORE_NAME = 'lockstore';
+/** Default Dapr app id. */
+export const DEFAULT_APP_ID = 'fencelock';
 /** Default longest wait of `POST /v1/locks/{key}/acquire`, ms. */
 export const DEFAULT_MAX_WAIT_MS = 60_000;
+
+/** Answers of a sidecar shutting down: expected, not logged as failures. */
+const SHUTDOWN_CODES = new Set(['ERR_SHUTTING_DOWN', 'ERR_HEALTH_NOT_READY']);
 
 /** How long a shutdown waits for requests still arriving before it closes their connections, ms. */
 const SHUTDOWN_GRACE_MS = 5_000;
@@ -107,6 +122,14 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       storeName,
     );
   }
+  const appId = options.appId ?? DEFAULT_APP_ID;
+  if (typeof appId !== 'string' || !/^[\w.-]{1,128}$/.test(appId)) {
+    throw new InvalidArgumentError(
+      'appId',
+      'a name of 1 to 128 letters, digits, "_", "." or "-"',
+      appId,
+    );
+  }
   const maxWaitMs = options.maxWaitMs ?? DEFAULT_MAX_WAIT_MS;
   if (
     typeof maxWaitMs !== 'number' ||
@@ -129,7 +152,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   const allowed = (field: string) => allowedFor(field, maxWaitMs);
   const answer = (error: unknown, request: FastifyRequest): HttpError => {
     if (error instanceof HttpError) {
-      if (error.statusCode >= 500 && error.body.errorCode !== 'ERR_SHUTTING_DOWN') {
+      if (error.statusCode >= 500 && !SHUTDOWN_CODES.has(error.body.errorCode)) {
         request.log.warn({ errorCode: error.body.errorCode }, error.message);
       }
       return error;
@@ -193,8 +216,9 @@ export function createSidecar(options: SidecarOptions): Sidecar {
 
   const metrics: PrometheusMetrics = collectPrometheusMetrics({ registry });
 
-  app.addHook('onRequest', async () => {
+  app.addHook('onRequest', async (request) => {
     if (shutdown.signal.aborted) {
+      if ((DAPR_HEALTH_PATHS as readonly string[]).includes(request.url)) throw notReady();
       throw new HttpError(503, {
         errorCode: 'ERR_SHUTTING_DOWN',
         message: 'the sidecar is shutting down',
@@ -208,13 +232,17 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   });
 
   if (token !== undefined) {
-    const check = bearerChecker(token);
+    const check = apiTokenChecker(token);
     app.addHook('onRequest', async (request) => {
-      if (request.method === 'GET' && request.url === '/healthz') return;
-      if (!check(request.headers.authorization)) {
+      if (request.method === 'GET' && OPEN_PATHS.has(request.url)) return;
+      const carried = {
+        authorization: request.headers.authorization,
+        daprApiToken: request.headers[DAPR_API_TOKEN_HEADER],
+      };
+      if (!check(carried)) {
         throw new HttpError(401, {
           errorCode: 'ERR_UNAUTHORIZED',
-          message: 'missing or wrong bearer token (Authorization: Bearer <token>)',
+          message: `missing or wrong API token (Authorization: Bearer <token>, or ${DAPR_API_TOKEN_HEADER}: <token>)`,
         });
       }
     });
@@ -243,6 +271,11 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   );
 
   registerDaprRoutes(app, ctx);
+  registerDaprRuntimeRoutes(app, {
+    appId,
+    runtimeVersion: `fencelock ${packageVersion()}`,
+    storeName,
+  });
   registerLockRoutes(app, ctx);
   registerOpsRoutes(app, { registry, shutdown: shutdown.signal });
 

@@ -26,6 +26,7 @@ export type SidecarErrorCode =
   | 'ERR_TRY_LOCK'
   | 'ERR_UNLOCK'
   | 'ERR_SHUTTING_DOWN'
+  | 'ERR_HEALTH_NOT_READY'
   | 'ERR_INTERNAL';
 
 /** The JSON body of an error answer. */

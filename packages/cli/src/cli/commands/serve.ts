@@ -8,8 +8,10 @@ import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { parseIntegerOption, parseStoreOption, shownValue, UsageError } from '../usage.js';
 
-/** Environment variable holding the bearer token when `--token-file` is not given. */
+/** Environment variable holding the API token when `--token-file` is not given. */
 export const TOKEN_ENV = 'FENCELOCK_SERVER_TOKEN';
+/** Dapr's variable for the same token (read by daprd and by Dapr's SDKs), read after TOKEN_ENV. */
+export const DAPR_TOKEN_ENV = 'DAPR_API_TOKEN';
 
 /** Raw option values of `serve`, as commander hands them over. */
 interface ServeCliOptions {
@@ -18,6 +20,7 @@ interface ServeCliOptions {
   readonly port: string;
   readonly tokenFile?: string;
   readonly storeName: string;
+  readonly appId: string;
   readonly maxWait: string;
 }
 
@@ -36,13 +39,14 @@ export function registerServeCommand(program: Command): void {
     .option('--port <port>', 'port to listen on (0: any free port)', '3500')
     .option(
       '--token-file <file>',
-      `file holding the bearer token (>= 16 characters) every request but /healthz must carry; default: $${TOKEN_ENV}`,
+      `file holding the API token (>= 16 characters) every request but the health probes must carry, as a bearer token or in dapr-api-token; default: $${TOKEN_ENV}, else $${DAPR_TOKEN_ENV}`,
     )
     .option(
       '--store-name <name>',
       "store name in Dapr's paths (/v1.0-alpha1/lock/<name>)",
       'lockstore',
     )
+    .option('--app-id <id>', 'Dapr app id, reported by GET /v1.0/metadata', 'fencelock')
     .option('--max-wait <ms>', 'longest waitMs a caller may ask for, milliseconds', '60000')
     .addHelpText(
       'after',
@@ -69,7 +73,7 @@ same store). On etcd and ZooKeeper they end with this sidecar's engine session.`
       if (token === undefined && !isLoopbackHost(raw.host)) {
         throw new UsageError(
           '--host',
-          `invalid --host: without a token (--token-file or $${TOKEN_ENV}) the sidecar listens on loopback only, received ${shownValue(raw.host)}`,
+          `invalid --host: without a token (--token-file, $${TOKEN_ENV} or $${DAPR_TOKEN_ENV}) the sidecar listens on loopback only, received ${shownValue(raw.host)}`,
         );
       }
       if (!/^[\w.-]{1,128}$/.test(raw.storeName)) {
@@ -79,9 +83,17 @@ same store). On etcd and ZooKeeper they end with this sidecar's engine session.`
         );
       }
 
+      if (!/^[\w.-]{1,128}$/.test(raw.appId)) {
+        throw new UsageError(
+          '--app-id',
+          `invalid --app-id: expected 1 to 128 letters, digits, "_", "." or "-", received ${shownValue(raw.appId)}`,
+        );
+      }
+
       const sidecar = createSidecar({
         store,
         storeName: raw.storeName,
+        appId: raw.appId,
         maxWaitMs,
         logger: { level: 'warn' },
         ...(token === undefined ? {} : { token }),
@@ -115,7 +127,7 @@ same store). On etcd and ZooKeeper they end with this sidecar's engine session.`
       const scheme = store.slice(0, store.indexOf(':'));
       const unauthenticated =
         token === undefined
-          ? `fencelock serve: no token (--token-file or $${TOKEN_ENV}): requests are not authenticated; listening on loopback only\n`
+          ? `fencelock serve: no token (--token-file, $${TOKEN_ENV} or $${DAPR_TOKEN_ENV}): requests are not authenticated; listening on loopback only\n`
           : '';
       process.stderr.write(
         `${unauthenticated}fencelock serve: listening on ${url} (store ${scheme}, Dapr store name ${raw.storeName})\n`,
@@ -126,13 +138,13 @@ same store). On etcd and ZooKeeper they end with this sidecar's engine session.`
 }
 
 /**
- * The bearer token: the file's content (surrounding whitespace removed), else the environment
- * variable, else undefined (no authentication).
+ * The API token: the file's content (surrounding whitespace removed), else $FENCELOCK_SERVER_TOKEN,
+ * else $DAPR_API_TOKEN (an empty variable counts as unset), else undefined (no authentication).
  * @throws UsageError when the file cannot be read or is empty.
  */
 function readToken(file: string | undefined): string | undefined {
   if (file === undefined) {
-    const env = process.env[TOKEN_ENV];
+    const env = process.env[TOKEN_ENV] || process.env[DAPR_TOKEN_ENV];
     return env === undefined || env === '' ? undefined : env.trim();
   }
   let text: string;

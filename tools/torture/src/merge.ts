@@ -1,0 +1,69 @@
+/**
+ * Several torture results as one: a deep run (ten runs per cell over every backend takes hours)
+ * can be made in parts, `--backend` or `--fault` apart, and merged before `torture report`.
+ * Parts must share their settings and cover disjoint cells, so every merged cell is exactly the
+ * cell one run of the matrix would have written (percentiles are never re-estimated).
+ */
+import { FAULTS } from './faults.js';
+import type { CellSummary, MatrixResult, SelfTestResult } from './matrix.js';
+import { BACKENDS } from './topologies.js';
+
+/** Parts that cannot be merged: different settings, or the same cell twice. */
+export class MergeConflict extends Error {
+  override readonly name = 'MergeConflict';
+}
+
+const SETTINGS = ['runs', 'ttlMs', 'clients', 'durationMs'] as const;
+
+/**
+ * Merge `parts` (at least one) into one result: cells in the matrix's order (backend, then
+ * fault), the newest `generatedAt` and its machine, the commands joined with `; `, and one
+ * self-test entry per variant (caught only if every part that ran it caught it).
+ * @throws MergeConflict when settings differ or two parts hold the same backend × fault cell.
+ */
+export function mergeResults(parts: readonly MatrixResult[]): MatrixResult {
+  const [first, ...rest] = parts;
+  if (first === undefined) throw new MergeConflict('nothing to merge');
+  for (const part of rest) {
+    for (const setting of SETTINGS) {
+      if (part.settings[setting] !== first.settings[setting]) {
+        throw new MergeConflict(
+          `settings differ: ${setting} is ${first.settings[setting]} in "${first.command}" and ${part.settings[setting]} in "${part.command}"`,
+        );
+      }
+    }
+  }
+  const cells = new Map<string, CellSummary>();
+  for (const part of parts) {
+    for (const cell of part.cells) {
+      const id = `${cell.backend} × ${cell.fault}`;
+      if (cells.has(id)) throw new MergeConflict(`cell ${id} is in more than one part`);
+      cells.set(id, cell);
+    }
+  }
+  const newest = parts.reduce((a, b) => (b.generatedAt > a.generatedAt ? b : a));
+  return {
+    generatedAt: newest.generatedAt,
+    command: parts.map((p) => p.command).join('; '),
+    machine: newest.machine,
+    settings: first.settings,
+    cells: [...cells.values()].sort(matrixOrder),
+    selfTest: mergeSelfTests(parts.flatMap((p) => p.selfTest)),
+  };
+}
+
+function matrixOrder(a: CellSummary, b: CellSummary): number {
+  const byBackend = BACKENDS.indexOf(a.backend) - BACKENDS.indexOf(b.backend);
+  if (byBackend !== 0) return byBackend;
+  return FAULTS.findIndex((f) => f.id === a.fault) - FAULTS.findIndex((f) => f.id === b.fault);
+}
+
+/** One entry per variant; a variant one part failed to catch stays uncaught. */
+function mergeSelfTests(results: readonly SelfTestResult[]): SelfTestResult[] {
+  const byName = new Map<string, SelfTestResult>();
+  for (const result of results) {
+    const seen = byName.get(result.name);
+    if (seen === undefined || (seen.caught && !result.caught)) byName.set(result.name, result);
+  }
+  return [...byName.values()];
+}
