@@ -247,8 +247,9 @@ export async function manyLeases(entries, plan, endpoints, options, log) {
   const redisPrefixes = entries
     .filter((e) => e.contender.store === 'redis' || e.contender.store === 'redlock')
     .map((e) => e.ctx.prefix);
+  // Redis is watched only when a Redis contender runs (`--only etcd` needs no Redis up).
   const counter = await RedisCommandCounter.start(
-    [endpoints.redis, endpoints.redlock[0]],
+    redisPrefixes.length > 0 ? [endpoints.redis, endpoints.redlock[0]] : [],
     redisPrefixes,
   );
   try {

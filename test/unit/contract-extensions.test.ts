@@ -94,3 +94,39 @@ describe('validUntil', () => {
     await l.close();
   });
 });
+
+describe('validUntil of a kept-alive session', () => {
+  it('renews before a session bound that comes before ttl/3, so a session kept alive meanwhile carries the lease on', async () => {
+    // A session whose keepalive ran late: 4 s of validity left when the lease is granted, then
+    // kept alive again at 2 s (30 s more). etcd and ZooKeeper grants carry such a bound.
+    let sessionBound = performance.now() + 4_000;
+    const keptAlive = setTimeout(() => {
+      sessionBound = performance.now() + 30_000;
+    }, 2_000);
+    const bounded = new MemoryBackend();
+    const attempt = bounded.attempt.bind(bounded);
+    const renew = bounded.renew.bind(bounded);
+    bounded.attempt = async (request) => {
+      const result = await attempt(request);
+      return result.granted ? { ...result, validUntil: sessionBound } : result;
+    };
+    bounded.renew = async (lease, ttlMs) => {
+      const result = await renew(lease, ttlMs);
+      return result.ok ? { ...result, validUntil: sessionBound } : result;
+    };
+    const l = createLocker(bounded, { ttlMs: 30_000 });
+    const lease = await l.acquire('k');
+    expect(lease.remainingMs).toBeLessThanOrEqual(4_000);
+    await vi.advanceTimersByTimeAsync(4_001);
+    // Renewed once the session had moved on: valid to the session's new bound, not lost.
+    expect(lease.signal.aborted).toBe(false);
+    expect(lease.isHeld).toBe(true);
+    expect(lease.remainingMs).toBeGreaterThan(20_000);
+    await vi.advanceTimersByTimeAsync(30_000);
+    // The session no longer kept alive: the lease ends at its bound.
+    expect(lease.signal.aborted).toBe(true);
+    expect((lease.signal.reason as LockLostError).reason).toBe('expired');
+    clearTimeout(keptAlive);
+    await l.close();
+  });
+});

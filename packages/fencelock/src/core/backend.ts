@@ -217,7 +217,7 @@ export interface BackendCapabilities {
   /**
    * Renewals asked for in one turn of the event loop go to the engine as one request (see
    * `RenewalBatcher`: one statement on PostgreSQL, one script call per node on Redis and
-   * Redlock). The watchdog then lets a renewal run up to ttl/12 early together with others due
+   * Redlock, one transaction of key reads on etcd). The watchdog then lets a renewal run up to ttl/12 early together with others due
    * then. Elsewhere renewals keep their own times: bunching them would only make bursts.
    */
   readonly batchRenew: boolean;

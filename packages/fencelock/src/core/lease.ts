@@ -15,6 +15,9 @@ import { driftMs, monotonicNow } from './clock.js';
 import { publish } from './events.js';
 import type { Watchdog, WatchdogTask } from './watchdog.js';
 
+/** Shortest wait before a renewal or its retry, ms. */
+const MIN_RENEW_GAP_MS = 10;
+
 /** What a lease needs from its locker. */
 export interface LeaseContext {
   readonly backend: Backend;
@@ -70,7 +73,10 @@ export class Lease implements LeaseRef, AsyncDisposable {
   readonly #atRisk: (() => boolean) | undefined;
   #ttlMs: number;
   #renewTtlMs: number;
-  #expiresAt: number;
+  /** Set by `#setValidity` (first in the constructor). */
+  #expiresAt = 0;
+  /** `#expiresAt` is the engine's bound (a session's validity), sooner than the lease's own. */
+  #sessionBound = false;
   #holdCount = 1;
   /** The engine call of the last release failed (unknown outcome): the next release asks again. */
   #releaseInDoubt = false;
@@ -98,7 +104,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.#ttlMs = grant.ttlMs;
     this.#renewTtlMs = grant.renewTtlMs;
     this.#capped = grant.ttlMs < grant.renewTtlMs;
-    this.#expiresAt = this.#validUntil(grant.attemptStartedAt, grant.ttlMs, grant.validUntil);
+    this.#setValidity(grant.attemptStartedAt, grant.ttlMs, grant.validUntil);
     this.#scheduleNext();
     const { lost } = grant;
     if (lost) {
@@ -261,9 +267,13 @@ export class Lease implements LeaseRef, AsyncDisposable {
     };
   }
 
-  #validUntil(startedAt: number, ttlMs: number, engineBound = Number.POSITIVE_INFINITY): number {
-    const own = startedAt + ttlMs - driftMs(ttlMs, this.#ctx.driftFactor);
-    return Math.min(own, engineBound, this.#maxHoldUntil);
+  #setValidity(startedAt: number, ttlMs: number, engineBound = Number.POSITIVE_INFINITY): void {
+    const own = Math.min(
+      startedAt + ttlMs - driftMs(ttlMs, this.#ctx.driftFactor),
+      this.#maxHoldUntil,
+    );
+    this.#sessionBound = engineBound < own;
+    this.#expiresAt = Math.min(own, engineBound);
   }
 
   /** Next watchdog wake-up: a renewal at ttl/3, or the validity end if no renewal will happen. */
@@ -271,7 +281,12 @@ export class Lease implements LeaseRef, AsyncDisposable {
     if (this.#state !== 'held') return;
     const now = monotonicNow();
     const renewable = this.#autoRenew && !this.#capped;
-    const renewAt = renewable ? now + this.#ttlMs / 3 : Number.POSITIVE_INFINITY;
+    // A session's bound (its keepalive ran late) can come before ttl/3: renew halfway to it, so
+    // that a session kept alive meanwhile carries the lease on instead of losing it at the bound.
+    const renewInMs = this.#sessionBound
+      ? Math.min(this.#ttlMs / 3, Math.max(MIN_RENEW_GAP_MS, (this.#expiresAt - now) / 2))
+      : this.#ttlMs / 3;
+    const renewAt = renewable ? now + renewInMs : Number.POSITIVE_INFINITY;
     // Where the backend batches renewals, one may go up to ttl/12 early with others due then.
     const slackMs =
       this.#ctx.backend.capabilities.batchRenew && renewAt <= this.#expiresAt
@@ -328,7 +343,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
       this.#lastRenewError = undefined;
       this.#capped = ttlMs >= untilCap;
       this.#ttlMs = result.ttlMs;
-      this.#expiresAt = this.#validUntil(startedAt, result.ttlMs, result.validUntil);
+      this.#setValidity(startedAt, result.ttlMs, result.validUntil);
       this.#scheduleNext();
     } catch (error) {
       // Lost (or released) meanwhile: `extend()` then throws the LockLostError from the signal
@@ -350,7 +365,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
       this.lose('expired', error);
       return;
     }
-    const retryAt = Math.min(now + Math.max(10, this.#ttlMs / 10), this.#expiresAt);
+    const retryAt = Math.min(now + Math.max(MIN_RENEW_GAP_MS, this.#ttlMs / 10), this.#expiresAt);
     this.#ctx.watchdog.schedule(this.#task, retryAt);
   }
 }
