@@ -12,7 +12,8 @@
  *   counter is gone, its clock (whole ms, in µs); the token is the highest among the granting
  *   nodes. When fewer than a majority of them agree on it, a second round (`settle-token.lua`)
  *   writes it into their lock values and raises their counters to it, on a majority; counters
- *   that live agree, so the second round is rare. Any later grant needs a majority too, which
+ *   that live agree, so only a key's first grant after an idle spell may take that second round
+ *   (nodes that read different milliseconds). Any later grant needs a majority too, which
  *   shares a node with that one, so its counter (and the token) is higher. Where that node lost
  *   its counter (restarted empty, or the counter expired: fence-counter.ts), its clock is past
  *   the token, as long as the nodes' clocks do not step back and differ by less than the time

@@ -3,8 +3,8 @@
 -- node's last token for the key + 1 while its counter lives, so the nodes of a quorum, whose
 -- counters were settled to one value, agree without a second round; where the counter is gone
 -- (a fresh key, the counter expired, the node restarted empty) it is the node's clock in whole
--- milliseconds, written in microseconds (ms × 1000: the nodes of one vote mostly read the same
--- millisecond, so they agree on a fresh key too). Either way it is above every token the node
+-- milliseconds, written in microseconds (ms × 1000: nodes that read the same millisecond agree
+-- on a fresh key; others take the settle round). Either way it is above every token the node
 -- issued for the key before, as long as its clock does not step back (a counter counts up from
 -- a clock reading by one per grant, and grants of one key are further apart than 1 µs). The
 -- counter expires fenceTtlMs after the grant.
