@@ -4,6 +4,7 @@
 #        scripts/services.sh etcd-member stop|kill|start|pause|resume <1|2|3>   (fault tests)
 #        scripts/services.sh zk-member stop|kill|start|pause|resume <1|2|3>     (fault tests)
 #        scripts/services.sh redlock-node stop|kill|start|restart-empty|pause|resume <1..5>
+#        scripts/services.sh redis-server restart-empty                                    (fault tests)
 #        scripts/services.sh pg-server restart-immediate|kill-backends                    (fault tests)
 #
 # Each engine is a set of functions named <engine>_up, <engine>_down and <engine>_status; to add
@@ -107,6 +108,16 @@ redis_up() {
   log "redis up on 127.0.0.1:$REDIS_PORT"
 }
 redis_down() { stop_pidfile redis; }
+# redis_server restart-empty: kill -9 the standalone node and start it again at once, with no data
+# (it persists nothing): what a Redis without persistence looks like after a crash.
+redis_server() {
+  case ${1:-} in
+    restart-empty)
+      if pid_alive "$STATE/redis.pid"; then kill -9 "$(cat "$STATE/redis.pid")"; rm -f "$STATE/redis.pid"; fi
+      sleep 0.1; redis_up; log "redis restarted empty" ;;
+    *) echo "usage: $0 redis-server restart-empty" >&2; exit 2 ;;
+  esac
+}
 redis_status() {
   if pid_alive "$STATE/redis.pid" && redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
     echo "redis: up on 127.0.0.1:$REDIS_PORT (pid $(cat "$STATE/redis.pid"))"
@@ -810,6 +821,7 @@ main() {
   if [[ $cmd == etcd-member ]]; then etcd_member "$@"; return; fi
   if [[ $cmd == zk-member ]]; then zk_member "$@"; return; fi
   if [[ $cmd == redlock-node ]]; then redlock_node "$@"; return; fi
+  if [[ $cmd == redis-server ]]; then redis_server "$@"; return; fi
   if [[ $cmd == pg-server ]]; then pg_server "$@"; return; fi
   local engines=("$@"); ((${#engines[@]})) || engines=("${ENGINES[@]}")
   case $cmd in
@@ -821,6 +833,7 @@ main() {
       echo "       $0 etcd-member stop|kill|start|pause|resume <1|2|3>" >&2
       echo "       $0 zk-member stop|kill|start|pause|resume <1|2|3>" >&2
       echo "       $0 redlock-node stop|kill|start|restart-empty|pause|resume <1..5>" >&2
+      echo "       $0 redis-server restart-empty" >&2
       echo "       $0 pg-server restart-immediate|kill-backends" >&2
       exit 2
       ;;

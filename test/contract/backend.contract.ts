@@ -64,15 +64,16 @@ export interface EngineTraits {
   readonly minTtlMs: number;
   /**
    * Fencing tokens of a key come from a per-key counter: the first grant of a fresh key gets
-   * 1n and every grant the next integer (Redis `INCR`, the SQLite counter). False when tokens
-   * come from a sequence shared with other keys (etcd revisions): they then only strictly
-   * increase per key, which is all the contract asks.
+   * 1n and every grant the next integer (the SQLite counter). False when tokens come from a
+   * sequence shared with other keys (etcd revisions) or from a clock (Redis and Redlock: the
+   * server's µs): they then only strictly increase per key, which is all the contract asks.
    */
   readonly consecutiveTokens: boolean;
   /**
    * `inspect().lastFencingToken` remembers the highest token after the key is freed (released,
-   * expired or deleted by `deleteKey`): the per-key counter stays. False for etcd, which reports
-   * the create revision of the newest contender key, 0n when no contender key exists.
+   * expired or deleted by `deleteKey`): the per-key counter stays (on Redis, for 5 s past the
+   * lease's TTL; the contract's cases look sooner). False for etcd, which reports the create
+   * revision of the newest contender key, 0n when no contender key exists.
    */
   readonly lastTokenOutlivesHolder: boolean;
   /**

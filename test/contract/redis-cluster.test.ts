@@ -32,10 +32,11 @@ describeBackend('redis-cluster', () => {
   const backend = createRedisBackend({ url: CLUSTER_URL, prefix });
   return {
     backend,
-    // As single-node Redis: millisecond TTLs and a per-key INCR counter in the key's slot.
+    // As single-node Redis: millisecond TTLs and a per-key fence counter in the key's slot,
+    // tokens from the server clock in µs (not consecutive), the counter outliving the lock key.
     ttlGranularityMs: 1,
     minTtlMs: 1,
-    consecutiveTokens: true,
+    consecutiveTokens: false,
     lastTokenOutlivesHolder: true,
     deleteKey: async (key) => {
       await adminClient().del(backend.keysOf(key).lock);

@@ -35,7 +35,8 @@ describeBackend('redis via node-redis', async () => {
     backend,
     ttlGranularityMs: 1,
     minTtlMs: 1,
-    consecutiveTokens: true,
+    // Tokens from the server clock in µs (not consecutive), as with ioredis.
+    consecutiveTokens: false,
     lastTokenOutlivesHolder: true,
     deleteKey: async (key) => {
       await client.del(backend.keysOf(key).lock);

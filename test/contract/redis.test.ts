@@ -30,10 +30,12 @@ describeBackend('redis', () => {
   const backend = createRedisBackend({ url: REDIS_URL, prefix });
   return {
     backend,
-    // Millisecond TTLs (PX), and a per-key INCR counter that DEL of the lock key leaves alone.
+    // Millisecond TTLs (PX), and a per-key fence counter that DEL of the lock key leaves alone
+    // (it expires FENCE_GRACE_MS after the lease's TTL); tokens are at least the server clock in
+    // µs, so not consecutive.
     ttlGranularityMs: 1,
     minTtlMs: 1,
-    consecutiveTokens: true,
+    consecutiveTokens: false,
     lastTokenOutlivesHolder: true,
     deleteKey: async (key) => {
       await adminClient().del(backend.keysOf(key).lock);

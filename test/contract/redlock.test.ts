@@ -31,11 +31,11 @@ describeBackend('redlock', () => {
   const backend = createRedlockBackend({ nodes: REDLOCK_NODE_URLS, prefix });
   return {
     backend,
-    // Every node takes the TTL in milliseconds; with all nodes up their counters move together,
-    // so a fresh key's tokens are 1, 2, 3 …, and each node's counter outlives its lock key.
+    // Every node takes the TTL in milliseconds; tokens are the highest node clock in µs (or a
+    // counter + 1), so not consecutive, and each node's counter outlives its lock key.
     ttlGranularityMs: 1,
     minTtlMs: 1,
-    consecutiveTokens: true,
+    consecutiveTokens: false,
     lastTokenOutlivesHolder: true,
     // The engine loses the lock: the key is deleted on every node.
     deleteKey: async (key) => {

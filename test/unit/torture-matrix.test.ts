@@ -69,17 +69,52 @@ describe('torture matrix verdicts', () => {
     expect(cell.reasons).toEqual(['1 stale writes accepted']);
   });
 
-  it('a documented failure outside the backend’s assumptions (Redlock node restarted empty at once)', () => {
+  it('a documented failure outside the backend’s assumptions', () => {
     const repeated = run('redlock', 'F5a', [
       ['a', 2n, true],
       ['b', 2n, true],
     ]);
-    const cell = summarize('redlock', fault('F5a'), 1_000, [repeated]);
+    const outside = {
+      ...fault('F5a'),
+      outsideAssumptions: ['redlock'] as const,
+      assumption: 'a crashed node stays down for the longest TTL',
+    };
+    const cell = summarize('redlock', outside, 1_000, [repeated]);
     expect(cell.verdict).toBe('documented failure');
     expect(cell.reasons[0]).toBe('1 stale writes accepted');
-    expect(cell.reasons[1]).toMatch(/^outside its assumptions: the Redlock spec requires/);
-    // The delayed restart is inside Redlock's assumptions: the same history fails there.
-    expect(summarize('redlock', fault('F5b'), 1_000, [repeated]).verdict).toBe('fail');
+    expect(cell.reasons[1]).toBe(
+      'outside its assumptions: a crashed node stays down for the longest TTL',
+    );
+  });
+
+  it('a node or server restarted empty at once is inside the assumptions now (F5a, F5c)', () => {
+    const repeated = run('redlock', 'F5a', [
+      ['a', 2n, true],
+      ['b', 2n, true],
+    ]);
+    for (const id of ['F5a', 'F5b']) {
+      expect(summarize('redlock', fault(id), 1_000, [repeated]).verdict).toBe('fail');
+    }
+    const single = run('redis', 'F5c', [
+      ['a', 2n, true],
+      ['b', 2n, true],
+    ]);
+    expect(summarize('redis', fault('F5c'), 1_000, [single]).verdict).toBe('fail');
+  });
+
+  it('fails a Redlock cell on a repeated token, as every backend', () => {
+    const events = [
+      { at: 0, client: 'a', type: 'acquired', token: 5n, remainingMs: 100 },
+      { at: 50, client: 'a', type: 'releasing' },
+      { at: 60, client: 'b', type: 'acquired', token: 5n, remainingMs: 100 },
+    ] as const;
+    const repeated: CellRun = {
+      ...run('redlock', 'F0', []),
+      verdict: checkRun(events, [], 0n, []),
+    };
+    const cell = summarize('redlock', fault('F0'), 1_000, [repeated]);
+    expect(cell.verdict).toBe('fail');
+    expect(cell.reasons).toEqual(['0 token regressions, 1 duplicates']);
   });
 
   it('skipped when every run was skipped, with the reason; a partly skipped cell says so', () => {

@@ -52,8 +52,15 @@ function randomTag(): string {
   return Math.random().toString(36).slice(2, 10);
 }
 
+/** The `--json` answer of `fencelock inspect` (tokens as decimal strings). */
+interface InspectAnswer {
+  readonly key: string;
+  readonly holder: { owner: string; fencingToken: string; ttlMs: number } | null;
+  readonly lastFencingToken: string;
+}
+
 /** The `--json` answer of `fencelock inspect`. */
-async function inspect(store: StoreUnderTest, key: string): Promise<unknown> {
+async function inspect(store: StoreUnderTest, key: string): Promise<InspectAnswer> {
   const result = await runCli(['inspect', key, '--store', store.url, '--json']);
   expect(result.code, result.stderr).toBe(0);
   return JSON.parse(result.stdout);
@@ -78,7 +85,12 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     ]);
     expect(result).toEqual({ code, signal: null, stdout: '', stderr: '' });
     // The lease was released, not left to expire.
-    expect(await inspect(store, key)).toEqual({ key, holder: null, lastFencingToken: '1' });
+    // The only grant's token: 1 on the embedded store, the server clock in µs on Redis.
+    expect(await inspect(store, key)).toEqual({
+      key,
+      holder: null,
+      lastFencingToken: expect.stringMatching(/^[1-9][0-9]*$/),
+    });
     expect(await store.rawLease(key)).toBeNull();
   });
 
@@ -107,8 +119,11 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       env,
     });
     expect([run1.code, run2.code]).toEqual([0, 0]);
-    expect(JSON.parse(linesOf(first)[0]!)).toEqual({ key, token: '1', extra: 'inherited' });
-    expect(JSON.parse(linesOf(second)[0]!)).toEqual({ key, token: '2', extra: 'inherited' });
+    const one = JSON.parse(linesOf(first)[0]!);
+    const two = JSON.parse(linesOf(second)[0]!);
+    expect(one).toEqual({ key, token: expect.stringMatching(/^[1-9][0-9]*$/), extra: 'inherited' });
+    expect(two).toEqual({ key, token: expect.stringMatching(/^[1-9][0-9]*$/), extra: 'inherited' });
+    expect(BigInt(two.token)).toBeGreaterThan(BigInt(one.token));
   });
 
   it('makes a second run on the same key wait until the first command has ended', async () => {
@@ -133,13 +148,21 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     ]);
     // Give B every chance to start its command while A holds the lock (it must not).
     await new Promise((resolve) => setTimeout(resolve, 800));
-    expect(linesOf(log)).toEqual(['start A 1']);
+    const tokenA = linesOf(log)[0]!.slice('start A '.length);
+    expect(linesOf(log)).toEqual([`start A ${tokenA}`]);
     writeFileSync(goA, '');
     await lineStartingWith(log, 'start B');
     writeFileSync(goB, '');
     const [a, b] = await Promise.all([runA.done, runB.done]);
     expect([a.code, a.stderr, b.code, b.stderr]).toEqual([0, '', 0, '']);
-    expect(linesOf(log)).toEqual(['start A 1', 'end A 1', 'start B 2', 'end B 2']);
+    const tokenB = linesOf(log)[2]!.slice('start B '.length);
+    expect(BigInt(tokenB)).toBeGreaterThan(BigInt(tokenA));
+    expect(linesOf(log)).toEqual([
+      `start A ${tokenA}`,
+      `end A ${tokenA}`,
+      `start B ${tokenB}`,
+      `end B ${tokenB}`,
+    ]);
   });
 
   it('gives up after --wait with exit code 124 and one line on stderr, without running the command', async () => {
@@ -155,6 +178,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       ...childCommand('hold', log, 'A', go),
     ]);
     await lineStartingWith(log, 'start A');
+    const heldToken = (await store.rawLease(key))!.token;
 
     for (const waitMs of ['300', '0']) {
       const late = await runCli([
@@ -175,7 +199,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     }
     expect(linesOf(envFile)).toEqual([]);
     // The holder kept its lease throughout.
-    expect((await store.rawLease(key))?.token).toBe(1n);
+    expect((await store.rawLease(key))?.token).toBe(heldToken);
     writeFileSync(go, '');
     expect((await holder.done).code).toBe(0);
   });
@@ -194,13 +218,14 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     ]);
     await lineStartingWith(log, 'ready');
     // Lose the lease behind the holder's back: its next renewal (every 300 ms) finds no lease.
+    const heldToken = (await store.rawLease(key))!.token;
     await store.deleteLease(key);
     const result = await cli.done;
     expect(result).toEqual({
       code: 125,
       signal: null,
       stdout: '',
-      stderr: `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 5000 ms)\n`,
+      stderr: `fencelock: watchdog: lease on "${key}" (token ${heldToken}) lost: not-held; sending SIGTERM to the command (SIGKILL after 5000 ms)\n`,
     });
     // The command saw SIGTERM and nothing else, and exited 0: still 125, its work was not protected.
     expect(linesOf(log).slice(1)).toEqual(['SIGTERM']);
@@ -223,13 +248,14 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     const ready = await lineStartingWith(log, 'ready');
     const pid = Number(ready.split(' ')[1]);
     expect(processExists(pid)).toBe(true);
+    const heldToken = (await store.rawLease(key))!.token;
     await store.deleteLease(key);
     const result = await cli.done;
     expect(result.code).toBe(125);
     expect(result.stderr).toBe(
-      `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 200 ms)\n`,
+      `fencelock: watchdog: lease on "${key}" (token ${heldToken}) lost: not-held; sending SIGTERM to the command (SIGKILL after 200 ms)\n`,
     );
-    expect(linesOf(log)).toEqual([`ready ${pid} 1`, 'SIGTERM']);
+    expect(linesOf(log)).toEqual([`ready ${pid} ${heldToken}`, 'SIGTERM']);
     // fencelock ended only after its command was gone.
     expect(processExists(pid)).toBe(false);
   });
@@ -251,10 +277,11 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
         ...childCommand('trap', log, go, String(code)),
       ]);
       await lineStartingWith(log, 'ready');
+      const heldToken = (await store.rawLease(key))!.token;
       cli.process.kill(signal);
       await lineStartingWith(log, signal);
       // The command is still winding down: the lease must still be held by this run.
-      expect((await store.rawLease(key))?.token).toBe(1n);
+      expect((await store.rawLease(key))?.token).toBe(heldToken);
       writeFileSync(go, '');
       const result = await cli.done;
       expect(result).toEqual({ code, signal: null, stdout: '', stderr: '' });
@@ -284,6 +311,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     ]);
     const grandchild = await pidIn(pidFile);
     expect(processGone(grandchild)).toBe(false);
+    const heldToken = (await store.rawLease(key))!.token;
     await store.deleteLease(key);
     const lostAt = performance.now();
     expect(await cli.exited).toBe(125);
@@ -295,7 +323,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       code: 125,
       signal: null,
       stdout: '',
-      stderr: `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 5000 ms)\n`,
+      stderr: `fencelock: watchdog: lease on "${key}" (token ${heldToken}) lost: not-held; sending SIGTERM to the command (SIGKILL after 5000 ms)\n`,
     });
   });
 
@@ -326,6 +354,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       script.replace('%s', pidFile),
     ]);
     const grandchild = await pidIn(pidFile);
+    const heldToken = (await store.rawLease(key))!.token;
     await store.deleteLease(key);
     expect(await cli.exited).toBe(125);
     // run waited for the whole group, not only for the shell.
@@ -333,7 +362,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     const result = await cli.done;
     expect(result.code).toBe(125);
     expect(result.stderr).toBe(
-      `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 300 ms)\n`,
+      `fencelock: watchdog: lease on "${key}" (token ${heldToken}) lost: not-held; sending SIGTERM to the command (SIGKILL after 300 ms)\n`,
     );
   });
 
@@ -418,6 +447,8 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       stdout: '',
       stderr: `fencelock: cannot run ${JSON.stringify(missing)}: command not found\n`,
     });
+    const first = await inspect(store, key);
+    expect(first.holder).toBeNull();
     const script = file('not-executable.sh');
     writeFileSync(script, '#!/bin/sh\nexit 0\n', { mode: 0o644 });
     const notExecutable = await runCli(['run', key, '--store', store.url, '--', script]);
@@ -427,7 +458,10 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       stdout: '',
       stderr: `fencelock: cannot run ${JSON.stringify(script)}: spawn ${script} EACCES\n`,
     });
-    expect(await inspect(store, key)).toEqual({ key, holder: null, lastFencingToken: '2' });
+    // Granted and released twice: the second token is above the first.
+    const second = await inspect(store, key);
+    expect(second.holder).toBeNull();
+    expect(BigInt(second.lastFencingToken)).toBeGreaterThan(BigInt(first.lastFencingToken));
   });
 });
 
@@ -536,6 +570,7 @@ describe('fencelock run interrupted while waiting (Redis)', () => {
       ...childCommand('hold', log, 'A', go),
     ]);
     await lineStartingWith(log, 'start A');
+    const heldToken = (await store.rawLease(key))!.token;
     // Watch the engine to know when the second run is waiting (its signal handlers are set by
     // then): only an acquire names the fencing counter, and the holder's came before.
     const monitor = await monitorRedis(store.keysOf(key).fence);
@@ -555,7 +590,7 @@ describe('fencelock run interrupted while waiting (Redis)', () => {
       monitor.close();
     }
     expect(linesOf(envFile)).toEqual([]);
-    expect((await store.rawLease(key))?.token).toBe(1n);
+    expect((await store.rawLease(key))?.token).toBe(heldToken);
     writeFileSync(go, '');
     expect((await holder.done).code).toBe(0);
   });

@@ -134,9 +134,9 @@ describe('T12 validity on a monotonic clock', () => {
     const leaseB = await pendingB;
     const now = performance.now();
 
-    // B waited through A's hold (several attempts) and got the next token.
+    // B waited through A's hold (several attempts) and got a higher token.
     expect(attemptCalls.length).toBeGreaterThanOrEqual(2);
-    expect(leaseB.fencingToken).toBe(leaseA.fencingToken + 1n);
+    expect(leaseB.fencingToken).toBeGreaterThan(leaseA.fencingToken);
     expect(now - acquireCalledAt).toBeGreaterThanOrEqual(1200);
 
     // Validity: (0, 2000], and close to 2000 − (time since the winning attempt) − drift.

@@ -159,7 +159,7 @@ describe('fair waiting (Redis, single node)', () => {
     const reply = await queuedAcquireScript.run(
       admin,
       [k.lock, k.fence, k.queue, k.waiters],
-      [ghost, 30_000, QUEUE_ENTRY_TTL_MS],
+      [ghost, 30_000, QUEUE_ENTRY_TTL_MS, 35_000],
     );
     expect(reply[0]).toBe(0);
     const waiting = next.acquire(key, { waitMs: 10_000 });
@@ -186,19 +186,26 @@ describe('queued scripts, run directly', () => {
     };
   }
   const owner = () => randomBytes(16).toString('hex');
+  /** The token of a granting reply (fails on a refusal). */
+  const tokenOf = (reply: [1, string] | [0, number]): bigint => {
+    expect(reply[0]).toBe(1);
+    return BigInt(reply[1]);
+  };
 
   it('queues waiters, grants the head only, and publishes the head on release', async () => {
     const k = keys();
     const acquireKeys = [k.lock, k.fence, k.queue, k.waiters] as const;
     const releaseKeys = [k.lock, k.channel, k.queue, k.waiters] as const;
     const [a, b, c] = [owner(), owner(), owner()];
-    expect(await queuedAcquireScript.run(admin, acquireKeys, [a, 10_000, 2_000])).toEqual([1, '1']);
-    const busy = await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000]);
+    const first = tokenOf(
+      await queuedAcquireScript.run(admin, acquireKeys, [a, 10_000, 2_000, 15_000]),
+    );
+    const busy = await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000, 15_000]);
     expect(busy[0]).toBe(0);
     expect(busy[1]).toBeGreaterThan(9_000);
-    await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000]);
+    await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000, 15_000]);
     // Attempting again keeps one's place.
-    await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000]);
+    await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000, 15_000]);
     expect(await admin.lrange(k.queue, 0, -1)).toEqual([b, c]);
     expect(await admin.pttl(k.queue)).toBeLessThanOrEqual(2_000);
 
@@ -207,26 +214,28 @@ describe('queued scripts, run directly', () => {
     subscriber.on('message', (_channel: string, message: string) => messages.push(message));
     await subscriber.subscribe(k.channel);
     try {
-      expect(await queuedReleaseScript.run(admin, releaseKeys, [a, '1'])).toBe(1);
+      expect(await queuedReleaseScript.run(admin, releaseKeys, [a, String(first)])).toBe(1);
       // Free, but c is not first in line; a single attempt (waiterTtlMs 0) does not get it either.
-      const notYet = await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000]);
+      const notYet = await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000, 15_000]);
       expect(notYet[0]).toBe(0);
       expect(notYet[1]).toBeGreaterThan(0);
       expect(notYet[1]).toBeLessThanOrEqual(2_000);
-      expect((await queuedAcquireScript.run(admin, acquireKeys, [owner(), 10_000, 0]))[0]).toBe(0);
-      expect(await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000])).toEqual([
-        1,
-        '2',
-      ]);
+      expect(
+        (await queuedAcquireScript.run(admin, acquireKeys, [owner(), 10_000, 0, 15_000]))[0],
+      ).toBe(0);
+      const second = tokenOf(
+        await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000, 15_000]),
+      );
+      expect(second).toBeGreaterThan(first);
       expect(await admin.lrange(k.queue, 0, -1)).toEqual([c]);
       // b gives up while holding: the key is freed and c, now the head, is woken.
       expect(await queuedAbandonScript.run(admin, releaseKeys, [b, '0'])).toBe(1);
       for (let i = 0; i < 40 && messages.length < 2; i++) await delay(10);
       expect(messages).toEqual([b, c]);
-      expect(await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000])).toEqual([
-        1,
-        '3',
-      ]);
+      const third = tokenOf(
+        await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000, 15_000]),
+      );
+      expect(third).toBeGreaterThan(second);
       expect(await admin.exists(k.queue, k.waiters)).toBe(0);
     } finally {
       await subscriber.quit();
@@ -237,15 +246,17 @@ describe('queued scripts, run directly', () => {
     const k = keys();
     const acquireKeys = [k.lock, k.fence, k.queue, k.waiters] as const;
     const [holder, ghost, live] = [owner(), owner(), owner()];
-    await queuedAcquireScript.run(admin, acquireKeys, [holder, 10_000, 2_000]);
-    await queuedAcquireScript.run(admin, acquireKeys, [ghost, 10_000, 50]);
-    await queuedAcquireScript.run(admin, acquireKeys, [live, 10_000, 5_000]);
+    const held = tokenOf(
+      await queuedAcquireScript.run(admin, acquireKeys, [holder, 10_000, 2_000, 15_000]),
+    );
+    await queuedAcquireScript.run(admin, acquireKeys, [ghost, 10_000, 50, 15_000]);
+    await queuedAcquireScript.run(admin, acquireKeys, [live, 10_000, 5_000, 15_000]);
     await admin.del(k.lock);
     await delay(80);
-    expect(await queuedAcquireScript.run(admin, acquireKeys, [live, 10_000, 5_000])).toEqual([
-      1,
-      '2',
-    ]);
+    const next = tokenOf(
+      await queuedAcquireScript.run(admin, acquireKeys, [live, 10_000, 5_000, 15_000]),
+    );
+    expect(next).toBeGreaterThan(held);
     expect(await admin.hexists(k.waiters, ghost)).toBe(0);
   });
 });

@@ -5,8 +5,9 @@
  * Redlock scripts theirs in `test/integration/redlock/lua.test.ts`.
  *
  * No clock-skew case: the scripts take no time from the client (no `now` argument). Expiry is
- * Redis's own `PX`/`PEXPIRE` and remaining time is its own `PTTL`, so there is no client clock to
- * skew; the expiry case below checks that the engine alone frees the key.
+ * Redis's own `PX`/`PEXPIRE` and remaining time is its own `PTTL`, and the token's clock part is
+ * Redis's own `TIME`, so there is no client clock to skew; the expiry case below checks that the
+ * engine alone frees the key.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -50,9 +51,28 @@ function lockKeys(label: string) {
   };
 }
 
+/** Lifetime of the fence counter the tests give the acquire script, ms. */
+const FENCE_TTL_MS = 20_000;
+
 /** A single attempt (never queued) by `who`, for `ttlMs`: `[1, token]` or `[0, ms]`. */
 function grant(k: ReturnType<typeof lockKeys>, who: string, ttlMs: number) {
-  return queuedAcquireScript.run(client, [k.lock, k.fence, k.queue, k.waiters], [who, ttlMs, 0]);
+  return queuedAcquireScript.run(
+    client,
+    [k.lock, k.fence, k.queue, k.waiters],
+    [who, ttlMs, 0, FENCE_TTL_MS],
+  );
+}
+
+/** The token of a granting reply, as the script sent it (fails on a refusal). */
+function tokenOf(reply: [1, string] | [0, number]): string {
+  expect(reply[0]).toBe(1);
+  return String(reply[1]);
+}
+
+/** Redis's clock (TIME) in µs. */
+async function serverClockUs(): Promise<bigint> {
+  const [seconds, micros] = (await client.time()) as [number, number];
+  return BigInt(seconds) * 1_000_000n + BigInt(micros);
 }
 
 /** Release by owner and token: 1 released, 0 not held, -1 not owner. */
@@ -65,12 +85,47 @@ function owner(): string {
 }
 
 describe('queued-acquire.lua (a single attempt)', () => {
-  it('is freed by Redis expiry alone; the next grant gets the next token', async () => {
+  it('is freed by Redis expiry alone; the next grant gets a higher token', async () => {
     const k = lockKeys('acquire-expired');
-    expect(await grant(k, owner(), 50)).toEqual([1, '1']);
+    const first = tokenOf(await grant(k, owner(), 50));
     await delay(150);
     expect(await client.exists(k.lock)).toBe(0);
-    expect(await grant(k, owner(), 5_000)).toEqual([1, '2']);
+    const second = tokenOf(await grant(k, owner(), 5_000));
+    expect(BigInt(second)).toBeGreaterThan(BigInt(first));
+  });
+
+  it("issues the server's clock in µs, every digit, and keeps the counter for fenceTtlMs", async () => {
+    const k = lockKeys('clock-token');
+    const before = await serverClockUs();
+    const token = tokenOf(await grant(k, owner(), 1_000));
+    const after = await serverClockUs();
+    // A plain decimal (no exponent, no rounding to 14 digits), within the clock readings.
+    expect(token).toMatch(/^[1-9][0-9]{15}$/);
+    expect(BigInt(token)).toBeGreaterThanOrEqual(before);
+    expect(BigInt(token)).toBeLessThanOrEqual(after);
+    expect(await client.get(k.fence)).toBe(token);
+    const fencePttl = await client.pttl(k.fence);
+    expect(fencePttl).toBeGreaterThan(FENCE_TTL_MS - 1_000);
+    expect(fencePttl).toBeLessThanOrEqual(FENCE_TTL_MS);
+    expect(await client.get(k.lock)).toMatch(new RegExp(`:${token}$`));
+  });
+
+  it('counts on from a counter ahead of the clock (the counter, not the clock, decides then)', async () => {
+    const k = lockKeys('counter-ahead');
+    const ahead = (await serverClockUs()) + 60_000_000n;
+    await client.set(k.fence, String(ahead));
+    expect(tokenOf(await grant(k, owner(), 1_000))).toBe(String(ahead + 1n));
+  });
+
+  it('goes above a counter of an earlier version (small, no TTL) and gives it a TTL', async () => {
+    const k = lockKeys('legacy-counter');
+    // What INCR left behind: a small count that never expires.
+    await client.set(k.fence, '41');
+    expect(await client.pttl(k.fence)).toBe(-1);
+    const token = BigInt(tokenOf(await grant(k, owner(), 1_000)));
+    expect(token).toBeGreaterThan(41n);
+    expect(token).toBeGreaterThanOrEqual((await serverClockUs()) - 60_000_000n);
+    expect(await client.pttl(k.fence)).toBeGreaterThan(0);
   });
 });
 
@@ -78,20 +133,21 @@ describe('renew.lua', () => {
   it('extends only when owner and token match; never re-creates a vanished key', async () => {
     const k = lockKeys('renew');
     const me = owner();
-    await grant(k, me, 1_000);
+    const token = tokenOf(await grant(k, me, 1_000));
+    const other = String(BigInt(token) + 1n);
 
-    expect(await renewScript.run(client, [k.lock], [me, '2', 60_000])).toBe(-1);
-    expect(await renewScript.run(client, [k.lock], [owner(), '1', 60_000])).toBe(-1);
+    expect(await renewScript.run(client, [k.lock], [me, other, 60_000])).toBe(-1);
+    expect(await renewScript.run(client, [k.lock], [owner(), token, 60_000])).toBe(-1);
     expect(await client.pttl(k.lock)).toBeLessThanOrEqual(1_000);
 
-    expect(await renewScript.run(client, [k.lock], [me, '1', 60_000])).toBe(1);
+    expect(await renewScript.run(client, [k.lock], [me, token, 60_000])).toBe(1);
     const pttl = await client.pttl(k.lock);
     expect(pttl).toBeGreaterThan(30_000);
     expect(pttl).toBeLessThanOrEqual(60_000);
-    expect(await client.get(k.lock)).toBe(`${me}:1`);
+    expect(await client.get(k.lock)).toBe(`${me}:${token}`);
 
     await client.del(k.lock);
-    expect(await renewScript.run(client, [k.lock], [me, '1', 60_000])).toBe(0);
+    expect(await renewScript.run(client, [k.lock], [me, token, 60_000])).toBe(0);
     expect(await client.exists(k.lock)).toBe(0);
   });
 });
@@ -102,15 +158,15 @@ describe('inspect.lua', () => {
     expect(await inspectScript.run(client, [k.lock, k.fence], [])).toEqual([null, -2, null]);
 
     const me = owner();
-    await grant(k, me, 10_000);
+    const token = tokenOf(await grant(k, me, 10_000));
     const [value, pttl, last] = await inspectScript.run(client, [k.lock, k.fence], []);
-    expect(value).toBe(`${me}:1`);
+    expect(value).toBe(`${me}:${token}`);
     expect(pttl).toBeGreaterThan(5_000);
     expect(pttl).toBeLessThanOrEqual(10_000);
-    expect(last).toBe('1');
+    expect(last).toBe(token);
 
-    await release(k, me, '1');
-    expect(await inspectScript.run(client, [k.lock, k.fence], [])).toEqual([null, -2, '1']);
+    await release(k, me, token);
+    expect(await inspectScript.run(client, [k.lock, k.fence], [])).toEqual([null, -2, token]);
   });
 });
 
@@ -141,11 +197,11 @@ describe('defineScript loader', () => {
     // EVAL left the script in Redis's cache: the next call needs no fallback.
     expect(await client.script('EXISTS', inspectScript.sha1)).toEqual([1]);
     const me = owner();
-    expect(await grant(k, me, 5_000)).toEqual([1, '1']);
+    const token = tokenOf(await grant(k, me, 5_000));
     expect(await inspectScript.run(client, [k.lock, k.fence], [])).toEqual([
-      `${me}:1`,
+      `${me}:${token}`,
       expect.any(Number),
-      '1',
+      token,
     ]);
     expect(evalsha).toHaveBeenCalledTimes(3);
     // queued-acquire.lua was flushed too, so it fell back once; inspect did not fall back again.
@@ -154,7 +210,7 @@ describe('defineScript loader', () => {
 
   it('surfaces script errors other than NOSCRIPT without retrying', async () => {
     const k = lockKeys('error');
-    await client.sadd(k.fence, 'x'); // a fence key of the wrong type: INCR fails in the script
+    await client.sadd(k.fence, 'x'); // a fence key of the wrong type: GET fails in the script
     const evalSpy = vi.spyOn(client, 'eval');
     await expect(grant(k, owner(), 1_000)).rejects.toThrow(/WRONGTYPE|wrong kind/i);
     expect(evalSpy).not.toHaveBeenCalled();

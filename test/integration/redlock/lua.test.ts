@@ -4,8 +4,9 @@
  * of redis-semaphore's direct script tests).
  *
  * No clock-skew case: the scripts take no time from the client (no `now` argument). Expiry is
- * Redis's own `PX`/`PEXPIRE` and remaining time is its own `PTTL`, so there is no client clock to
- * skew; the expiry case below checks that the engine alone frees the key.
+ * Redis's own `PX`/`PEXPIRE` and remaining time is its own `PTTL`, and the token's clock part is
+ * the node's own `TIME`, so there is no client clock to skew; the expiry case below checks that
+ * the engine alone frees the key.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -65,6 +66,31 @@ async function listen(channel: string): Promise<string[]> {
   return messages;
 }
 
+/** Lifetime of the fence counter the tests give the grant and settle scripts, ms. */
+const FENCE_TTL_MS = 20_000;
+
+/** Grant on the node: `[1, token]` or `[0, holder PTTL]`. */
+function grant(k: ReturnType<typeof lockKeys>, who: string, ttlMs: number) {
+  return grantOnNodeScript.run(client, [k.lock, k.fence], [who, ttlMs, FENCE_TTL_MS]);
+}
+
+/** Settle `token` on the node: 1 settled, 0 not this owner's key. */
+function settleToken(k: ReturnType<typeof lockKeys>, who: string, token: string) {
+  return settleTokenScript.run(client, [k.lock, k.fence], [who, token, FENCE_TTL_MS]);
+}
+
+/** The token of a granting reply (fails on a refusal). */
+function tokenOf(reply: [1, string] | [0, number]): string {
+  expect(reply[0]).toBe(1);
+  return String(reply[1]);
+}
+
+/** The node's clock (TIME) in µs. */
+async function nodeClockUs(): Promise<bigint> {
+  const [seconds, micros] = (await client.time()) as [number, number];
+  return BigInt(seconds) * 1_000_000n + BigInt(micros);
+}
+
 /** Wait until `messages` has `count` entries (or 2 s pass), then a little more for extras. */
 async function settle(messages: string[], count: number): Promise<void> {
   for (let i = 0; i < 100 && messages.length < count; i++) await delay(20);
@@ -72,62 +98,83 @@ async function settle(messages: string[], count: number): Promise<void> {
 }
 
 describe('grant-on-node.lua', () => {
-  it('grants a free key with token 1, then 2, with a PX expiry of at most ttlMs', async () => {
+  it("grants a free key with the node's clock (whole ms, in µs), then counts on, with PX expiries", async () => {
     const k = lockKeys('acquire-free');
     const first = owner();
-    expect(await grantOnNodeScript.run(client, [k.lock, k.fence], [first, 10_000])).toEqual([
-      1,
-      '1',
-    ]);
-    expect(await client.get(k.lock)).toBe(`${first}:1`);
+    const before = await nodeClockUs();
+    const token = tokenOf(await grant(k, first, 10_000));
+    expect(token).toMatch(/^[1-9][0-9]{15}$/);
+    expect(BigInt(token) % 1_000n).toBe(0n);
+    expect(BigInt(token)).toBeGreaterThanOrEqual(before - (before % 1_000n));
+    expect(BigInt(token)).toBeLessThanOrEqual(await nodeClockUs());
+    expect(await client.get(k.lock)).toBe(`${first}:${token}`);
     const pttl = await client.pttl(k.lock);
     expect(pttl).toBeGreaterThan(5_000);
     expect(pttl).toBeLessThanOrEqual(10_000);
-    // The fencing counter never expires.
-    expect(await client.pttl(k.fence)).toBe(-1);
+    // The fence counter expires too, fenceTtlMs after the grant.
+    expect(await client.get(k.fence)).toBe(token);
+    expect(await client.pttl(k.fence)).toBeGreaterThan(FENCE_TTL_MS - 1_000);
+    expect(await client.pttl(k.fence)).toBeLessThanOrEqual(FENCE_TTL_MS);
 
-    expect(await releaseOnNodeScript.run(client, [k.lock], [first, '1'])).toBe(1);
+    // While the counter lives, the next token is the next integer (nodes of a quorum agree).
+    expect(await releaseOnNodeScript.run(client, [k.lock], [first, token])).toBe(1);
     const second = owner();
-    expect(await grantOnNodeScript.run(client, [k.lock, k.fence], [second, 2_000])).toEqual([
-      1,
-      '2',
-    ]);
-    expect(await client.get(k.lock)).toBe(`${second}:2`);
+    const next = tokenOf(await grant(k, second, 2_000));
+    expect(next).toBe(String(BigInt(token) + 1n));
+    expect(await client.get(k.lock)).toBe(`${second}:${next}`);
     expect(await client.pttl(k.lock)).toBeLessThanOrEqual(2_000);
-    expect(await client.get(k.fence)).toBe('2');
+    expect(await client.get(k.fence)).toBe(next);
+  });
+
+  it('counts on from a counter ahead of the clock, and above a small counter of an earlier version', async () => {
+    const ahead = lockKeys('counter-ahead');
+    const future = (await nodeClockUs()) + 60_000_000n;
+    await client.set(ahead.fence, String(future));
+    expect(tokenOf(await grant(ahead, owner(), 1_000))).toBe(String(future + 1n));
+
+    const legacy = lockKeys('legacy-counter');
+    await client.set(legacy.fence, '41'); // INCR's count, no TTL
+    const holder = owner();
+    expect(tokenOf(await grant(legacy, holder, 1_000))).toBe('42');
+    expect(await client.pttl(legacy.fence)).toBeGreaterThan(0);
+    // Once that counter is gone (expired, or the node restarted empty), the clock takes over.
+    expect(await releaseOnNodeScript.run(client, [legacy.lock], [holder, '42'])).toBe(1);
+    await client.del(legacy.fence);
+    expect(BigInt(tokenOf(await grant(legacy, owner(), 1_000)))).toBeGreaterThanOrEqual(
+      (await nodeClockUs()) - 60_000_000n,
+    );
   });
 
   it('answers another owner with [0, holder PTTL] and changes nothing', async () => {
     const k = lockKeys('acquire-held');
     const holder = owner();
-    await grantOnNodeScript.run(client, [k.lock, k.fence], [holder, 5_000]);
-    const reply = await grantOnNodeScript.run(client, [k.lock, k.fence], [owner(), 60_000]);
+    const token = tokenOf(await grant(k, holder, 5_000));
+    const reply = await grant(k, owner(), 60_000);
     expect(reply[0]).toBe(0);
     expect(reply[1]).toBeGreaterThan(0);
     expect(reply[1]).toBeLessThanOrEqual(5_000);
-    expect(await client.get(k.lock)).toBe(`${holder}:1`);
+    expect(await client.get(k.lock)).toBe(`${holder}:${token}`);
     expect(await client.pttl(k.lock)).toBeLessThanOrEqual(5_000);
-    expect(await client.get(k.fence)).toBe('1');
+    expect(await client.get(k.fence)).toBe(token);
   });
 
   it('answers the same owner again with its token and refreshes the TTL (lost reply)', async () => {
     const k = lockKeys('acquire-again');
     const me = owner();
-    expect(await grantOnNodeScript.run(client, [k.lock, k.fence], [me, 1_000])).toEqual([1, '1']);
+    const token = tokenOf(await grant(k, me, 1_000));
     expect(await client.pttl(k.lock)).toBeLessThanOrEqual(1_000);
-    expect(await grantOnNodeScript.run(client, [k.lock, k.fence], [me, 60_000])).toEqual([1, '1']);
+    expect(await grant(k, me, 60_000)).toEqual([1, token]);
     expect(await client.pttl(k.lock)).toBeGreaterThan(30_000);
-    expect(await client.get(k.lock)).toBe(`${me}:1`);
-    expect(await client.get(k.fence)).toBe('1');
+    expect(await client.get(k.lock)).toBe(`${me}:${token}`);
+    expect(await client.get(k.fence)).toBe(token);
   });
 
-  it('is freed by Redis expiry alone; the next grant gets the next token', async () => {
+  it('is freed by Redis expiry alone; the next grant gets a higher token', async () => {
     const k = lockKeys('acquire-expired');
-    await grantOnNodeScript.run(client, [k.lock, k.fence], [owner(), 50]);
+    const token = tokenOf(await grant(k, owner(), 50));
     await delay(150);
     expect(await client.exists(k.lock)).toBe(0);
-    const next = owner();
-    expect(await grantOnNodeScript.run(client, [k.lock, k.fence], [next, 5_000])).toEqual([1, '2']);
+    expect(BigInt(tokenOf(await grant(k, owner(), 5_000)))).toBeGreaterThan(BigInt(token));
   });
 });
 
@@ -136,18 +183,20 @@ describe('release-on-node.lua', () => {
     const k = lockKeys('release');
     const messages = await listen(k.channel);
     const me = owner();
-    await grantOnNodeScript.run(client, [k.lock, k.fence], [me, 10_000]);
+    const token = tokenOf(await grant(k, me, 10_000));
 
-    expect(await releaseOnNodeScript.run(client, [k.lock], [me, '2'])).toBe(-1);
-    expect(await releaseOnNodeScript.run(client, [k.lock], [owner(), '1'])).toBe(-1);
-    expect(await client.get(k.lock)).toBe(`${me}:1`);
+    expect(await releaseOnNodeScript.run(client, [k.lock], [me, String(BigInt(token) + 1n)])).toBe(
+      -1,
+    );
+    expect(await releaseOnNodeScript.run(client, [k.lock], [owner(), token])).toBe(-1);
+    expect(await client.get(k.lock)).toBe(`${me}:${token}`);
 
-    expect(await releaseOnNodeScript.run(client, [k.lock], [me, '1'])).toBe(1);
+    expect(await releaseOnNodeScript.run(client, [k.lock], [me, token])).toBe(1);
     expect(await client.exists(k.lock)).toBe(0);
-    expect(await client.get(k.fence)).toBe('1');
+    expect(await client.get(k.fence)).toBe(token);
 
     // Missing key: not held, nothing created.
-    expect(await releaseOnNodeScript.run(client, [k.lock], [me, '1'])).toBe(0);
+    expect(await releaseOnNodeScript.run(client, [k.lock], [me, token])).toBe(0);
     expect(await client.exists(k.lock)).toBe(0);
 
     // Nobody waits on a Redlock node's channel: a release or withdrawal announces nothing.
@@ -161,14 +210,14 @@ describe('withdraw-on-node.lua', () => {
     const k = lockKeys('abandon');
     const messages = await listen(k.channel);
     const holder = owner();
-    await grantOnNodeScript.run(client, [k.lock, k.fence], [holder, 10_000]);
+    const token = tokenOf(await grant(k, holder, 10_000));
 
     expect(await withdrawOnNodeScript.run(client, [k.lock], [owner()])).toBe(0);
-    expect(await client.get(k.lock)).toBe(`${holder}:1`);
+    expect(await client.get(k.lock)).toBe(`${holder}:${token}`);
 
     expect(await withdrawOnNodeScript.run(client, [k.lock], [holder])).toBe(1);
     expect(await client.exists(k.lock)).toBe(0);
-    expect(await client.get(k.fence)).toBe('1');
+    expect(await client.get(k.fence)).toBe(token);
     expect(await withdrawOnNodeScript.run(client, [k.lock], [holder])).toBe(0);
 
     // Nobody waits on a Redlock node's channel: a release or withdrawal announces nothing.
@@ -181,35 +230,39 @@ describe('settle-token.lua', () => {
   it("writes the combined token into this owner's key (expiry kept) and raises the counter", async () => {
     const k = lockKeys('settle');
     const me = owner();
-    expect(await grantOnNodeScript.run(client, [k.lock, k.fence], [me, 10_000])).toEqual([1, '1']);
+    const granted = BigInt(tokenOf(await grant(k, me, 10_000)));
+    // The combined token of a quorum where another node's clock ran a minute ahead.
+    const combined = String(granted + 60_000_000n);
 
-    expect(await settleTokenScript.run(client, [k.lock, k.fence], [me, '7'])).toBe(1);
-    expect(await client.get(k.lock)).toBe(`${me}:7`);
+    expect(await settleToken(k, me, combined)).toBe(1);
+    expect(await client.get(k.lock)).toBe(`${me}:${combined}`);
     const pttl = await client.pttl(k.lock);
     expect(pttl).toBeGreaterThan(5_000);
     expect(pttl).toBeLessThanOrEqual(10_000);
-    expect(await client.get(k.fence)).toBe('7');
+    expect(await client.get(k.fence)).toBe(combined);
+    expect(await client.pttl(k.fence)).toBeGreaterThan(FENCE_TTL_MS - 1_000);
+    expect(await client.pttl(k.fence)).toBeLessThanOrEqual(FENCE_TTL_MS);
 
-    // A lower token never lowers the counter; the next grant counts past the settled token.
-    expect(await settleTokenScript.run(client, [k.lock, k.fence], [me, '3'])).toBe(1);
-    expect(await client.get(k.fence)).toBe('7');
-    expect(await releaseOnNodeScript.run(client, [k.lock], [me, '3'])).toBe(1);
-    expect(await grantOnNodeScript.run(client, [k.lock, k.fence], [owner(), 5_000])).toEqual([
-      1,
-      '8',
-    ]);
+    // A lower token never lowers the counter; the next grant counts past the settled token,
+    // although this node's clock is a minute behind it.
+    const lower = String(granted + 1n);
+    expect(await settleToken(k, me, lower)).toBe(1);
+    expect(await client.get(k.fence)).toBe(combined);
+    expect(await releaseOnNodeScript.run(client, [k.lock], [me, lower])).toBe(1);
+    expect(tokenOf(await grant(k, owner(), 5_000))).toBe(String(BigInt(combined) + 1n));
   });
 
   it('changes nothing when another owner holds the key, or nobody does', async () => {
     const k = lockKeys('settle-other');
     const holder = owner();
-    expect(await settleTokenScript.run(client, [k.lock, k.fence], [holder, '5'])).toBe(0);
+    const future = String((await nodeClockUs()) + 60_000_000n);
+    expect(await settleToken(k, holder, future)).toBe(0);
     expect(await client.exists(k.lock, k.fence)).toBe(0);
 
-    await grantOnNodeScript.run(client, [k.lock, k.fence], [holder, 10_000]);
-    expect(await settleTokenScript.run(client, [k.lock, k.fence], [owner(), '5'])).toBe(0);
-    expect(await client.get(k.lock)).toBe(`${holder}:1`);
-    expect(await client.get(k.fence)).toBe('1');
+    const token = tokenOf(await grant(k, holder, 10_000));
+    expect(await settleToken(k, owner(), future)).toBe(0);
+    expect(await client.get(k.lock)).toBe(`${holder}:${token}`);
+    expect(await client.get(k.fence)).toBe(token);
   });
 });
 

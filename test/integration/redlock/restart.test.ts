@@ -1,7 +1,9 @@
 /**
  * The Redlock delayed-restart rule, checked: a node restarted empty (`services.sh redlock-node
  * restart-empty`) while a lease granted on it is still valid makes the backend emit a process
- * warning naming the node and the key; a restart after the lease was released does not.
+ * warning naming the node and the key; a restart after the lease was released does not. And
+ * fencing tokens across restarts: every node restarted empty still grants above every token
+ * granted before (a node's token is never below its clock in µs).
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -63,4 +65,30 @@ describe('Redlock node restarted under a live lease', () => {
     const quiet = await warningsDuring(() => restartEmpty(2), 2_000);
     expect(quiet).toEqual([]);
   }, 20_000);
+});
+
+describe('Redlock nodes restarted empty', () => {
+  it('grant tokens above every token granted before the restart', async () => {
+    const store = `redlock://${REDLOCK_NODE_URLS.slice(2, 5)
+      .map((u) => u.replace('redis://', ''))
+      .join(',')}?prefix=${prefix}`;
+    const before = createLocker(store, { ttlMs: 10_000 });
+    lockers.push(before);
+    const tokens: bigint[] = [];
+    for (let i = 0; i < 3; i++) {
+      const lease = await before.acquire('restart:tokens');
+      tokens.push(lease.fencingToken);
+      expect(await lease.release()).toBe('released');
+    }
+    await before.close();
+
+    // Every node of this locker loses its data: no counter is left anywhere.
+    for (const n of [3, 4, 5]) restartEmpty(n);
+    const after = createLocker(store, { ttlMs: 10_000 });
+    lockers.push(after);
+    expect((await after.inspect('restart:tokens')).lastFencingToken).toBe(0n);
+    const lease = await after.acquire('restart:tokens');
+    expect(lease.fencingToken).toBeGreaterThan(tokens.at(-1)!);
+    expect(await lease.release()).toBe('released');
+  }, 30_000);
 });

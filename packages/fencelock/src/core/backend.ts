@@ -184,8 +184,10 @@ export interface LockInfo {
     readonly ttlMs: number;
   } | null;
   /**
-   * Highest fencing token the engine can tell for this key: ever issued (Redis, SQLite), or
-   * of the contenders present now (etcd, whose tokens are cluster revisions); 0n if none.
+   * Highest fencing token the engine can tell for this key: ever issued (SQLite), issued since
+   * the key was last idle for a while (Redis and Redlock: their per-key counter expires 5 s after
+   * the TTL of its last grant), or of the contenders present now (etcd, whose tokens are cluster
+   * revisions); 0n if none.
    */
   readonly lastFencingToken: bigint;
 }

@@ -1,7 +1,9 @@
 /**
  * Single-node Redis backend (ioredis): the contract operations. One Lua script per operation, so
- * acquire and release each take one round trip; the fencing token is `INCR` of a per-key counter
- * in the granting script. Keys of one lock share a hash slot (`<prefix>:{<key>}:…`) so the
+ * acquire and release each take one round trip; the fencing token is computed in the granting
+ * script as the larger of the key's last token + 1 and the server's clock in microseconds, so it
+ * keeps rising after the per-key counter expired or the server restarted empty
+ * (fence-counter.ts). Every key of a lock expires: nothing stays once it is idle. Keys of one lock share a hash slot (`<prefix>:{<key>}:…`) so the
  * scripts also run on Cluster. The client and its errors are `connection.ts`'s job, the release
  * notifications `release-waiters.ts`'s, opening a client for a URL `client.ts`'s.
  *
@@ -16,8 +18,10 @@
  * waiters of one key are served in one order.
  *
  * Failover caveat (the Redis documentation, "Distributed locks with Redis"): replication is
- * asynchronous, so a promoted replica may not have the key and grant it again. The fencing token
- * counter can be lost the same way; use a consensus store where tokens must be strict.
+ * asynchronous, so a promoted replica may not have the key and grant it again. The fence counter
+ * can be lost the same way; the token still rises when the new primary's clock is not behind the
+ * old one's by more than the failover took, and on Sentinel whatever the clocks (the failover
+ * epoch leads the token). Use a consensus store where tokens must not depend on clocks at all.
  */
 import type { Cluster, Redis } from 'ioredis';
 import type {
@@ -36,6 +40,7 @@ import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { isClusterClient, RedisConnection } from './connection.js';
 import { composeToken, counterOf, type FailoverEpoch } from './failover-epoch.js';
+import { fenceTtlMs } from './fence-counter.js';
 import type { NodeRedisClientLike } from './node-redis.js';
 import { ReleaseWaiters } from './release-waiters.js';
 import {
@@ -150,6 +155,8 @@ export class RedisBackend implements Backend {
   /**
    * The Redis keys of a lock, all in one hash slot: its lease, its fencing counter, its release
    * channel, and its line of waiters (a list of owners and a hash of their entries' expiry).
+   * Each expires: the lease with its TTL, the counter `FENCE_GRACE_MS` after the TTL of its last
+   * grant, the line `QUEUE_ENTRY_TTL_MS` after its newest entry.
    */
   keysOf(key: string): {
     lock: string;
@@ -169,8 +176,9 @@ export class RedisBackend implements Backend {
   }
 
   /**
-   * Run the acquire script: grant with a fresh `INCR` token, or report the holder's PTTL. On
-   * Sentinel the token is `failover epoch × 2^32 + counter` (see failover-epoch.ts).
+   * Run the acquire script: grant with a fresh token (max(last token + 1, server clock in µs)),
+   * or report the holder's PTTL. On Sentinel the token is `failover epoch × 2^53 + counter` (see
+   * failover-epoch.ts).
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     const k = this.keysOf(request.key);
@@ -178,7 +186,12 @@ export class RedisBackend implements Backend {
     // A wake-up that names this owner while the attempt is in flight must not be lost: it is
     // kept (`missed`) for the wait that follows, as between any attempt and its wait.
     if (queue) this.#waiters.inLine(k.channel, request.owner);
-    const args = [request.owner, request.ttlMs, queue ? QUEUE_ENTRY_TTL_MS : 0] as const;
+    const args = [
+      request.owner,
+      request.ttlMs,
+      queue ? QUEUE_ENTRY_TTL_MS : 0,
+      fenceTtlMs(request.ttlMs),
+    ] as const;
     const keys = [k.lock, k.fence, k.queue, k.waiters] as const;
     let epoch: Awaited<ReturnType<FailoverEpoch['current']>> | undefined;
     let reply: [1, string] | [0, number];
@@ -344,7 +357,11 @@ export class RedisBackend implements Backend {
     );
   }
 
-  /** Holder, remaining PTTL and the fence counter, read atomically. */
+  /**
+   * Holder, remaining PTTL and the fence counter, read atomically. `lastFencingToken` is the
+   * larger of the counter and the holder's token (a renewed lease outlives the counter), 0n once
+   * the key has been idle past the counter's expiry (fence-counter.ts).
+   */
   async inspect(key: string): Promise<LockInfo> {
     const k = this.keysOf(key);
     const [epoch, [value, pttl, last]] = await this.#connection.call('inspect', async () => {
@@ -365,7 +382,9 @@ export class RedisBackend implements Backend {
         ttlMs: Math.max(0, pttl),
       };
     }
-    return { key, holder, lastFencingToken: last === null ? 0n : tokenOf(last) };
+    const counted = last === null ? 0n : tokenOf(last);
+    const held = holder?.fencingToken ?? 0n;
+    return { key, holder, lastFencingToken: held > counted ? held : counted };
   }
 
   /** Wake local waiters, quit the subscriber and (if owned) the client, each within 1 s. */

@@ -5,8 +5,10 @@
  * Replication is asynchronous: a replica promoted before it received the latest grant has an
  * older fencing counter, and would hand out a token already used. Sentinel numbers every
  * failover (the primary's `config-epoch`), so the Redis backend on Sentinel makes its token
- * `epoch × 2^32 + counter`: any token of a newer primary is larger than every token of an older
- * one. The epoch is read from the Sentinels after each (re)connection, only from Sentinels that
+ * `epoch × 2^53 + counter`: any token of a newer primary is larger than every token of an older
+ * one. The counter is the granting script's (the server's clock in µs at least, below 2^53 until
+ * the year 2255); tokens of the former `epoch × 2^32 + counter` form are all below the new ones.
+ * A token fits a PostgreSQL `bigint` (the PgFence guard) up to epoch 1023. The epoch is read from the Sentinels after each (re)connection, only from Sentinels that
  * name the very primary this client is connected to (a Sentinel that has not yet seen the
  * failover names the old one and is not believed).
  */
@@ -14,11 +16,11 @@ import { Redis } from 'ioredis';
 import { BackendError } from '../../errors.js';
 import type { SentinelConfig } from './url.js';
 
-/** Bits of the counter in a token on Sentinel. */
-const COUNTER_BITS = 32n;
+/** Bits of the counter in a token on Sentinel: a clock in µs needs 51 now, 53 until 2255. */
+const COUNTER_BITS = 53n;
 const COUNTER_MASK = (1n << COUNTER_BITS) - 1n;
 
-/** `epoch × 2^32 + counter`. */
+/** `epoch × 2^53 + counter`. */
 export function composeToken(epoch: bigint, counter: bigint): bigint {
   return (epoch << COUNTER_BITS) | (counter & COUNTER_MASK);
 }

@@ -66,11 +66,13 @@ type QueueKeys = readonly [lockKey: string, fenceKey: string, queueKey: string, 
 /**
  * Grant in arrival order (single node): `[1, token]`, or `[0, ms]` where `ms` bounds how long
  * the key can stay unavailable to this contender without a change (the holder's PTTL, or the
- * queue head's remaining entry time). `waiterTtlMs` 0: a single attempt, never queued.
+ * queue head's remaining entry time). `waiterTtlMs` 0: a single attempt, never queued. The token
+ * is max(last token + 1, server clock in µs); the fence counter expires `fenceTtlMs` after the
+ * grant (fence-counter.ts).
  */
 export const queuedAcquireScript = defineScript<
   QueueKeys,
-  readonly [owner: string, ttlMs: number, waiterTtlMs: number],
+  readonly [owner: string, ttlMs: number, waiterTtlMs: number, fenceTtlMs: number],
   [1, string] | [0, number]
 >('queued-acquire');
 /** Release (single node, queued): 1 released, 0 not held, -1 not owner; wakes the queue head. */
@@ -88,7 +90,7 @@ export const queuedAbandonScript = defineScript<
   readonly [owner: string, keepGrant: '0' | '1'],
   1 | 0
 >('queued-abandon');
-/** Inspect: `[value | null, PTTL, last token | null]`. */
+/** Inspect: `[value | null, PTTL, last token | null]` (null once the fence counter expired). */
 export const inspectScript = defineScript<
   LockKeys,
   readonly [],

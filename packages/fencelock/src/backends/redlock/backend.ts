@@ -8,13 +8,17 @@
  *   `start of the attempt + ttlMs − drift`, on the monotonic clock, so the time the vote took is
  *   charged to the lease. Otherwise the key is withdrawn on every node (also where the reply was
  *   lost) before the core retries with jitter.
- * - Fencing token: each node's grant script bumps that node's counter; the token is the highest
- *   among the granting nodes. When fewer than a majority of them agree on it, a second round
- *   (`settle-token.lua`) writes it into their lock values and raises their counters to it, on a majority.
- *   Any later grant needs a majority too, which shares a node with that one, so its counter (and
- *   the token) is higher — as long as no node loses its data (a restart without `appendfsync
- *   always`) and no key expires early on a node (a clock jump): then tokens can repeat. Use a
- *   consensus store (etcd, ZooKeeper) where tokens must be strict.
+ * - Fencing token: each node's grant script issues its last token for the key + 1, or, where its
+ *   counter is gone, its clock (whole ms, in µs); the token is the highest among the granting
+ *   nodes. When fewer than a majority of them agree on it, a second round (`settle-token.lua`)
+ *   writes it into their lock values and raises their counters to it, on a majority; counters
+ *   that live agree, so only a key's first grant after an idle spell may take that second round
+ *   (nodes that read different milliseconds). Any later grant needs a majority too, which
+ *   shares a node with that one, so its counter (and the token) is higher. Where that node lost
+ *   its counter (restarted empty, or the counter expired: fence-counter.ts), its clock is past
+ *   the token, as long as the nodes' clocks do not step back and differ by less than the time
+ *   between the two grants (a restart, or the counter's lifetime). Use a consensus store (etcd,
+ *   ZooKeeper) where tokens must not depend on clocks at all.
  * - Renew and release run on every node and need a majority too. A failed vote lists every node's
  *   outcome (`QuorumError.nodes`).
  */
@@ -33,6 +37,7 @@ import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js
 import { BackendError, QuorumError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { CLOSE_TIMEOUT_MS, quit } from '../redis/connection.js';
+import { fenceTtlMs } from '../redis/fence-counter.js';
 import { inspectScript, renewManyScript } from '../redis/scripts.js';
 import { unreachableAt } from '../unreachable.js';
 import type { RedlockNode } from './node.js';
@@ -112,7 +117,12 @@ export class RedlockBackend implements Backend {
       r.status === 'ok' && r.value[0] === 1;
     const acquiring = this.#vote(
       this.#timeoutFor(request.ttlMs),
-      (client) => grantOnNodeScript.run(client, [k.lock, k.fence], [request.owner, request.ttlMs]),
+      (client) =>
+        grantOnNodeScript.run(
+          client,
+          [k.lock, k.fence],
+          [request.owner, request.ttlMs, fenceTtlMs(request.ttlMs)],
+        ),
       (results) => this.#decided(results.filter(isGrant).length, results.length),
     );
     const early = await acquiring.early;
@@ -136,7 +146,11 @@ export class RedlockBackend implements Backend {
         return this.#vote(
           this.#timeoutFor(request.ttlMs),
           (client) =>
-            settleTokenScript.run(client, [k.lock, k.fence], [request.owner, String(token)]),
+            settleTokenScript.run(
+              client,
+              [k.lock, k.fence],
+              [request.owner, String(token), fenceTtlMs(request.ttlMs)],
+            ),
           () => false,
         ).all;
       });
@@ -278,7 +292,11 @@ export class RedlockBackend implements Backend {
 
   /**
    * The owner holding the key on a majority (its token, and the time a majority still holds it),
-   * and the highest fence counter of any node.
+   * and the last token: the highest counter a majority of the nodes has reached (every later
+   * grant counts past it; a node that granted after a vote was decided may have counted from its
+   * own clock, above the token the vote settled on), or the holder's token if higher (a renewed
+   * lease outlives the counters); 0n once the key has been idle past their expiry
+   * (fence-counter.ts).
    * @throws QuorumError when fewer than a majority answered.
    */
   async inspect(key: string): Promise<LockInfo> {
@@ -299,9 +317,11 @@ export class RedlockBackend implements Backend {
       );
     }
     const byOwner = new Map<string, { tokens: bigint[]; ttls: number[] }>();
-    let lastFencingToken = 0n;
-    for (const [value, pttl, last] of answers) {
-      if (last !== null && BigInt(last) > lastFencingToken) lastFencingToken = BigInt(last);
+    // The quorum-th highest counter (a node without one counts as 0n).
+    const counters = answers.map(([, , last]) => (last === null ? 0n : BigInt(last)));
+    counters.sort((a, b) => (a > b ? -1 : a < b ? 1 : 0));
+    const lastFencingToken = counters[this.quorum - 1] ?? 0n;
+    for (const [value, pttl] of answers) {
       if (value === null) continue;
       const sep = value.indexOf(':');
       const owner = value.slice(0, sep);
@@ -317,7 +337,8 @@ export class RedlockBackend implements Backend {
       const fencingToken = majorityToken(tokens, this.quorum) ?? maxOf(tokens);
       // The majority holds the key until the quorum-th longest remaining TTL runs out.
       const ttlMs = [...ttls].sort((a, b) => b - a)[this.quorum - 1] ?? 0;
-      return { key, holder: { owner, fencingToken, ttlMs }, lastFencingToken };
+      const last = fencingToken > lastFencingToken ? fencingToken : lastFencingToken;
+      return { key, holder: { owner, fencingToken, ttlMs }, lastFencingToken: last };
     }
     return { key, holder: null, lastFencingToken };
   }
@@ -341,7 +362,12 @@ export class RedlockBackend implements Backend {
     const settled = (r: NodeResult<1 | 0>) => r.status === 'ok' && r.value === 1;
     const settling = this.#vote(
       this.#timeoutFor(request.ttlMs),
-      (client) => settleTokenScript.run(client, [k.lock, k.fence], [request.owner, String(token)]),
+      (client) =>
+        settleTokenScript.run(
+          client,
+          [k.lock, k.fence],
+          [request.owner, String(token), fenceTtlMs(request.ttlMs)],
+        ),
       (results) => this.#decided(results.filter(settled).length, results.length),
     );
     const early = await settling.early;

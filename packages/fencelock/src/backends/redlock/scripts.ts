@@ -10,10 +10,14 @@ const SCRIPTS = new URL('./scripts/', import.meta.url);
 
 type LockKeys = readonly [lockKey: string, fenceKey: string];
 
-/** Grant on one node: `[1, node counter]`, or `[0, holder PTTL]` when another owner holds it. */
+/**
+ * Grant on one node: `[1, node token]` (the node's last token + 1, or its clock in whole ms, in
+ * µs, where the counter is gone), or `[0, holder PTTL]` when another owner holds it. The fence
+ * counter expires `fenceTtlMs` later.
+ */
 export const grantOnNodeScript = defineScript<
   LockKeys,
-  readonly [owner: string, ttlMs: number],
+  readonly [owner: string, ttlMs: number, fenceTtlMs: number],
   [1, string] | [0, number]
 >('grant-on-node', SCRIPTS);
 
@@ -32,11 +36,12 @@ export const withdrawOnNodeScript = defineScript<
 >('withdraw-on-node', SCRIPTS);
 
 /**
- * After a grant on a quorum, write the combined token on one node and raise its counter to it:
- * 1 this owner's key now carries the token, 0 not held by this owner.
+ * After a grant on a quorum, write the combined token on one node and raise its counter to it
+ * (expiring `fenceTtlMs` later): 1 this owner's key now carries the token, 0 not held by this
+ * owner.
  */
 export const settleTokenScript = defineScript<
   LockKeys,
-  readonly [owner: string, token: string],
+  readonly [owner: string, token: string, fenceTtlMs: number],
   1 | 0
 >('settle-token', SCRIPTS);

@@ -4,25 +4,30 @@
 -- line is empty; a waiting contender that is not the head joins the tail (or keeps its place).
 -- An entry lives waiterTtlMs past its owner's latest attempt, so a waiter that vanished blocks
 -- the line for at most that long; one that gives up is removed at once (queued-abandon.lua).
+-- The fencing token is the larger of the key's last token + 1 and Redis's clock in microseconds
+-- (TIME), so it keeps rising after the counter expired or the server restarted empty, as long as
+-- the server's clock does not step back. The counter expires fenceTtlMs after the grant.
 -- Returns {1, token} when granted; {0, ms} when not, where ms bounds how long the key can stay
 -- unavailable to this contender with nothing changing: the holder's PTTL, or the remaining entry
 -- time of the head of the line when the key is free but another waiter is first.
 local lockKey = KEYS[1]     -- holds "<owner>:<token>" with a PX expiry
-local fenceKey = KEYS[2]    -- per-key fencing counter; never expires
+local fenceKey = KEYS[2]    -- the key's last token; expires fenceTtlMs after its grant
 local queueKey = KEYS[3]    -- list of waiting owners, head first
 local waitersKey = KEYS[4]  -- hash: waiting owner -> entry expiry (ms, Redis TIME)
 local owner = ARGV[1]       -- contender id (hex, no ':')
 local ttlMs = ARGV[2]       -- lease length in whole milliseconds
 local waiterTtlMs = tonumber(ARGV[3]) -- entry lifetime; 0: a single attempt, never queued
+local fenceTtlMs = ARGV[4]  -- lifetime of the fence counter, ms (longer than ttlMs)
 
--- Redis's own clock in ms, read only when needed (an uncontended grant never reads it).
-local nowMs
+-- Redis's own clock ({seconds, microseconds}), read once, only when needed.
+local clock
+local function time()
+  if not clock then clock = redis.call('TIME') end
+  return clock
+end
+-- The clock in ms.
 local function now()
-  if not nowMs then
-    local time = redis.call('TIME')
-    nowMs = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  end
-  return nowMs
+  return tonumber(time()[1]) * 1000 + math.floor(tonumber(time()[2]) / 1000)
 end
 
 -- The head of the line after dropping expired entries there: owner and ms it has left, or nil.
@@ -70,7 +75,12 @@ if first then
   redis.call('HDEL', waitersKey, owner)
 end
 
--- Bump the counter and set the key in the same script, so no grant goes without a token.
-local token = redis.call('INCR', fenceKey)
+-- Issue the token and set the key in the same script, so no grant goes without a token. Both
+-- numbers stay below 2^53 (microseconds until the year 2255), exact in Lua's doubles; '%d'
+-- writes all digits (tostring and '..' would round to 14 significant digits).
+local last = tonumber(redis.call('GET', fenceKey) or '0')
+local clockUs = tonumber(time()[1]) * 1000000 + tonumber(time()[2])
+local token = string.format('%d', math.max(last + 1, clockUs))
+redis.call('SET', fenceKey, token, 'PX', fenceTtlMs)
 redis.call('SET', lockKey, owner .. ':' .. token, 'PX', ttlMs)
-return {1, tostring(token)}
+return {1, token}

@@ -1,11 +1,13 @@
 -- Redlock: after a grant on a quorum, make this node agree on the combined fencing token.
 -- If this owner holds the key, its value becomes "<owner>:<token>" (expiry kept) and the fence
--- counter is raised to at least the token, so that the next grant on any quorum (which shares a
--- node with this one) counts past it. Returns 1 settled, 0 this owner does not hold the key.
+-- counter is raised to at least the token (expiring fenceTtlMs from now), so that the next grant
+-- on any quorum (which shares a node with this one) counts past it while the counter lives;
+-- after that, the node's clock is past it. Returns 1 settled, 0 this owner does not hold the key.
 local lockKey = KEYS[1]
 local fenceKey = KEYS[2]
 local owner = ARGV[1]
-local token = ARGV[2]     -- decimal, the highest counter among the granting nodes
+local token = ARGV[2]      -- decimal, the highest token among the granting nodes
+local fenceTtlMs = ARGV[3] -- lifetime of the fence counter, ms
 
 local current = redis.call('GET', lockKey)
 if not current then
@@ -18,6 +20,6 @@ end
 redis.call('SET', lockKey, owner .. ':' .. token, 'KEEPTTL')
 local counter = tonumber(redis.call('GET', fenceKey) or '0')
 if counter < tonumber(token) then
-  redis.call('SET', fenceKey, token)
+  redis.call('SET', fenceKey, token, 'PX', fenceTtlMs)
 end
 return 1
