@@ -193,6 +193,65 @@ describe.each(STORES)('fencelock.v1.Locks over gRPC ($name)', ({ make }) => {
     },
   );
 
+  it('refuses a string field that is not valid UTF-8, naming it (no U+FFFD stand-in)', async () => {
+    // Raw protobuf: field 1 (key) and 2 (owner / resource_id) as length-delimited bytes, then
+    // field 3 (ttl_ms / lock_owner) and 4; 0xFF is never valid in UTF-8.
+    const raw = (method: string, bytes: number[]) =>
+      failure(
+        new Promise((resolve, reject) =>
+          grpc.locks.makeUnaryRequest(
+            method,
+            (message: Buffer) => message,
+            (answer: Buffer) => answer,
+            Buffer.from(bytes),
+            (error, value) => (error ? reject(error) : resolve(value)),
+          ),
+        ),
+      );
+    const key = [...Buffer.from(uniqueKey('utf8'))];
+    expect(
+      await raw('/fencelock.v1.Locks/Acquire', [
+        0x0a,
+        key.length + 1,
+        ...key,
+        0xff,
+        0x12,
+        1,
+        0x41,
+        0x18,
+        0x88,
+        0x27,
+      ]),
+    ).toMatchObject({
+      code: status.INVALID_ARGUMENT,
+      errorCode: 'ERR_INVALID_ARGUMENT',
+      field: 'key',
+    });
+    expect(
+      await raw('/dapr.proto.runtime.v1.Dapr/TryLockAlpha1', [
+        0x0a,
+        9,
+        ...Buffer.from('lockstore'),
+        0x12,
+        key.length,
+        ...key,
+        0x1a,
+        2,
+        0x41,
+        0xfe,
+        0x20,
+        30,
+      ]),
+    ).toMatchObject({
+      code: status.INVALID_ARGUMENT,
+      errorCode: 'ERR_MALFORMED_REQUEST',
+      field: 'lock_owner',
+    });
+    expect(
+      (await locks('Inspect', { key: Buffer.from(key).toString() })).response.holder,
+    ).toBeNull();
+  });
+
   it('refuses a request over 16 KiB with RESOURCE_EXHAUSTED', async () => {
     const refused = await failure(
       locks('Acquire', { key: uniqueKey('big'), owner: 'x'.repeat(17 * 1024), ttlMs: 5_000 }),

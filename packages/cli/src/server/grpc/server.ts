@@ -25,6 +25,7 @@ import { locksService } from './locks-service.js';
 import { loadServices } from './protos.js';
 import type { ServiceMethods } from './service-methods.js';
 import { toServiceError } from './status.js';
+import { InvalidUtf8Request, withStrictStrings } from './strict-strings.js';
 
 /** Largest request message, bytes: the HTTP side's body limit. */
 export const MAX_REQUEST_BYTES = 16 * 1024;
@@ -101,6 +102,20 @@ export function createGrpcServer(
           callback(toServiceError(refused, {}));
           return;
         }
+        if (call.request instanceof InvalidUtf8Request) {
+          const { field } = call.request;
+          callback(
+            service.fail(
+              name,
+              new HttpError(400, {
+                errorCode: 'ERR_INVALID_ARGUMENT',
+                field,
+                message: `invalid ${field}: expected valid UTF-8, received bytes that are not UTF-8`,
+              }),
+            ),
+          );
+          return;
+        }
         const gone = new AbortController();
         const onCancelled = () => gone.abort();
         call.once('cancelled', onCancelled);
@@ -126,10 +141,10 @@ export function createGrpcServer(
   };
 
   server.addService(
-    services.dapr,
+    withStrictStrings(services.dapr),
     implement(daprService(ctx, { appId: options.appId, runtimeVersion: options.runtimeVersion })),
   );
-  server.addService(services.locks, implement(locksService(ctx)));
+  server.addService(withStrictStrings(services.locks), implement(locksService(ctx)));
   const served = SERVED_DAPR_METHODS.join(', ');
   for (const method of UNSERVED_DAPR_METHODS) {
     const path = `/dapr.proto.runtime.v1.Dapr/${method}`;
