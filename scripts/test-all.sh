@@ -14,6 +14,8 @@ npx vitest run
 # The sidecar's bounded load test (no 5xx, no lost or duplicated grant): 10 s on Redis.
 # It exits 1 on a failed check, and stops itself and its sidecar within its own deadline.
 npm run bench:sidecar -- --duration 10
+# The same over gRPC (fencelock.v1.Locks through `--grpc-port`).
+npm run bench:sidecar-grpc -- --duration 10
 npm run bench -- --quick
 # The torture matrix's short schedule: one run per cell (about 9 minutes here); its report goes
 # to a scratch folder, not docs/torture (that one is committed from a full run).

@@ -118,6 +118,9 @@ async function compileWorkspace(folder: string, into: string): Promise<void> {
     if (!existsSync(dist)) throw error;
   }
   copyAssets(join(source, 'src'), dist);
+  // Files a package ships beside its code (the CLI's .proto files).
+  if (existsSync(join(source, 'proto')))
+    cpSync(join(source, 'proto'), join(target, 'proto'), { recursive: true });
   const link = join(into, 'node_modules', pkg.name);
   mkdirSync(dirname(link), { recursive: true });
   symlinkSync(relative(dirname(link), target), link);
@@ -130,11 +133,14 @@ function sourceHash(): string {
   const files = [join(ROOT, 'package.json'), join(ROOT, 'tsconfig.base.json')];
   for (const folder of workspaces()) {
     files.push(join(ROOT, folder, 'package.json'), join(ROOT, folder, 'tsconfig.build.json'));
-    for (const entry of readdirSync(join(ROOT, folder, 'src'), {
-      recursive: true,
-      withFileTypes: true,
-    })) {
-      if (entry.isFile()) files.push(join(entry.parentPath, entry.name));
+    for (const dir of ['src', 'proto']) {
+      if (!existsSync(join(ROOT, folder, dir))) continue;
+      for (const entry of readdirSync(join(ROOT, folder, dir), {
+        recursive: true,
+        withFileTypes: true,
+      })) {
+        if (entry.isFile()) files.push(join(entry.parentPath, entry.name));
+      }
     }
   }
   for (const file of files.sort()) {

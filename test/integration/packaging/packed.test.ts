@@ -16,7 +16,7 @@
  * - In this clone, `npm ci` linked the `fencelock` command (`npx fencelock` works).
  * Dependencies come from npm's cache when it has them (`--prefer-offline`), else the registry.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -34,6 +34,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { quickstartOf } from '../../docs/blocks.js';
 import { REDIS_URL } from '../../helpers/engines.js';
 import { ROOT } from '../../helpers/private-build.js';
+import { grpcClients, unary } from '../server/grpc-support.js';
 
 const exec = promisify(execFile);
 const scratch = mkdtempSync(join(tmpdir(), 'fencelock-packed-'));
@@ -204,7 +205,38 @@ describe('the @fencelock/cli tarball', () => {
     const files = await tarballFiles(cliTarball);
     expect(files).toContain('package/dist/cli/main.js');
     expect(files).toContain('package/dist/server/index.js');
+    expect(files).toContain('package/proto/fencelock/v1/locks.proto');
+    expect(files).toContain('package/proto/dapr/runtime/v1/dapr_lock.proto');
     expect(files.filter((f) => /\/(torture|demos?|bench)\//.test(f))).toEqual([]);
+  });
+
+  it('serves gRPC from the installed package (its shipped .proto files)', async () => {
+    const child = spawn(bin(), ['serve', '--store', REDIS_URL, '--port', '0', '--grpc-port', '0'], {
+      cwd: project,
+      env: { ...process.env, FENCELOCK_SERVER_TOKEN: '' },
+    });
+    try {
+      const address = await new Promise<string>((resolve, reject) => {
+        let stderr = '';
+        child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+          stderr += chunk;
+          const m = / and gRPC on (\S+)/.exec(stderr);
+          if (m) resolve(m[1]!);
+        });
+        child.once('exit', (code) => reject(new Error(`serve exited with ${code}\n${stderr}`)));
+      });
+      const clients = grpcClients(address);
+      try {
+        const { response } = await unary(clients.dapr, 'GetMetadata', {});
+        expect(response.registeredComponents).toEqual([
+          { name: 'lockstore', type: 'lock.fencelock', version: 'v1', capabilities: [] },
+        ]);
+      } finally {
+        clients.close();
+      }
+    } finally {
+      child.kill('SIGTERM');
+    }
   });
 
   it('answers fencelock --help with run, inspect and serve', async () => {

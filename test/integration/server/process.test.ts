@@ -122,7 +122,7 @@ describe('without a token', () => {
     try {
       expect(server.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
       expect(server.stderr()).toContain(
-        'no token (--token-file or $FENCELOCK_SERVER_TOKEN): requests are not authenticated; listening on loopback only',
+        'no token (--token-file, $FENCELOCK_SERVER_TOKEN or $DAPR_API_TOKEN): requests are not authenticated; listening on loopback only',
       );
       expect((await call(server.url, '/metrics')).status).toBe(200);
     } finally {

@@ -140,6 +140,8 @@ export async function startInProcess(
 export interface ServerProcess {
   readonly child: ChildProcess;
   readonly url: string;
+  /** `host:port` of the gRPC server, when started with `--grpc-port`. */
+  readonly grpcAddress: string | undefined;
   /** Everything the process wrote to stderr so far. */
   stderr(): string;
   /** Send `signal` and resolve with the exit code once the process is gone. */
@@ -174,12 +176,13 @@ export async function spawnServer(
     child.stdout.resume();
     child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
       stderr += chunk;
-      const m = /listening on (http:\/\/\S+)/.exec(stderr);
+      const m = /listening on (http:\/\/\S+)(?: and gRPC on (\S+))?/.exec(stderr);
       if (m) {
         clearTimeout(timer);
         resolvePromise({
           child,
           url: m[1]!,
+          grpcAddress: m[2],
           stderr: () => stderr,
           stop: async (signal = 'SIGTERM') => {
             if (exitCode === undefined) child.kill(signal);
@@ -196,9 +199,16 @@ export async function spawnServer(
   });
 }
 
-/** `fencelock serve --store <store> --port 0 <args>`: a sidecar process on a free loopback port. */
-export function serveStore(store: string, args: readonly string[] = []): Promise<ServerProcess> {
-  return spawnServer(['--store', store, '--port', '0', ...args]);
+/**
+ * `fencelock serve --store <store> --port 0 <args>`: a sidecar process on a free loopback port,
+ * with `env` added to its environment.
+ */
+export function serveStore(
+  store: string,
+  args: readonly string[] = [],
+  env: NodeJS.ProcessEnv = {},
+): Promise<ServerProcess> {
+  return spawnServer(['--store', store, '--port', '0', ...args], env);
 }
 
 /** Run the built CLI to completion (for usage errors and --help). */

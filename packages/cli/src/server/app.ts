@@ -1,7 +1,9 @@
 /**
  * The sidecar: an HTTP server (fastify) in front of one Locker, for callers in any language.
  * It speaks Dapr's distributed-lock API (with the metadata and health routes Dapr's SDKs call),
- * fencelock's `/v1/locks` extensions, `GET /healthz` and `GET /metrics` (Prometheus). It keeps no lock state of its own: every handler validates,
+ * fencelock's `/v1/locks` extensions, `GET /healthz` and `GET /metrics` (Prometheus), and, with
+ * `listenGrpc`, the same over gRPC (Dapr's runtime service and `fencelock.v1.Locks`, see
+ * `grpc/server.ts`). It keeps no lock state of its own: every handler validates,
  * calls the Locker's owner-addressed operations and maps the answer, so several sidecars over one
  * store agree (on Redis, Redlock, SQLite and PostgreSQL; on etcd and ZooKeeper a grant lives in
  * the engine session of the sidecar that made it).
@@ -19,6 +21,7 @@ import {
   MIN_TOKEN_CHARS,
   OPEN_PATHS,
 } from './auth.js';
+import { createGrpcServer, type GrpcServer } from './grpc/server.js';
 import { daprAnswer, fromFastifyError, HttpError, sendError, utf8Body } from './http-errors.js';
 import type { RouteContext } from './routes/context.js';
 import { DAPR_PATH_PREFIX, registerDaprRoutes } from './routes/dapr.js';
@@ -72,8 +75,19 @@ export interface Sidecar {
    */
   listen(options?: { readonly host?: string; readonly port?: number }): Promise<string>;
   /**
-   * Graceful shutdown: new requests get 503, waiting acquires end with 503 `ERR_SHUTTING_DOWN`,
-   * requests in flight finish, the server closes, the metrics leave the registry, and a locker
+   * Start the gRPC server beside the HTTP one: Dapr's runtime service
+   * (`dapr.proto.runtime.v1.Dapr`: TryLockAlpha1, UnlockAlpha1, GetMetadata) and
+   * `fencelock.v1.Locks`, from the .proto files shipped in the package's `proto/` folder, with
+   * the same token, limits and shutdown. Once per sidecar. `port` 0 picks a free port.
+   * @param options `host` @default '127.0.0.1'; `port` @default 50001
+   * @returns the bound address, `host:port` (an IPv6 host in brackets).
+   * @throws InvalidArgumentError for a host that is not loopback when no token is set, a bad
+   *   port, or a second call.
+   */
+  listenGrpc(options?: { readonly host?: string; readonly port?: number }): Promise<string>;
+  /**
+   * Graceful shutdown: new requests get 503 (gRPC: UNAVAILABLE), waiting acquires end with 503
+   * `ERR_SHUTTING_DOWN` (gRPC: UNAVAILABLE), requests in flight finish, the servers close, the metrics leave the registry, and a locker
    * the sidecar created is closed. Leases granted through the sidecar are not released: the
    * sidecar does not know them (it keeps no state), so they end by their TTL unless their owners
    * release them (through any sidecar on the same store). On etcd and ZooKeeper they end with
@@ -84,6 +98,8 @@ export interface Sidecar {
 
 /** Default port: Dapr's HTTP port, so Dapr clients find the sidecar where they expect it. */
 export const DEFAULT_PORT = 3500;
+/** Default gRPC port of `listenGrpc`: Dapr's gRPC port. */
+export const DEFAULT_GRPC_PORT = 50001;
 /** Default Dapr store name. */
 export const DEFAULT_STORE_NAME = 'lockstore';
 /** Default Dapr app id. */
@@ -271,40 +287,40 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   );
 
   registerDaprRoutes(app, ctx);
-  registerDaprRuntimeRoutes(app, {
-    appId,
-    runtimeVersion: `fencelock ${packageVersion()}`,
-    storeName,
-  });
+  const runtimeVersion = `fencelock ${packageVersion()}`;
+  registerDaprRuntimeRoutes(app, { appId, runtimeVersion, storeName });
   registerLockRoutes(app, ctx);
   registerOpsRoutes(app, { registry, shutdown: shutdown.signal });
 
   let closing: Promise<void> | undefined;
+  let grpc: GrpcServer | undefined;
   return {
     app,
     locker,
     registry,
     async listen(listenOptions = {}) {
-      const host = listenOptions.host ?? '127.0.0.1';
-      const port = listenOptions.port ?? DEFAULT_PORT;
-      if (typeof host !== 'string' || host.length === 0) {
-        throw new InvalidArgumentError('host', 'a host name or IP address', host);
-      }
-      if (token === undefined && !isLoopbackHost(host)) {
-        throw new InvalidArgumentError(
-          'host',
-          'a loopback address (127.0.0.1, ::1, localhost) when no token is set',
-          host,
-        );
-      }
-      if (!Number.isInteger(port) || port < 0 || port > 65535) {
-        throw new InvalidArgumentError('port', 'an integer in [0, 65535]', port);
-      }
+      const { host, port } = checkListen(listenOptions, DEFAULT_PORT, token !== undefined);
       await app.listen({ host, port });
       const address = app.server.address();
       const bound = typeof address === 'object' && address !== null ? address.port : port;
-      const shown = host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
-      return `http://${shown}:${bound}`;
+      return `http://${bracketed(host)}:${bound}`;
+    },
+    async listenGrpc(listenOptions = {}) {
+      const { host, port } = checkListen(listenOptions, DEFAULT_GRPC_PORT, token !== undefined);
+      if (grpc !== undefined) {
+        throw new InvalidArgumentError('listenGrpc', 'one call per sidecar', 'a second call');
+      }
+      if (shutdown.signal.aborted) {
+        throw new InvalidArgumentError('listenGrpc', 'a call before close()', 'a closed sidecar');
+      }
+      grpc = createGrpcServer(ctx, {
+        token,
+        appId,
+        runtimeVersion,
+        onUnexpected: (error) => app.log.error({ err: error }, 'unexpected error (gRPC)'),
+      });
+      const bound = await grpc.listen(host, port);
+      return `${bracketed(host)}:${bound}`;
     },
     close() {
       closing ??= (async () => {
@@ -314,7 +330,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         // `requestTimeout` once the server closes, so a stalled upload would hold this forever.
         const cutOff = setTimeout(() => app.server.closeAllConnections(), SHUTDOWN_GRACE_MS);
         try {
-          await app.close();
+          await Promise.all([app.close(), grpc?.close()]);
         } finally {
           clearTimeout(cutOff);
           metrics.unsubscribe();
@@ -324,4 +340,37 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       return closing;
     },
   };
+}
+
+/**
+ * The host and port of a `listen` / `listenGrpc` call, checked: a host name or address (only a
+ * loopback one without a token), a port in [0, 65535].
+ * @throws InvalidArgumentError naming `host` or `port`.
+ */
+function checkListen(
+  options: { readonly host?: string; readonly port?: number },
+  defaultPort: number,
+  hasToken: boolean,
+): { host: string; port: number } {
+  const host = options.host ?? '127.0.0.1';
+  const port = options.port ?? defaultPort;
+  if (typeof host !== 'string' || host.length === 0) {
+    throw new InvalidArgumentError('host', 'a host name or IP address', host);
+  }
+  if (!hasToken && !isLoopbackHost(host)) {
+    throw new InvalidArgumentError(
+      'host',
+      'a loopback address (127.0.0.1, ::1, localhost) when no token is set',
+      host,
+    );
+  }
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new InvalidArgumentError('port', 'an integer in [0, 65535]', port);
+  }
+  return { host, port };
+}
+
+/** An IPv6 address in brackets, for a URL or `host:port`. */
+function bracketed(host: string): string {
+  return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
 }

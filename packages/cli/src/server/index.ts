@@ -4,6 +4,7 @@
  */
 export {
   createSidecar,
+  DEFAULT_GRPC_PORT,
   DEFAULT_MAX_WAIT_MS,
   DEFAULT_PORT,
   DEFAULT_STORE_NAME,
@@ -12,5 +13,5 @@ export {
 } from './app.js';
 export { isLoopbackHost, MIN_TOKEN_CHARS } from './auth.js';
 export type { ErrorBody, SidecarErrorCode } from './http-errors.js';
+export { UNLOCK_STATUS } from './lock-operations.js';
 export { OWNER_NAMESPACE, ownerIdFor } from './owner.js';
-export { UNLOCK_STATUS } from './routes/dapr.js';

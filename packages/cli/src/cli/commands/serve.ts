@@ -1,6 +1,7 @@
 /**
  * `fencelock serve --store URL`: run the lock sidecar (Dapr's distributed-lock API plus
- * fencelock's `/v1/locks` extensions, `/healthz`, `/metrics`) until SIGTERM or SIGINT, then shut
+ * fencelock's `/v1/locks` extensions, `/healthz`, `/metrics`; with `--grpc-port`, the same over
+ * gRPC) until SIGTERM or SIGINT, then shut
  * down gracefully. All lock work happens in the sidecar factory (`src/server/app.ts`), which calls
  * the Locker; this file only parses options, reads the token and handles signals.
  */
@@ -18,6 +19,7 @@ interface ServeCliOptions {
   readonly store: string;
   readonly host: string;
   readonly port: string;
+  readonly grpcPort?: string;
   readonly tokenFile?: string;
   readonly storeName: string;
   readonly appId: string;
@@ -37,6 +39,10 @@ export function registerServeCommand(program: Command): void {
     )
     .option('--host <host>', 'address to listen on (without a token: loopback only)', '127.0.0.1')
     .option('--port <port>', 'port to listen on (0: any free port)', '3500')
+    .option(
+      '--grpc-port <port>',
+      "also serve gRPC on this port (Dapr's runtime service: lock and metadata; fencelock.v1.Locks); 0: any free port",
+    )
     .option(
       '--token-file <file>',
       `file holding the API token (>= 16 characters) every request but the health probes must carry, as a bearer token or in dapr-api-token; default: $${TOKEN_ENV}, else $${DAPR_TOKEN_ENV}`,
@@ -59,6 +65,10 @@ same store). On etcd and ZooKeeper they end with this sidecar's engine session.`
       // Validate everything before any connection is made or any port is bound.
       const store = parseStoreOption('--store', raw.store);
       const port = parseIntegerOption('--port', raw.port, 0, 65535);
+      const grpcPort =
+        raw.grpcPort === undefined
+          ? undefined
+          : parseIntegerOption('--grpc-port', raw.grpcPort, 0, 65535);
       const maxWaitMs = parseIntegerOption('--max-wait', raw.maxWait, 0, 2_147_483_647);
       const token = readToken(raw.tokenFile);
       const { createSidecar, isLoopbackHost, MIN_TOKEN_CHARS } = await import(
@@ -116,8 +126,12 @@ same store). On etcd and ZooKeeper they end with this sidecar's engine session.`
         process.once('SIGINT', stop);
       });
       let url: string;
+      let grpcAddress: string | undefined;
       try {
         url = await sidecar.listen({ host: raw.host, port });
+        if (grpcPort !== undefined) {
+          grpcAddress = await sidecar.listenGrpc({ host: raw.host, port: grpcPort });
+        }
       } catch (error) {
         await sidecar.close();
         throw error;
@@ -129,8 +143,9 @@ same store). On etcd and ZooKeeper they end with this sidecar's engine session.`
         token === undefined
           ? `fencelock serve: no token (--token-file, $${TOKEN_ENV} or $${DAPR_TOKEN_ENV}): requests are not authenticated; listening on loopback only\n`
           : '';
+      const grpcNote = grpcAddress === undefined ? '' : ` and gRPC on ${grpcAddress}`;
       process.stderr.write(
-        `${unauthenticated}fencelock serve: listening on ${url} (store ${scheme}, Dapr store name ${raw.storeName})\n`,
+        `${unauthenticated}fencelock serve: listening on ${url}${grpcNote} (store ${scheme}, Dapr store name ${raw.storeName})\n`,
       );
       await stopped;
       process.stderr.write('fencelock serve: stopped\n');

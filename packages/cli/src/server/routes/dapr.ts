@@ -19,9 +19,8 @@
  * `resourceId` is the lock key; `lockOwner` maps to a backend owner id (see `owner.ts`).
  */
 import type { FastifyInstance } from 'fastify';
-import type { ReleaseOutcome } from 'fencelock';
-import { daprAnswer, fromLockError, HttpError, sendError, utf8Body } from '../http-errors.js';
-import { ownerIdFor } from '../owner.js';
+import { daprAnswer, HttpError, sendError, utf8Body } from '../http-errors.js';
+import { daprTryLock, daprUnlock } from '../lock-operations.js';
 import {
   type DaprLockBody,
   type DaprUnlockBody,
@@ -30,26 +29,13 @@ import {
 } from '../schemas.js';
 import type { RouteContext } from './context.js';
 
-/** Core argument names as Dapr's fields. */
-const DAPR_FIELDS: Readonly<Record<string, string>> = {
-  key: 'resourceId',
-  ttlMs: 'expiryInSeconds',
-};
-
 /** Every path of Dapr's API starts with this. */
 export const DAPR_PATH_PREFIX = '/v1.0-alpha1/';
-
-/** Dapr's unlock status codes. */
-export const UNLOCK_STATUS: Readonly<Record<ReleaseOutcome, number>> = Object.freeze({
-  released: 0,
-  'not-held': 1,
-  'not-owner': 2,
-});
 
 /**
  * Register Dapr's lock and unlock routes, in a scope of their own: its body parser takes any
  * Content-Type as JSON and its error handler answers in Dapr's codes, leaving fencelock's
- * routes as they are.
+ * routes as they are. The operations are `lock-operations.ts`, shared with gRPC.
  */
 export function registerDaprRoutes(app: FastifyInstance, ctx: RouteContext): void {
   app.register(async (scope) => {
@@ -70,24 +56,18 @@ export function registerDaprRoutes(app: FastifyInstance, ctx: RouteContext): voi
       `${DAPR_PATH_PREFIX}lock/:storeName`,
       { schema: daprLockSchema },
       async (request, reply) => {
-        assertStore(ctx, request.params.storeName);
-        const { resourceId, lockOwner, expiryInSeconds } = request.body;
         try {
-          const grant = await ctx.locker.tryAcquireForOwner(
-            resourceId,
-            ownerIdFor(lockOwner, resourceId),
-            { ttlMs: expiryInSeconds * 1000 },
-          );
+          const { success, grant } = await daprTryLock(ctx, {
+            storeName: request.params.storeName,
+            ...request.body,
+          });
           if (grant !== null) {
-            reply.header('fencelock-fencing-token', grant.fencingToken.toString());
+            reply.header('fencelock-fencing-token', grant.fencingToken);
             reply.header('fencelock-ttl-ms', String(grant.ttlMs));
           }
-          return { success: grant !== null };
+          return { success };
         } catch (error) {
-          throw daprAnswer(
-            fromLockError(error, DAPR_FIELDS, ctx.allowed, ctx.shutdown.aborted),
-            'lock',
-          );
+          throw daprAnswer(error as HttpError, 'lock');
         }
       },
     );
@@ -96,31 +76,12 @@ export function registerDaprRoutes(app: FastifyInstance, ctx: RouteContext): voi
       `${DAPR_PATH_PREFIX}unlock/:storeName`,
       { schema: daprUnlockSchema },
       async (request) => {
-        assertStore(ctx, request.params.storeName);
-        const { resourceId, lockOwner } = request.body;
         try {
-          const outcome = await ctx.locker.releaseForOwner({
-            key: resourceId,
-            owner: ownerIdFor(lockOwner, resourceId),
-          });
-          return { status: UNLOCK_STATUS[outcome] };
+          return await daprUnlock(ctx, { storeName: request.params.storeName, ...request.body });
         } catch (error) {
-          throw daprAnswer(
-            fromLockError(error, DAPR_FIELDS, ctx.allowed, ctx.shutdown.aborted),
-            'unlock',
-          );
+          throw daprAnswer(error as HttpError, 'unlock');
         }
       },
     );
   });
-}
-
-/** 400 `ERR_LOCK_STORE_NOT_FOUND` for a store name this sidecar does not serve, as Dapr. */
-function assertStore(ctx: RouteContext, storeName: string): void {
-  if (storeName !== ctx.storeName) {
-    throw new HttpError(400, {
-      errorCode: 'ERR_LOCK_STORE_NOT_FOUND',
-      message: `lock store ${JSON.stringify(storeName)} not found (this sidecar serves ${JSON.stringify(ctx.storeName)})`,
-    });
-  }
 }

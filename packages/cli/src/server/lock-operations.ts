@@ -1,0 +1,325 @@
+/**
+ * The sidecar's lock operations, shared by its transports: the HTTP routes (`routes/dapr.ts`,
+ * `routes/locks.ts`) and the gRPC services (`grpc/`) call these and only map requests and
+ * answers. Each operation checks its input (the checks the HTTP schemas also make, for callers
+ * whose messages have no schema: protobuf fields are never missing, only empty), calls the
+ * Locker's owner-addressed operations, and throws an `HttpError` carrying the sidecar's error
+ * code (`ERR_LOCK_BUSY`, `ERR_INVALID_ARGUMENT` with the field in fencelock's HTTP spelling…),
+ * which each transport turns into its own answer. No lock state is kept here.
+ */
+import type { Locker } from 'fencelock';
+import { fromLockError, HttpError, invalidField } from './http-errors.js';
+import { isWellFormedOwnerName, newOwnerName, ownerIdFor } from './owner.js';
+import { MAX_EXPIRY_SECONDS, MAX_OWNER_CHARS } from './schemas.js';
+
+/** What the operations need from the sidecar. */
+export interface LockOperationsContext {
+  /** The locker every operation calls. */
+  readonly locker: Locker;
+  /** Store name accepted by Dapr's calls. */
+  readonly storeName: string;
+  /** Longest `waitMs` a caller may ask for, ms. */
+  readonly maxWaitMs: number;
+  /** Aborted when the sidecar starts shutting down: waiting acquires end with `ERR_SHUTTING_DOWN`. */
+  readonly shutdown: AbortSignal;
+  /** The allowed range of a request field, for `ERR_INVALID_ARGUMENT` answers. */
+  readonly allowed: (field: string) => string;
+}
+
+/** A grant (or renewal) as the sidecar answers it; the fencing token as a decimal string. */
+export interface GrantAnswer {
+  readonly key: string;
+  /** The owner name. */
+  readonly owner: string;
+  /** The backend owner id derived from the name and the key. */
+  readonly ownerId: string;
+  readonly fencingToken: string;
+  /** Lease length the engine applied, ms. */
+  readonly ttlMs: number;
+}
+
+/** The engine's view of a key. */
+export interface InspectAnswer {
+  readonly key: string;
+  readonly holder: {
+    readonly ownerId: string;
+    readonly fencingToken: string;
+    /** Remaining lease, whole ms. */
+    readonly ttlMs: number;
+  } | null;
+  readonly lastFencingToken: string;
+  /** Present when the request named an owner. */
+  readonly heldByOwner?: boolean;
+}
+
+/** fencelock's field names are the core's argument names. */
+const FIELDS: Readonly<Record<string, string>> = {};
+
+/** Core argument names as Dapr's fields. */
+const DAPR_FIELDS: Readonly<Record<string, string>> = {
+  key: 'resourceId',
+  owner: 'lockOwner',
+  ttlMs: 'expiryInSeconds',
+};
+
+/** Dapr's unlock status codes, by release outcome. */
+export const UNLOCK_STATUS = Object.freeze({
+  released: 0,
+  'not-held': 1,
+  'not-owner': 2,
+} as const);
+
+const FENCING_TOKEN = /^[1-9][0-9]{0,38}$/;
+
+/**
+ * Take `key` for `owner` (a random name when absent), waiting up to `waitMs` (0: one attempt).
+ * `signal` ends the wait (the caller went away); nothing is granted to a caller that gave up,
+ * but a grant the engine made meanwhile is left to its TTL (see `Locker.acquireForOwner`).
+ * @throws HttpError `ERR_INVALID_ARGUMENT`, `ERR_LOCK_BUSY` (one attempt), `ERR_LOCK_TIMEOUT`,
+ *   `ERR_BACKEND` / `ERR_QUORUM`, `ERR_SHUTTING_DOWN`.
+ */
+export async function acquire(
+  ctx: LockOperationsContext,
+  request: {
+    readonly key: string;
+    readonly owner?: string | undefined;
+    readonly ttlMs: number;
+    readonly waitMs?: number | undefined;
+    readonly signal?: AbortSignal | undefined;
+  },
+): Promise<GrantAnswer> {
+  const { key } = request;
+  const owner = request.owner ?? newOwnerName();
+  checkOwner(ctx, 'owner', owner);
+  const waitMs = request.waitMs ?? 0;
+  if (!Number.isFinite(waitMs) || waitMs < 0 || waitMs > ctx.maxWaitMs) {
+    throw invalidField('waitMs', ctx.allowed('waitMs'), waitMs);
+  }
+  try {
+    const ownerId = ownerIdFor(owner, key);
+    const signal =
+      request.signal === undefined ? ctx.shutdown : AbortSignal.any([request.signal, ctx.shutdown]);
+    const options = { ttlMs: request.ttlMs, signal };
+    const grant =
+      waitMs === 0
+        ? await ctx.locker.tryAcquireForOwner(key, ownerId, options)
+        : await ctx.locker.acquireForOwner(key, ownerId, { ...options, waitMs });
+    if (grant === null) {
+      throw new HttpError(409, {
+        errorCode: 'ERR_LOCK_BUSY',
+        message: `"${key}" is held by another owner`,
+      });
+    }
+    return { key, owner, ownerId, fencingToken: grant.fencingToken.toString(), ttlMs: grant.ttlMs };
+  } catch (error) {
+    throw fromLockError(error, FIELDS, ctx.allowed, ctx.shutdown.aborted);
+  }
+}
+
+/**
+ * Extend the lease of `key` to `ttlMs` from now, while `owner` holds it with `fencingToken`.
+ * @throws HttpError `ERR_LOCK_NOT_HELD` / `ERR_NOT_LOCK_OWNER` (with `outcome`),
+ *   `ERR_INVALID_ARGUMENT`, `ERR_BACKEND`.
+ */
+export async function renew(
+  ctx: LockOperationsContext,
+  request: {
+    readonly key: string;
+    readonly owner: string;
+    readonly fencingToken: string;
+    readonly ttlMs: number;
+  },
+): Promise<GrantAnswer> {
+  const { key, owner, fencingToken, ttlMs } = request;
+  checkOwner(ctx, 'owner', owner);
+  checkFencingToken(ctx, fencingToken);
+  let result: Awaited<ReturnType<Locker['renewForOwner']>>;
+  const ownerId = ownerIdFor(owner, key);
+  try {
+    result = await ctx.locker.renewForOwner(
+      { key, owner: ownerId, fencingToken: BigInt(fencingToken) },
+      ttlMs,
+    );
+  } catch (error) {
+    throw fromLockError(error, FIELDS, ctx.allowed, ctx.shutdown.aborted);
+  }
+  if (result.outcome !== 'renewed') throw refused(result.outcome, 'renew', key);
+  return { key, owner, ownerId, fencingToken, ttlMs: result.ttlMs };
+}
+
+/**
+ * Compare-and-delete of `key` by `owner` and `fencingToken`.
+ * @throws HttpError `ERR_LOCK_NOT_HELD` / `ERR_NOT_LOCK_OWNER` (with `outcome`),
+ *   `ERR_INVALID_ARGUMENT`, `ERR_BACKEND`.
+ */
+export async function release(
+  ctx: LockOperationsContext,
+  request: { readonly key: string; readonly owner: string; readonly fencingToken: string },
+): Promise<{ readonly key: string; readonly outcome: 'released' }> {
+  const { key, owner, fencingToken } = request;
+  checkOwner(ctx, 'owner', owner);
+  checkFencingToken(ctx, fencingToken);
+  let outcome: Awaited<ReturnType<Locker['releaseForOwner']>>;
+  try {
+    outcome = await ctx.locker.releaseForOwner({
+      key,
+      owner: ownerIdFor(owner, key),
+      fencingToken: BigInt(fencingToken),
+    });
+  } catch (error) {
+    throw fromLockError(error, FIELDS, ctx.allowed, ctx.shutdown.aborted);
+  }
+  if (outcome !== 'released') throw refused(outcome, 'release', key);
+  return { key, outcome };
+}
+
+/**
+ * The engine's view of `key`; with `owner`, whether that owner holds it.
+ * @throws HttpError `ERR_INVALID_ARGUMENT`, `ERR_BACKEND`.
+ */
+export async function inspect(
+  ctx: LockOperationsContext,
+  request: { readonly key: string; readonly owner?: string | undefined },
+): Promise<InspectAnswer> {
+  const { key, owner } = request;
+  if (owner !== undefined) checkOwner(ctx, 'owner', owner);
+  let info: Awaited<ReturnType<Locker['inspect']>>;
+  try {
+    info = await ctx.locker.inspect(key);
+  } catch (error) {
+    throw fromLockError(error, FIELDS, ctx.allowed, ctx.shutdown.aborted);
+  }
+  const holder =
+    info.holder === null
+      ? null
+      : {
+          ownerId: info.holder.owner,
+          fencingToken: info.holder.fencingToken.toString(),
+          ttlMs: Math.max(0, Math.round(info.holder.ttlMs)),
+        };
+  return {
+    key,
+    holder,
+    lastFencingToken: info.lastFencingToken.toString(),
+    ...(owner === undefined ? {} : { heldByOwner: holder?.ownerId === ownerIdFor(owner, key) }),
+  };
+}
+
+/**
+ * Dapr's TryLock: one attempt at `resourceId` for `lockOwner`, for `expiryInSeconds`. Checks in
+ * Dapr's order (its runtime's lock API): the expiry, the resource id, the owner, then the store
+ * name. A repeated lock by the holder succeeds with the same grant (it restarts the TTL).
+ * @returns `success`, and the grant when there is one (for transports that can carry it).
+ * @throws HttpError `ERR_INVALID_ARGUMENT` (fields named as Dapr's), `ERR_LOCK_STORE_NOT_FOUND`,
+ *   and the engine's failures in fencelock's codes (the transport words them as Dapr's
+ *   `ERR_TRY_LOCK`).
+ */
+export async function daprTryLock(
+  ctx: LockOperationsContext,
+  request: {
+    readonly storeName: string;
+    readonly resourceId: string;
+    readonly lockOwner: string;
+    readonly expiryInSeconds: number;
+  },
+): Promise<{ readonly success: boolean; readonly grant: GrantAnswer | null }> {
+  const { storeName, resourceId, lockOwner, expiryInSeconds } = request;
+  if (
+    !Number.isInteger(expiryInSeconds) ||
+    expiryInSeconds < 1 ||
+    expiryInSeconds > MAX_EXPIRY_SECONDS
+  ) {
+    throw invalidField('expiryInSeconds', ctx.allowed('expiryInSeconds'), expiryInSeconds);
+  }
+  checkDaprTarget(ctx, resourceId, lockOwner, storeName);
+  try {
+    const ownerId = ownerIdFor(lockOwner, resourceId);
+    const grant = await ctx.locker.tryAcquireForOwner(resourceId, ownerId, {
+      ttlMs: expiryInSeconds * 1000,
+    });
+    return {
+      success: grant !== null,
+      grant:
+        grant === null
+          ? null
+          : {
+              key: resourceId,
+              owner: lockOwner,
+              ownerId,
+              fencingToken: grant.fencingToken.toString(),
+              ttlMs: grant.ttlMs,
+            },
+    };
+  } catch (error) {
+    throw fromLockError(error, DAPR_FIELDS, ctx.allowed, ctx.shutdown.aborted);
+  }
+}
+
+/**
+ * Dapr's Unlock: release `resourceId` if `lockOwner` holds it.
+ * @returns Dapr's status: 0 released, 1 the lock does not exist, 2 it belongs to another owner.
+ * @throws HttpError as `daprTryLock` (the transport words engine failures as `ERR_UNLOCK`).
+ */
+export async function daprUnlock(
+  ctx: LockOperationsContext,
+  request: { readonly storeName: string; readonly resourceId: string; readonly lockOwner: string },
+): Promise<{ readonly status: 0 | 1 | 2 }> {
+  const { storeName, resourceId, lockOwner } = request;
+  checkDaprTarget(ctx, resourceId, lockOwner, storeName);
+  try {
+    const outcome = await ctx.locker.releaseForOwner({
+      key: resourceId,
+      owner: ownerIdFor(lockOwner, resourceId),
+    });
+    return { status: UNLOCK_STATUS[outcome] };
+  } catch (error) {
+    throw fromLockError(error, DAPR_FIELDS, ctx.allowed, ctx.shutdown.aborted);
+  }
+}
+
+/** Dapr's checks of the resource id and the owner, then of the store name (its order). */
+function checkDaprTarget(
+  ctx: LockOperationsContext,
+  resourceId: string,
+  lockOwner: string,
+  storeName: string,
+): void {
+  if (typeof resourceId !== 'string' || resourceId.length === 0) {
+    throw invalidField('resourceId', ctx.allowed('resourceId'), resourceId);
+  }
+  checkOwner(ctx, 'lockOwner', lockOwner);
+  if (storeName !== ctx.storeName) {
+    throw new HttpError(400, {
+      errorCode: 'ERR_LOCK_STORE_NOT_FOUND',
+      message: `lock store ${JSON.stringify(storeName)} not found (this sidecar serves ${JSON.stringify(ctx.storeName)})`,
+    });
+  }
+}
+
+/** An owner name: a well-formed string of 1 to MAX_OWNER_CHARS characters. */
+function checkOwner(ctx: LockOperationsContext, field: string, name: unknown): void {
+  if (!isWellFormedOwnerName(name) || name.length === 0 || name.length > MAX_OWNER_CHARS) {
+    throw invalidField(field, ctx.allowed(field), name);
+  }
+}
+
+function checkFencingToken(ctx: LockOperationsContext, token: unknown): void {
+  if (typeof token !== 'string' || !FENCING_TOKEN.test(token)) {
+    throw invalidField('fencingToken', ctx.allowed('fencingToken'), token);
+  }
+}
+
+/** `ERR_LOCK_NOT_HELD` (nobody holds the key) or `ERR_NOT_LOCK_OWNER` (someone else does). */
+function refused(outcome: 'not-held' | 'not-owner', operation: string, key: string): HttpError {
+  return outcome === 'not-held'
+    ? new HttpError(404, {
+        errorCode: 'ERR_LOCK_NOT_HELD',
+        outcome,
+        message: `${operation} of "${key}": the key has no holder (the lease expired or was released)`,
+      })
+    : new HttpError(409, {
+        errorCode: 'ERR_NOT_LOCK_OWNER',
+        outcome,
+        message: `${operation} of "${key}": the key is held by another owner or another grant`,
+      });
+}
