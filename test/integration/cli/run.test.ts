@@ -52,6 +52,19 @@ function randomTag(): string {
   return Math.random().toString(36).slice(2, 10);
 }
 
+/**
+ * `inspect`'s last token of a free key whose last grant had `token`: the token on a store that
+ * keeps it (Redis), "0" on one that keeps nothing of a free key (SQLite).
+ */
+function freedToken(store: StoreUnderTest, token: string): string {
+  return store.lastTokenOutlivesHolder ? token : '0';
+}
+
+/** The fencing token a child logged as the last field of `line` (`ready <pid> <token>`, …). */
+function tokenOf(line: string): string {
+  return line.split(' ').at(-1)!;
+}
+
 /** The `--json` answer of `fencelock inspect`. */
 async function inspect(store: StoreUnderTest, key: string): Promise<unknown> {
   const result = await runCli(['inspect', key, '--store', store.url, '--json']);
@@ -78,7 +91,11 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     ]);
     expect(result).toEqual({ code, signal: null, stdout: '', stderr: '' });
     // The lease was released, not left to expire.
-    expect(await inspect(store, key)).toEqual({ key, holder: null, lastFencingToken: '1' });
+    expect(await inspect(store, key)).toEqual({
+      key,
+      holder: null,
+      lastFencingToken: freedToken(store, '1'),
+    });
     expect(await store.rawLease(key)).toBeNull();
   });
 
@@ -107,8 +124,15 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       env,
     });
     expect([run1.code, run2.code]).toEqual([0, 0]);
-    expect(JSON.parse(linesOf(first)[0]!)).toEqual({ key, token: '1', extra: 'inherited' });
-    expect(JSON.parse(linesOf(second)[0]!)).toEqual({ key, token: '2', extra: 'inherited' });
+    const [seen1, seen2] = [first, second].map((f) => JSON.parse(linesOf(f)[0]!));
+    for (const seen of [seen1, seen2]) {
+      expect(seen).toEqual({
+        key,
+        token: expect.stringMatching(/^[1-9][0-9]*$/),
+        extra: 'inherited',
+      });
+    }
+    expect(BigInt(seen2.token)).toBeGreaterThan(BigInt(seen1.token));
   });
 
   it('makes a second run on the same key wait until the first command has ended', async () => {
@@ -139,7 +163,15 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     writeFileSync(goB, '');
     const [a, b] = await Promise.all([runA.done, runB.done]);
     expect([a.code, a.stderr, b.code, b.stderr]).toEqual([0, '', 0, '']);
-    expect(linesOf(log)).toEqual(['start A 1', 'end A 1', 'start B 2', 'end B 2']);
+    const lines = linesOf(log);
+    const [tokenA, tokenB] = [tokenOf(lines[0]!), tokenOf(lines[2]!)];
+    expect(lines).toEqual([
+      `start A ${tokenA}`,
+      `end A ${tokenA}`,
+      `start B ${tokenB}`,
+      `end B ${tokenB}`,
+    ]);
+    expect(BigInt(tokenB)).toBeGreaterThan(BigInt(tokenA));
   });
 
   it('gives up after --wait with exit code 124 and one line on stderr, without running the command', async () => {
@@ -154,7 +186,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       store.url,
       ...childCommand('hold', log, 'A', go),
     ]);
-    await lineStartingWith(log, 'start A');
+    const holderToken = BigInt(tokenOf(await lineStartingWith(log, 'start A')));
 
     for (const waitMs of ['300', '0']) {
       const late = await runCli([
@@ -175,7 +207,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     }
     expect(linesOf(envFile)).toEqual([]);
     // The holder kept its lease throughout.
-    expect((await store.rawLease(key))?.token).toBe(1n);
+    expect((await store.rawLease(key))?.token).toBe(holderToken);
     writeFileSync(go, '');
     expect((await holder.done).code).toBe(0);
   });
@@ -192,7 +224,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       '900',
       ...childCommand('trap', log, '-', '0'),
     ]);
-    await lineStartingWith(log, 'ready');
+    const token = tokenOf(await lineStartingWith(log, 'ready'));
     // Lose the lease behind the holder's back: its next renewal (every 300 ms) finds no lease.
     await store.deleteLease(key);
     const result = await cli.done;
@@ -200,7 +232,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       code: 125,
       signal: null,
       stdout: '',
-      stderr: `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 5000 ms)\n`,
+      stderr: `fencelock: watchdog: lease on "${key}" (token ${token}) lost: not-held; sending SIGTERM to the command (SIGKILL after 5000 ms)\n`,
     });
     // The command saw SIGTERM and nothing else, and exited 0: still 125, its work was not protected.
     expect(linesOf(log).slice(1)).toEqual(['SIGTERM']);
@@ -222,14 +254,15 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     ]);
     const ready = await lineStartingWith(log, 'ready');
     const pid = Number(ready.split(' ')[1]);
+    const token = tokenOf(ready);
     expect(processExists(pid)).toBe(true);
     await store.deleteLease(key);
     const result = await cli.done;
     expect(result.code).toBe(125);
     expect(result.stderr).toBe(
-      `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 200 ms)\n`,
+      `fencelock: watchdog: lease on "${key}" (token ${token}) lost: not-held; sending SIGTERM to the command (SIGKILL after 200 ms)\n`,
     );
-    expect(linesOf(log)).toEqual([`ready ${pid} 1`, 'SIGTERM']);
+    expect(linesOf(log)).toEqual([`ready ${pid} ${token}`, 'SIGTERM']);
     // fencelock ended only after its command was gone.
     expect(processExists(pid)).toBe(false);
   });
@@ -250,11 +283,11 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
         store.url,
         ...childCommand('trap', log, go, String(code)),
       ]);
-      await lineStartingWith(log, 'ready');
+      const token = BigInt(tokenOf(await lineStartingWith(log, 'ready')));
       cli.process.kill(signal);
       await lineStartingWith(log, signal);
       // The command is still winding down: the lease must still be held by this run.
-      expect((await store.rawLease(key))?.token).toBe(1n);
+      expect((await store.rawLease(key))?.token).toBe(token);
       writeFileSync(go, '');
       const result = await cli.done;
       expect(result).toEqual({ code, signal: null, stdout: '', stderr: '' });
@@ -284,6 +317,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     ]);
     const grandchild = await pidIn(pidFile);
     expect(processGone(grandchild)).toBe(false);
+    const token = (await store.rawLease(key))!.token;
     await store.deleteLease(key);
     const lostAt = performance.now();
     expect(await cli.exited).toBe(125);
@@ -295,7 +329,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       code: 125,
       signal: null,
       stdout: '',
-      stderr: `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 5000 ms)\n`,
+      stderr: `fencelock: watchdog: lease on "${key}" (token ${token}) lost: not-held; sending SIGTERM to the command (SIGKILL after 5000 ms)\n`,
     });
   });
 
@@ -326,6 +360,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       script.replace('%s', pidFile),
     ]);
     const grandchild = await pidIn(pidFile);
+    const token = (await store.rawLease(key))!.token;
     await store.deleteLease(key);
     expect(await cli.exited).toBe(125);
     // run waited for the whole group, not only for the shell.
@@ -333,7 +368,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     const result = await cli.done;
     expect(result.code).toBe(125);
     expect(result.stderr).toBe(
-      `fencelock: watchdog: lease on "${key}" (token 1) lost: not-held; sending SIGTERM to the command (SIGKILL after 300 ms)\n`,
+      `fencelock: watchdog: lease on "${key}" (token ${token}) lost: not-held; sending SIGTERM to the command (SIGKILL after 300 ms)\n`,
     );
   });
 
@@ -427,7 +462,11 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       stdout: '',
       stderr: `fencelock: cannot run ${JSON.stringify(script)}: spawn ${script} EACCES\n`,
     });
-    expect(await inspect(store, key)).toEqual({ key, holder: null, lastFencingToken: '2' });
+    expect(await inspect(store, key)).toEqual({
+      key,
+      holder: null,
+      lastFencingToken: freedToken(store, '2'),
+    });
   });
 });
 
@@ -486,7 +525,8 @@ describe('fencelock run without --store', () => {
     expect(JSON.parse(linesOf(envFile)[0]!)).toEqual({ key, token: '1', extra: null });
     expect(existsSync(join(cwd, '.fencelock', 'locks.db'))).toBe(true);
     const inspected = await runCli(['inspect', key, '--json'], { cwd });
-    expect(JSON.parse(inspected.stdout)).toEqual({ key, holder: null, lastFencingToken: '1' });
+    // The first grant in a new file has token 1; the file keeps nothing of a free key.
+    expect(JSON.parse(inspected.stdout)).toEqual({ key, holder: null, lastFencingToken: '0' });
   });
 });
 

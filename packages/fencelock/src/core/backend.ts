@@ -184,8 +184,9 @@ export interface LockInfo {
     readonly ttlMs: number;
   } | null;
   /**
-   * Highest fencing token the engine can tell for this key: ever issued (Redis, SQLite), or
-   * of the contenders present now (etcd, whose tokens are cluster revisions); 0n if none.
+   * Highest fencing token the engine can tell for this key: ever issued (Redis), of the
+   * contenders present now (etcd, ZooKeeper), or the holder's (PostgreSQL, SQLite, whose tokens
+   * come from one counter for every key and keep nothing per key once it is free); 0n if none.
    */
   readonly lastFencingToken: bigint;
 }
