@@ -147,7 +147,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
       store.url,
       ...childCommand('hold', log, 'A', goA),
     ]);
-    await lineStartingWith(log, 'start A');
+    const tokenA = tokenOf(await lineStartingWith(log, 'start A'));
     const runB = startCli([
       'run',
       key,
@@ -157,14 +157,14 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     ]);
     // Give B every chance to start its command while A holds the lock (it must not).
     await new Promise((resolve) => setTimeout(resolve, 800));
-    expect(linesOf(log)).toEqual(['start A 1']);
+    expect(linesOf(log)).toEqual([`start A ${tokenA}`]);
     writeFileSync(goA, '');
     await lineStartingWith(log, 'start B');
     writeFileSync(goB, '');
     const [a, b] = await Promise.all([runA.done, runB.done]);
     expect([a.code, a.stderr, b.code, b.stderr]).toEqual([0, '', 0, '']);
     const lines = linesOf(log);
-    const [tokenA, tokenB] = [tokenOf(lines[0]!), tokenOf(lines[2]!)];
+    const tokenB = tokenOf(lines[2]!);
     expect(lines).toEqual([
       `start A ${tokenA}`,
       `end A ${tokenA}`,
