@@ -12,7 +12,7 @@
 //   - the engine issued no grant nobody saw: in all, the keys' last fencing tokens (fresh keys,
 //     so the number of grants) lie between the grants seen and the grants seen plus the
 //     acquires still unanswered when the run stopped. Only on stores whose token is a per-key
-//     counter (Redis, SQLite): PostgreSQL draws tokens from one sequence for all keys, etcd and
+//     counter (Redis): PostgreSQL and SQLite draw tokens from one counter for all keys, etcd and
 //     ZooKeeper use engine-wide revisions / zxids, Redlock the largest of its nodes' counters;
 //   - afterwards, a key is held only by a grant whose answer or release the end of the run cut
 //     (such grants end by their TTL).
@@ -97,7 +97,7 @@ const keyCount = integerOption('keys', 1, 10_000);
 const waitMs = integerOption('wait-ms', 0, 60_000);
 const ttlMs = integerOption('ttl-ms', 10, 3_600_000);
 /** Stores whose fencing token is a per-key counter bumped by 1 per grant (see the header). */
-const countsGrants = /^(sqlite|rediss?|redis\+sentinel|redis\+cluster):/i.test(values.store);
+const countsGrants = /^(rediss?|redis\+sentinel|redis\+cluster):/i.test(values.store);
 /** The store URL without its password, for what this script prints. */
 const storeShown = values.store
   .replace(/^([a-z][a-z0-9+.-]*:\/\/[^/@]*?:)[^@]*@/i, '$1***@')

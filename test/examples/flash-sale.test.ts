@@ -155,9 +155,11 @@ describe('demo flash-sale', () => {
     const store = `sqlite:${path}`;
     const run = await runDemo([...SMALL, '--store', store, '--json']);
     expectCorrectLockedRun(run, store, 'sqlite');
-    // The workers really locked through the given store: one grant (token) per attempt.
+    // The workers really locked through the given store: one grant (token) per attempt. The
+    // file's one counter has issued them all (the key keeps nothing once free): a fresh grant's
+    // token comes after them.
     expect(existsSync(path)).toBe(true);
-    expect(await lastToken(store)).toBeGreaterThanOrEqual(300n);
+    expect(await grantToken(store)).toBeGreaterThan(300n);
   });
 
   it('sells exactly the stock on Redis, written through RedisFence, with strictly increasing tokens', async () => {

@@ -35,7 +35,7 @@ export interface StoreHarness {
   readonly name: 'redis' | 'sqlite' | 'postgres' | 'postgres-pgbouncer';
   /**
    * `inspect().lastFencingToken` still names the last token once the key is free: true with a
-   * per-key counter (Redis, SQLite); false on PostgreSQL, whose tokens come from a sequence
+   * per-key counter (Redis); false on PostgreSQL and SQLite, whose tokens come from one counter
    * shared by all keys and whose released rows are deleted (0n then).
    */
   readonly lastTokenOutlivesHolder: boolean;
@@ -43,7 +43,10 @@ export interface StoreHarness {
   locker(options?: LockerOptions): Locker;
   /** The lease record of `key` in the engine, or null when the engine has none. */
   rawLease(key: string): Promise<RawLease | null>;
-  /** The engine's fencing counter of `key`, or null when it was never created. */
+  /**
+   * The engine's fencing counter of `key` (PostgreSQL, SQLite: the token of its row, live or
+   * expired), or null when there is none.
+   */
   rawFence(key: string): Promise<bigint | null>;
   /** Delete the lease record of `key` directly in the engine. */
   deleteLease(key: string): Promise<void>;
@@ -123,7 +126,7 @@ export function sqliteHarness(): StoreHarness & { readonly db: Database.Database
   const rawDb = () => db;
   return {
     name: 'sqlite',
-    lastTokenOutlivesHolder: true,
+    lastTokenOutlivesHolder: false,
     db,
     locker(options) {
       const locker = createLocker(`sqlite:${path}`, options);
@@ -140,12 +143,11 @@ export function sqliteHarness(): StoreHarness & { readonly db: Database.Database
       return row ? { owner: row.owner, token: row.token, ttlMs: Number(row.remaining) } : null;
     },
     async rawFence(key) {
+      // Tokens come from one counter for the whole file: the key's own is its row's token.
       const row = rawDb()
-        .prepare<[string], { last_token: bigint }>(
-          'SELECT last_token FROM fencelock_fences WHERE key = ?',
-        )
+        .prepare<[string], { token: bigint }>('SELECT token FROM fencelock_leases WHERE key = ?')
         .get(key);
-      return row ? row.last_token : null;
+      return row ? row.token : null;
     },
     async deleteLease(key) {
       rawDb().prepare('DELETE FROM fencelock_leases WHERE key = ?').run(key);

@@ -184,7 +184,7 @@ describe('T06 on SQLite: no write reaches the store for an invalid ttlMs', () =>
     await store.close();
   });
 
-  it('the lease and fence tables stay empty and no other connection commits anything', async () => {
+  it('the lease table stays empty, the token counter unmoved, and no other connection commits anything', async () => {
     const k = uniqueKey('t06-sqlite');
     const locker = store.locker();
     await locker.backend();
@@ -205,7 +205,9 @@ describe('T06 on SQLite: no write reaches the store for an invalid ttlMs', () =>
     }
     expect(version()).toBe(before);
     expect(count('fencelock_leases')).toBe(0n);
-    expect(count('fencelock_fences')).toBe(0n);
+    expect(store.db.prepare('SELECT last_token FROM fencelock_token').get()).toEqual({
+      last_token: 0n,
+    });
 
     // Control: a valid acquire is a commit the raw connection sees.
     const lease = await locker.acquire(k, { ttlMs: 1000 });

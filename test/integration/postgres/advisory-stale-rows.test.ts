@@ -1,7 +1,7 @@
 /**
  * PostgreSQL advisory-lock mode: the holder rows of sessions that were terminated (or crashed)
  * do not pile up. Their locks went with their sessions, but their rows in
- * `fencelock_advisory_holders` stayed; a backend's first attempt (then at most one a minute)
+ * `fencelock_advisory_holders` stayed; a backend's first attempt (then its timer, once a minute)
  * sweeps every row whose session no longer holds its lock, and leaves the live holders' rows.
  * The sweep runs beside grants and releases without deleting a live holder's row.
  */
@@ -98,7 +98,7 @@ describe('PostgreSQL advisory-lock mode, rows of dead sessions', () => {
     const missing: string[] = [];
     const sweeping = (async () => {
       while (performance.now() < stopAt) {
-        await admin.query(sweep);
+        await admin.query(sweep, [1_000]);
         sweeps += 1;
       }
     })();

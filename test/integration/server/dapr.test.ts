@@ -106,7 +106,7 @@ describe.each(STORES)('Dapr lock API ($name)', ({ make }) => {
     expect(gone.status).toBe(200);
     expect(gone.body).toEqual({ status: 1 });
 
-    // Free again: luke gets it, with the next fencing token.
+    // Free again: luke gets it, with a higher fencing token.
     const luke = await lock({ resourceId, lockOwner: 'luke', expiryInSeconds: 60 });
     expect(luke.body).toEqual({ success: true });
     expect(BigInt(luke.headers.get('fencelock-fencing-token')!)).toBeGreaterThan(

@@ -184,10 +184,11 @@ export interface LockInfo {
     readonly ttlMs: number;
   } | null;
   /**
-   * Highest fencing token the engine can tell for this key: ever issued (SQLite), issued since
-   * the key was last idle for a while (Redis and Redlock: their per-key counter expires 5 s after
-   * the TTL of its last grant), or of the contenders present now (etcd, whose tokens are cluster
-   * revisions); 0n if none.
+   * Highest fencing token the engine can tell for this key: issued since the key was last idle
+   * for a while (Redis and Redlock: their per-key counter expires 5 s after the TTL of its last
+   * grant), of the contenders present now (etcd, ZooKeeper), or the holder's (PostgreSQL,
+   * SQLite, whose tokens come from one counter for every key and keep nothing per key once it is
+   * free); 0n if none.
    */
   readonly lastFencingToken: bigint;
 }

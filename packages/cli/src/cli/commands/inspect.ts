@@ -29,9 +29,10 @@ export interface InspectJson {
 }
 
 const HELP = `
-Output: the holder (owner, fencing token, remaining TTL in ms) or "none", and the last fencing
-token issued for the key (0 if it was never locked; on etcd, the highest of the contenders
-present now). With --json, one object on one line, tokens as decimal strings:
+Output: the holder (owner, fencing token, remaining TTL in ms) or "none", and the highest fencing
+token the store can tell for the key: on Redis the last one issued, on etcd and ZooKeeper the
+newest contender's, on PostgreSQL and SQLite the holder's (0 when none). With --json, one object
+on one line, tokens as decimal strings:
   {"key":"…","holder":{"owner":"…","fencingToken":"7","ttlMs":29875},"lastFencingToken":"7"}
   {"key":"…","holder":null,"lastFencingToken":"7"}
 

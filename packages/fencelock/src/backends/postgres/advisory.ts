@@ -17,9 +17,11 @@
  *   TTL, as the other engines' expiry would; while the process is paused or cut off, only the
  *   server's detection of the dead connection (TCP keepalive, `tcp_user_timeout`) frees the key,
  *   which is why writes should be fenced.
- * - Rows of `fencelock_advisory_holders` whose session is gone (terminated, crashed) are deleted
- *   by a sweep piggybacked on attempts: with a backend's first attempt, then at most once a
- *   minute (see `advisorySweep` in sql.ts), so they do not pile up.
+ * - Rows of `fencelock_advisory_holders` whose session is gone (terminated, crashed, a process
+ *   that ended without releasing) are deleted by the sweep every open backend runs with its first
+ *   attempt and then once a minute (see `advisorySweep` in sql.ts and sweeper.ts): a key nobody
+ *   holds leaves no row once `SWEEP_INTERVAL_MS` has passed after its session ended. A release
+ *   deletes its row in the unlocking statement.
  * - Needs a real session: do not run this mode behind a transaction-mode pooler
  *   (`pooler: 'transaction'` is refused with this mode). A pooler the options do not name is
  *   found when the lock connection opens, before any lock is taken on it (see session-check.ts):
@@ -42,9 +44,12 @@ import { MAX_TIMER_MS } from '../../options.js';
 import { isConnectionFailure, PostgresConnectionSet, type PostgresSettings } from './connection.js';
 import { findTransactionPooler } from './session-check.js';
 import { lockIdOf, pgLocksIdOf } from './sql.js';
+import { Sweeper } from './sweeper.js';
 
-/** At most one sweep of unbacked holder rows per backend per this interval, ms. */
+/** Each backend sweeps unbacked holder rows with its first attempt, then once per this interval, ms. */
 const SWEEP_INTERVAL_MS = 60_000;
+/** Most rows one sweep statement deletes; a full batch is followed at once by another. */
+const SWEEP_BATCH = 1_000;
 
 /** The dedicated connection all advisory locks of a backend live on. */
 interface AdvisorySession {
@@ -84,8 +89,11 @@ export class PostgresAdvisoryBackend implements Backend {
   readonly #held = new Map<string, Holding>();
   #session: AdvisorySession | undefined;
   #opening: Promise<AdvisorySession> | undefined;
-  #lastSweep = Number.NEGATIVE_INFINITY;
-  #sweeping: Promise<void> | undefined;
+  /** Deletes holder rows whose session is gone. */
+  readonly #sweeper = new Sweeper(async () => {
+    const { rowCount } = await this.#db.query(this.#db.sql.advisorySweep, [SWEEP_BATCH]);
+    return rowCount === SWEEP_BATCH;
+  }, SWEEP_INTERVAL_MS);
   /** Set once the lock connection was found behind a transaction-mode pooler: every attempt fails. */
   #refused: BackendError | undefined;
   readonly #commandTimeoutMs: number;
@@ -142,7 +150,7 @@ export class PostgresAdvisoryBackend implements Backend {
           ]),
         );
       });
-      this.#maybeSweep();
+      this.#sweeper.start();
       const row = rows[0];
       if (row?.ok !== true || row.token === null || session === undefined) {
         this.#forget(request.key, holding);
@@ -256,7 +264,7 @@ export class PostgresAdvisoryBackend implements Backend {
 
   /** End the dedicated connection (the server drops its locks), the listener and the pool. */
   async close(): Promise<void> {
-    await this.#sweeping;
+    await this.#sweeper.stop();
     for (const holding of this.#held.values()) clearTimeout(holding.expiry);
     this.#held.clear();
     const session = this.#session ?? (await this.#opening?.catch(() => undefined));
@@ -288,25 +296,6 @@ export class PostgresAdvisoryBackend implements Backend {
       this.#sessionLost(session, (error as BackendError).cause);
       return undefined;
     }
-  }
-
-  /**
-   * Delete holder rows whose session no longer holds their lock (killed or crashed sessions),
-   * at most once a minute, on the pool, without delaying the caller.
-   */
-  #maybeSweep(): void {
-    const now = performance.now();
-    if (this.#sweeping !== undefined || now - this.#lastSweep < SWEEP_INTERVAL_MS) return;
-    this.#lastSweep = now;
-    this.#sweeping = this.#db
-      .query(this.#db.sql.advisorySweep)
-      .then(
-        () => undefined,
-        () => undefined,
-      )
-      .finally(() => {
-        this.#sweeping = undefined;
-      });
   }
 
   #notGranted(key: string, mark: number): NotGranted {

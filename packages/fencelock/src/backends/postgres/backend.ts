@@ -12,8 +12,9 @@
  *   sequence and not a per-key counter.
  * - Expiry is computed from the server's clock (`clock_timestamp()`), never the client's. An
  *   expired lease is taken over by the next acquirer in the same statement; released rows are
- *   deleted, and rows left expired by crashed holders are swept now and then by a statement
- *   piggybacked on normal traffic, so old rows do not pile up.
+ *   deleted, and rows left expired by crashed holders are deleted by the sweep that every open
+ *   backend runs with its first attempt and then once a minute (see sweeper.ts): a key nobody
+ *   holds leaves no row once `SWEEP_INTERVAL_MS` has passed after its expiry.
  * - Waiting: `LISTEN/NOTIFY` on the schema's channel (one listening connection per backend, to
  *   `listenUrl` when given: behind a transaction-mode pooler LISTEN must reach the server
  *   directly), with the core's jittered poll bounded by the holder's remaining time as a
@@ -33,14 +34,15 @@ import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js
 import { MAX_TIMER_MS } from '../../options.js';
 import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
 import { xactLockPairOf } from './sql.js';
+import { Sweeper } from './sweeper.js';
 
 /** Most renewals sent in one statement. */
 const RENEW_BATCH_LIMIT = 1_000;
 
-/** A row expired for this long is deleted by the sweep, ms. */
-const SWEEP_AFTER_EXPIRY_MS = 60_000;
-/** At most one sweep per backend per this interval (the first with the first attempt), ms. */
+/** Each backend sweeps expired rows with its first attempt, then once per this interval, ms. */
 const SWEEP_INTERVAL_MS = 60_000;
+/** Most rows one sweep statement deletes; a full batch is followed at once by another. */
+const SWEEP_BATCH = 1_000;
 
 /** The lease-table backend. Build it with `createPostgresBackend`. */
 export class PostgresBackend implements Backend {
@@ -54,8 +56,11 @@ export class PostgresBackend implements Backend {
     batchRenew: true,
   });
   readonly #db: PostgresConnectionSet;
-  #lastSweep = Number.NEGATIVE_INFINITY;
-  #sweeping: Promise<void> | undefined;
+  /** Deletes rows that expired unreleased. */
+  readonly #sweeper = new Sweeper(async () => {
+    const { rowCount } = await this.#db.query(this.#db.sql.sweep, [SWEEP_BATCH]);
+    return rowCount === SWEEP_BATCH;
+  }, SWEEP_INTERVAL_MS);
   /** Renewals asked for in this turn of the event loop, sent together at its end. */
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
 
@@ -90,7 +95,7 @@ export class PostgresBackend implements Backend {
         lo,
       ]),
     );
-    this.#maybeSweep();
+    this.#sweeper.start();
     const row = rows[0];
     if (row?.token != null) {
       return { granted: true, token: BigInt(row.token), ttlMs: request.ttlMs };
@@ -181,24 +186,8 @@ export class PostgresBackend implements Backend {
 
   /** Stop the listener and end the pool (a pool you passed in stays open). */
   async close(): Promise<void> {
-    await this.#sweeping;
+    await this.#sweeper.stop();
     await this.#db.close();
-  }
-
-  /** Delete long-expired rows, at most once a minute, without delaying the caller. */
-  #maybeSweep(): void {
-    const now = performance.now();
-    if (this.#sweeping !== undefined || now - this.#lastSweep < SWEEP_INTERVAL_MS) return;
-    this.#lastSweep = now;
-    this.#sweeping = this.#db
-      .query(this.#db.sql.sweep, [SWEEP_AFTER_EXPIRY_MS])
-      .then(
-        () => undefined,
-        () => undefined,
-      )
-      .finally(() => {
-        this.#sweeping = undefined;
-      });
   }
 }
 

@@ -191,8 +191,18 @@ SELECT pg_notify($3, key) FROM gone`,
     inspect: `SELECT owner, token::text AS token, ${REMAINING_MS('expires_at')} AS remaining_ms
 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp()`,
 
-    /** Lease mode: drop rows expired for more than $1 ms that nobody took over. */
-    sweep: `DELETE FROM ${leases} WHERE expires_at < clock_timestamp() - $1::int8 * interval '1 millisecond'`,
+    /**
+     * Lease mode: delete up to $1 expired rows (holders that never released; an expired row is
+     * worth nothing: the next grant of its key replaces it and takes a new token from the
+     * sequence). Rows a grant or release has locked are skipped; the delete checks the expiry
+     * again, under the row lock. No index on `expires_at`: renewals move it, and an index on it
+     * would turn every renewal's heap-only update into an index write; the table holds only live
+     * and newly expired leases, so the scan is short.
+     */
+    sweep: `WITH expired AS (
+  SELECT key FROM ${leases} WHERE expires_at <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM ${leases} l USING expired e WHERE l.key = e.key AND l.expires_at <= clock_timestamp()`,
 
     /**
      * Advisory mode, on the dedicated connection: try the session lock, and if it is ours, record
@@ -239,9 +249,9 @@ SELECT pg_advisory_unlock($4::int8) AS unlocked, (SELECT count(*) FROM gone) AS 
        pg_notify($5, $1)`,
 
     /**
-     * Advisory mode: delete holder rows that no session backs any more, left by connections that
-     * were terminated or crashed (or an unlock whose row delete did not match): rows whose pid
-     * does not hold the key's lock now. `pg_locks` is read once (an anti-join).
+     * Advisory mode: delete up to $1 holder rows that no session backs any more, left by
+     * connections that were terminated or crashed (or an unlock whose row delete did not match):
+     * rows whose pid does not hold the key's lock now. `pg_locks` is read once (an anti-join).
      *
      * Safe beside grants and releases: a row is committed only after its pid took the lock, so a
      * row the statement sees unbacked is one whose lock was let go, by a release that deletes it
@@ -256,6 +266,7 @@ SELECT pg_advisory_unlock($4::int8) AS unlocked, (SELECT count(*) FROM gone) AS 
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid = h.pid
       AND (l.classid::int8 << 32) | l.objid::int8 = ${LOCK_ID('h.key')}
   )
+  LIMIT $1
 )
 DELETE FROM ${holders} d USING stale s
 WHERE d.key = s.key AND d.pid = s.pid AND d.token = s.token`,

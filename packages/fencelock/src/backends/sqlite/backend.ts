@@ -1,9 +1,12 @@
 /**
  * The embedded store: a SQLite file (better-sqlite3) shared by the processes of one host. Grant,
- * renew and release are single IMMEDIATE transactions; the fencing counter of each key is bumped
- * in the granting transaction. Expiry uses SQLite's own clock (`unixepoch('subsec')`), the host's
- * wall clock, which every process on the host shares. There is no change notification, so
- * waiters back off with jitter, bounded by the holder's remaining TTL.
+ * renew and release are single IMMEDIATE transactions; the fencing token comes from one counter
+ * for the whole database, bumped in the granting transaction, so a key's tokens strictly increase
+ * (not consecutively) and nothing of a key stays once its lease row is gone: a release deletes
+ * the row, and a row that expired unreleased is deleted by a later grant (see `SWEEP_LIMIT`).
+ * Expiry uses SQLite's own clock (`unixepoch('subsec')`), the host's wall clock, which every
+ * process on the host shares. There is no change notification, so waiters back off with jitter,
+ * bounded by the holder's remaining TTL.
  *
  * One host only: SQLite's locking is unreliable on network file systems, and the lease clock is
  * the host's.
@@ -25,6 +28,13 @@ import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import type { SqliteUrlConfig } from './url.js';
 
+/** Engine time in ms. */
+const NOW = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`;
+
+/**
+ * The tables. `fencelock_token` has one row: the highest fencing token issued in this database,
+ * for any key; it never decreases. The expiry index serves the sweep of expired rows.
+ */
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS fencelock_leases (
   key        TEXT PRIMARY KEY,
@@ -32,14 +42,38 @@ CREATE TABLE IF NOT EXISTS fencelock_leases (
   token      INTEGER NOT NULL,
   expires_at INTEGER NOT NULL  -- engine clock, ms since the epoch
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS fencelock_fences (
-  key        TEXT PRIMARY KEY,
-  last_token INTEGER NOT NULL  -- highest fencing token issued for key; never decreases
-) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_leases_expires_at ON fencelock_leases (expires_at);
+CREATE TABLE IF NOT EXISTS fencelock_token (
+  id         INTEGER PRIMARY KEY CHECK (id = 1),
+  last_token INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO fencelock_token (id, last_token) VALUES (1, 0);
 `;
 
-/** Engine time in ms. */
-const NOW = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`;
+/**
+ * Files written by earlier versions kept a counter per key in `fencelock_fences`, forever. The
+ * global counter starts above every token those counters (and the lease rows) issued, then the
+ * table is dropped and a view of that name, empty and read-only, takes its place: an older
+ * fencelock process that opens the file afterwards finds it instead of creating a fresh table
+ * whose counters would start again at 1, and its grants fail (a view cannot take the upsert)
+ * instead of issuing tokens lower than ones already issued.
+ */
+const MIGRATE_PER_KEY_COUNTERS = `
+UPDATE fencelock_token SET last_token = max(
+  last_token,
+  (SELECT coalesce(max(last_token), 0) FROM fencelock_fences),
+  (SELECT coalesce(max(token), 0) FROM fencelock_leases)
+) WHERE id = 1;
+DROP TABLE fencelock_fences;
+CREATE VIEW fencelock_fences (key, last_token) AS SELECT NULL, NULL WHERE 0;
+`;
+
+/**
+ * Most expired rows of other keys one grant deletes (oldest expiry first). A grant adds at most
+ * one row, so expired rows never pile up while keys are being locked; a process opening the file
+ * deletes every expired row at once.
+ */
+const SWEEP_LIMIT = 100;
 
 interface LeaseRow {
   owner: string;
@@ -62,7 +96,7 @@ function initialize(db: Database.Database, config: SqliteUrlConfig): void {
     try {
       if (config.path !== ':memory:') db.pragma('journal_mode = WAL');
       db.pragma('synchronous = NORMAL');
-      db.exec(SCHEMA);
+      db.transaction(() => setUpSchema(db)).immediate();
       return;
     } catch (error) {
       const busy = (error as { code?: string }).code?.startsWith('SQLITE_BUSY') === true;
@@ -70,6 +104,20 @@ function initialize(db: Database.Database, config: SqliteUrlConfig): void {
       Atomics.wait(sleepCell, 0, 0, 5 + Math.random() * 20);
     }
   }
+}
+
+/**
+ * Create what is missing, move a file of the per-key-counter layout to the global counter, and
+ * delete every expired lease row: one IMMEDIATE transaction (the caller's), so two processes
+ * opening the file at once do it one after the other, and the second finds nothing to move.
+ */
+function setUpSchema(db: Database.Database): void {
+  db.exec(SCHEMA);
+  const perKeyCounters = db
+    .prepare(`SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'fencelock_fences'`)
+    .get();
+  if (perKeyCounters !== undefined) db.exec(MIGRATE_PER_KEY_COUNTERS);
+  db.prepare(`DELETE FROM fencelock_leases WHERE expires_at <= ${NOW}`).run();
 }
 
 /**
@@ -123,16 +171,17 @@ export class SqliteBackend implements Backend {
     const refresh = db.prepare<[bigint, string]>(
       `UPDATE fencelock_leases SET expires_at = ${NOW} + ? WHERE key = ?`,
     );
-    const bump = db.prepare<[string], { last_token: bigint }>(
-      `INSERT INTO fencelock_fences (key, last_token) VALUES (?, 1)
-       ON CONFLICT (key) DO UPDATE SET last_token = last_token + 1 RETURNING last_token`,
+    const bump = db.prepare<[], { last_token: bigint }>(
+      `UPDATE fencelock_token SET last_token = last_token + 1 WHERE id = 1 RETURNING last_token`,
     );
     const grant = db.prepare<[string, string, bigint, bigint]>(
       `INSERT OR REPLACE INTO fencelock_leases (key, owner, token, expires_at) VALUES (?, ?, ?, ${NOW} + ?)`,
     );
     const remove = db.prepare<[string]>(`DELETE FROM fencelock_leases WHERE key = ?`);
-    const lastToken = db.prepare<[string], { last_token: bigint }>(
-      `SELECT last_token FROM fencelock_fences WHERE key = ?`,
+    const sweep = db.prepare(
+      `DELETE FROM fencelock_leases WHERE key IN (
+         SELECT key FROM fencelock_leases WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT ${SWEEP_LIMIT}
+       )`,
     );
 
     this.#attempt = db
@@ -146,7 +195,9 @@ export class SqliteBackend implements Backend {
           }
           return { granted: false, holderTtlMs: Number(row.remaining) };
         }
-        const token = bump.get(request.key)!.last_token;
+        // Expired rows of other keys (holders that never released) go; this key's is replaced.
+        sweep.run();
+        const token = bump.get()!.last_token;
         grant.run(request.key, request.owner, token, ttl);
         return { granted: true, token, ttlMs: request.ttlMs };
       })
@@ -188,20 +239,22 @@ export class SqliteBackend implements Backend {
       })
       .immediate.bind(null);
 
-    this.#inspect = db
-      .transaction((key: string): LockInfo => {
-        const row = read.get(key);
-        const last = lastToken.get(key)?.last_token ?? 0n;
-        const holder =
-          row && row.remaining > 0n
-            ? { owner: row.owner, fencingToken: row.token, ttlMs: Number(row.remaining) }
-            : null;
-        return { key, holder, lastFencingToken: last };
-      })
-      .deferred.bind(null);
+    this.#inspect = (key: string): LockInfo => {
+      const row = read.get(key);
+      if (!row || row.remaining <= 0n) return { key, holder: null, lastFencingToken: 0n };
+      return {
+        key,
+        holder: { owner: row.owner, fencingToken: row.token, ttlMs: Number(row.remaining) },
+        lastFencingToken: row.token,
+      };
+    };
   }
 
-  /** One IMMEDIATE transaction: take a free or expired row with a bumped token, or report the holder's remaining TTL. */
+  /**
+   * One IMMEDIATE transaction: take a free or expired row with a token from the database's
+   * counter (deleting up to `SWEEP_LIMIT` expired rows of other keys first), or report the
+   * holder's remaining TTL.
+   */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     return this.#run('attempt', () => this.#attempt(request));
   }
@@ -221,7 +274,11 @@ export class SqliteBackend implements Backend {
     this.#run('abandon', () => this.#abandon(request));
   }
 
-  /** Holder (if unexpired) and the key's fence counter. */
+  /**
+   * The unexpired holder. `lastFencingToken` is its token, 0n when the key is free: tokens come
+   * from one counter for the whole database and a freed key leaves no row, so nothing per key
+   * remains to tell its last token.
+   */
   async inspect(key: string): Promise<LockInfo> {
     return this.#run('inspect', () => this.#inspect(key));
   }

@@ -1,0 +1,172 @@
+/**
+ * A database file written by the per-key-counter layout (`fencelock_fences`, one row per key
+ * ever locked) keeps working: the first process that opens it moves it to the file's one token
+ * counter, starting above every token the old counters and lease rows issued, and drops the old
+ * table; an older fencelock can no longer start on the file (it would count again from 1).
+ * Several processes opening the same old file at once migrate it once.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createSqliteBackend } from '../../../packages/fencelock/src/backends/sqlite/index.js';
+import { createLocker } from '../../../packages/fencelock/src/index.js';
+import { privateBuild, ROOT } from '../../helpers/private-build.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'fencelock-migration-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** The layout of the per-key-counter version, as it created it. */
+const OLD_SCHEMA = `
+CREATE TABLE IF NOT EXISTS fencelock_leases (
+  key        TEXT PRIMARY KEY,
+  owner      TEXT NOT NULL,
+  token      INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fencelock_fences (
+  key        TEXT PRIMARY KEY,
+  last_token INTEGER NOT NULL
+) WITHOUT ROWID;
+`;
+
+/** The old version's grant statement: bump the key's own counter. */
+const OLD_BUMP = `INSERT INTO fencelock_fences (key, last_token) VALUES (?, 1)
+  ON CONFLICT (key) DO UPDATE SET last_token = last_token + 1 RETURNING last_token`;
+
+const NOW = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`;
+
+/**
+ * An old-layout file: counters of `a` (7) and `b` (41); a live lease of `c` (token 3) whose
+ * counter row is `c` (3); an expired lease of `d` with token 45, higher than any counter (a row
+ * the old version could not have left, to show the lease rows count too).
+ */
+function oldFile(name: string): string {
+  const path = join(dir, name);
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.exec(OLD_SCHEMA);
+  db.exec(`INSERT INTO fencelock_fences VALUES ('a', 7), ('b', 41), ('c', 3)`);
+  db.exec(`INSERT INTO fencelock_leases VALUES
+    ('c', '${'c'.repeat(32)}', 3, ${NOW} + 60000),
+    ('d', '${'d'.repeat(32)}', 45, ${NOW} - 1000)`);
+  db.close();
+  return path;
+}
+
+function objects(path: string): { type: string; name: string }[] {
+  const db = new Database(path, { readonly: true });
+  try {
+    return db
+      .prepare<[], { type: string; name: string }>(
+        `SELECT type, name FROM sqlite_schema WHERE name LIKE 'fencelock%' ORDER BY name`,
+      )
+      .all();
+  } finally {
+    db.close();
+  }
+}
+
+describe('SQLite: a file of the per-key-counter layout', () => {
+  it('moves to one counter above every token issued before, and keeps its live lease', async () => {
+    const path = oldFile('single.db');
+    const locker = createLocker(createSqliteBackend({ path }));
+    const c = await locker.inspect('c');
+    expect(c.holder).toMatchObject({ owner: 'c'.repeat(32), fencingToken: 3n });
+    // The expired row of `d` went when the file was opened.
+    const a = await locker.acquire('a');
+    expect(a.fencingToken).toBe(46n);
+    const b = await locker.acquire('b');
+    expect(b.fencingToken).toBe(47n);
+    expect(await locker.tryAcquire('c')).toBeNull();
+    await a.release();
+    await b.release();
+    const again = await locker.acquire('a');
+    expect(again.fencingToken).toBe(48n);
+    await again.release();
+    await locker.close();
+
+    expect(objects(path)).toEqual([
+      { type: 'view', name: 'fencelock_fences' },
+      { type: 'table', name: 'fencelock_leases' },
+      { type: 'index', name: 'fencelock_leases_expires_at' },
+      { type: 'table', name: 'fencelock_token' },
+    ]);
+    const db = new Database(path);
+    expect(db.prepare('SELECT key FROM fencelock_leases').all()).toEqual([{ key: 'c' }]);
+    // The old version's grant cannot run on the migrated file.
+    expect(() => db.prepare(OLD_BUMP)).toThrow(/view/);
+    db.close();
+
+    // Opening it again migrates nothing twice and keeps counting.
+    const reopened = createLocker(createSqliteBackend({ path }));
+    const next = await reopened.acquire('b');
+    expect(next.fencingToken).toBe(49n);
+    await next.release();
+    await reopened.close();
+  });
+
+  describe('opened by several processes at once', () => {
+    let buildIndex: string;
+    beforeAll(async () => {
+      buildIndex = join((await privateBuild('sqlite-migration')).dir, 'index.js');
+    }, 180_000);
+
+    /** A process that opens `path` at `start` (epoch ms), takes key `n` once and prints its token. */
+    const OPENER = `
+const { createLocker } = await import(process.env.FL_DIST);
+while (Date.now() < Number(process.env.FL_START)) {}
+const locker = createLocker('sqlite:' + process.env.FL_PATH);
+const lease = await locker.acquire('k' + process.env.FL_N);
+process.stdout.write(String(lease.fencingToken));
+await lease.release();
+await locker.close();
+`;
+
+    function opener(path: string, start: number, n: number): Promise<string> {
+      return new Promise((resolve, reject) => {
+        const child = spawn(process.execPath, ['--input-type=module', '-e', OPENER], {
+          cwd: ROOT,
+          env: {
+            ...process.env,
+            FL_DIST: buildIndex,
+            FL_PATH: path,
+            FL_START: String(start),
+            FL_N: String(n),
+          },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
+        let out = '';
+        let err = '';
+        child.stdout.on('data', (d) => {
+          out += d;
+        });
+        child.stderr.on('data', (d) => {
+          err += d;
+        });
+        child.on('error', reject);
+        child.on('exit', (code) =>
+          code === 0 ? resolve(out) : reject(new Error(`opener ${n}: exit ${code}: ${err}`)),
+        );
+      });
+    }
+
+    it('migrates once: every token is above the old ones, and no token repeats', async () => {
+      for (let round = 0; round < 3; round++) {
+        const path = oldFile(`race-${round}.db`);
+        const start = Date.now() + 700;
+        const tokens = await Promise.all([0, 1, 2, 3].map((n) => opener(path, start, n)));
+        const values = tokens.map(BigInt).sort((x, y) => (x < y ? -1 : 1));
+        expect(values).toEqual([46n, 47n, 48n, 49n]);
+        expect(objects(path).map((o) => `${o.type} ${o.name}`)).toEqual([
+          'view fencelock_fences',
+          'table fencelock_leases',
+          'index fencelock_leases_expires_at',
+          'table fencelock_token',
+        ]);
+      }
+    }, 120_000);
+  });
+});
