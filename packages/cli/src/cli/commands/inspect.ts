@@ -30,8 +30,9 @@ export interface InspectJson {
 
 const HELP = `
 Output: the holder (owner, fencing token, remaining TTL in ms) or "none", and the highest fencing
-token the store can tell for the key: on Redis the last one issued, on etcd and ZooKeeper the
-newest contender's, on PostgreSQL and SQLite the holder's (0 when none). With --json, one object
+token the store can tell for the key: on Redis and Redlock the last one issued since the key
+was last idle (0 once its counter expired, 5 s after the TTL of its last grant), on etcd and
+ZooKeeper the newest contender's, on PostgreSQL and SQLite the holder's (0 when none). With --json, one object
 on one line, tokens as decimal strings:
   {"key":"…","holder":{"owner":"…","fencingToken":"7","ttlMs":29875},"lastFencingToken":"7"}
   {"key":"…","holder":null,"lastFencingToken":"7"}
