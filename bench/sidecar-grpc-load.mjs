@@ -8,9 +8,8 @@
 //     seen while another holder of the key has not yet sent its release;
 //   - fencing tokens strictly increase per key, in the order the grants were answered;
 //   - no lost grant: every Release succeeds (no NOT_FOUND / FAILED_PRECONDITION);
-//   - the engine issued no grant nobody saw: on stores whose token is a per-key counter (Redis,
-//     SQLite) the keys' last tokens add up to the grants seen (every call is awaited before the
-//     run ends, so none is cut);
+//   - the sidecar got no grant nobody saw: the grants its locker counted (`GET /metrics`) equal
+//     the grants seen (every call is awaited before the run ends, so none is cut);
 //   - afterwards, no key is held.
 // Prints calls/s, latency percentiles and the checks (`--json`: one JSON object on stdout);
 // exits 1 if a check fails or the run does not finish in time, 2 on bad usage. The sidecar is
@@ -25,6 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { credentials, loadPackageDefinition, status } from '@grpc/grpc-js';
 import { loadSync } from '@grpc/proto-loader';
+import { grantsCountedBySidecar } from './lib/sidecar-metrics.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 /** Time allowed beyond `--duration` for start, drain, checks and shutdown, seconds. */
@@ -94,8 +94,6 @@ const connections = integerOption('connections', 1, 1000);
 const keyCount = integerOption('keys', 1, 10_000);
 const waitMs = integerOption('wait-ms', 0, 60_000);
 const ttlMs = integerOption('ttl-ms', 100, 3_600_000);
-/** Stores whose fencing token is a per-key counter bumped by 1 per grant. */
-const countsGrants = /^(sqlite|rediss?|redis\+sentinel|redis\+cluster):/i.test(values.store);
 /** The store URL without its password, for what this script prints. */
 const storeShown = values.store
   .replace(/^([a-z][a-z0-9+.-]*:\/\/[^/@]*?:)[^@]*@/i, '$1***@')
@@ -126,7 +124,10 @@ const deadline = setTimeout(
   (duration + DEADLINE_MARGIN_S) * 1000,
 );
 
-/** Start `fencelock serve --grpc-port 0`; resolves with the gRPC address once it listens. */
+/**
+ * Start `fencelock serve --grpc-port 0`; resolves with its HTTP base URL (for `/metrics`) and its
+ * gRPC address once it listens.
+ */
 function startServer() {
   return new Promise((resolve, reject) => {
     child = spawn(
@@ -153,10 +154,10 @@ function startServer() {
     child.stdout.resume();
     child.stderr.setEncoding('utf8').on('data', (chunk) => {
       stderr += chunk;
-      const m = / and gRPC on (\S+)/.exec(stderr);
+      const m = /listening on (\S+) and gRPC on (\S+)/.exec(stderr);
       if (m) {
         clearTimeout(timer);
-        resolve(m[1]);
+        resolve({ httpUrl: m[1], address: m[2] });
       }
     });
     child.once('error', (error) => {
@@ -268,7 +269,7 @@ function percentile(sorted, p) {
   );
 }
 
-async function measure(address) {
+async function measure({ httpUrl, address }) {
   const clients = Array.from(
     { length: connections },
     // A channel per caller: grpc-js shares one connection between clients of one target
@@ -281,7 +282,6 @@ async function measure(address) {
     await Promise.all(clients.map((client) => caller(client, endAt)));
     const elapsedS = (performance.now() - started) / 1000;
 
-    let issued = 0n;
     let stillHeld = 0;
     let duplicates = 0;
     let tokenReversals = 0;
@@ -291,9 +291,9 @@ async function measure(address) {
       for (let i = 1; i < seen.length; i++) if (seen[i] <= seen[i - 1]) tokenReversals += 1;
       const inspected = await call(clients[0], 'Inspect', { key });
       if (inspected.error) throw new Error(`Inspect of ${key}: ${inspected.error.message}`);
-      issued += BigInt(inspected.response.lastFencingToken);
       if (inspected.response.holder) stillHeld += 1;
     }
+    const sidecarGrants = await grantsCountedBySidecar(httpUrl);
     latencies.sort((a, b) => a - b);
     const refused = Object.values(tally.releaseRefused).reduce((a, b) => a + b, 0);
     const figures = {
@@ -317,7 +317,7 @@ async function measure(address) {
       releasesRefused: tally.releaseRefused,
       otherFailures: tally.otherFailures,
       timeouts: tally.timeouts,
-      tokensIssuedByEngine: countsGrants ? Number(issued) : null,
+      grantsCountedBySidecar: sidecarGrants,
       duplicatedTokens: duplicates,
       tokensNotIncreasing: tokenReversals,
       overlappingGrants: tally.overlaps,
@@ -330,7 +330,7 @@ async function measure(address) {
       'fencing tokens strictly increase per key': tokenReversals === 0,
       'no overlapping grant': tally.overlaps === 0,
       'no lost grant (every release released)': refused === 0,
-      'engine issued no grant nobody saw': countsGrants ? issued === BigInt(tally.granted) : null,
+      'sidecar got no grant nobody saw': sidecarGrants === tally.granted,
       'no key held afterwards': stillHeld === 0,
     };
     return { figures, checks, ok: Object.values(checks).every((held) => held !== false) };
@@ -354,9 +354,9 @@ function summary({ figures: f, checks, ok }) {
 }
 
 try {
-  const address = await startServer();
-  process.stderr.write(`sidecar gRPC at ${address}, store ${storeShown}\n`);
-  const outcome = await measure(address);
+  const listening = await startServer();
+  process.stderr.write(`sidecar gRPC at ${listening.address}, store ${storeShown}\n`);
+  const outcome = await measure(listening);
   process.stdout.write(
     values.json
       ? `${JSON.stringify({ ...outcome.figures, checks: outcome.checks, ok: outcome.ok })}\n`
