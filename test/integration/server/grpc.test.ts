@@ -7,7 +7,7 @@
  * trailers, UNIMPLEMENTED for the rest), the token, and an in-process sidecar's shutdown. Real
  * sidecar processes on the real Redis and a SQLite file.
  */
-import { status } from '@grpc/grpc-js';
+import { type ServiceError, status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSidecar, ownerIdFor } from '../../../packages/cli/src/server/index.js';
 import { REDIS_URL } from '../../helpers/engines.js';
@@ -250,6 +250,61 @@ describe.each(STORES)('fencelock.v1.Locks over gRPC ($name)', ({ make }) => {
     expect(
       (await locks('Inspect', { key: Buffer.from(key).toString() })).response.holder,
     ).toBeNull();
+  });
+
+  it('refuses a message that is not well formed with INVALID_ARGUMENT, and skips unknown fields', async () => {
+    const raw = (method: string, bytes: number[]) =>
+      new Promise<{ error?: ServiceError; value?: Buffer }>((resolve) =>
+        grpc.locks.makeUnaryRequest(
+          method,
+          (message: Buffer) => message,
+          (answer: Buffer) => answer,
+          Buffer.from(bytes),
+          (error, value) => resolve(error ? { error } : { ...(value ? { value } : {}) }),
+        ),
+      );
+    const key = [...Buffer.from(uniqueKey('cut'))];
+    const ttlAndOwner = [0x18, 0xe0, 0xd4, 0x03, 0x12, 5, ...Buffer.from('alice')];
+    // The key last, claiming more bytes than are left: its bytes must not be read as a key with
+    // U+FFFD standing in (two such keys would be one lock).
+    const cut = await raw('/fencelock.v1.Locks/Acquire', [
+      ...ttlAndOwner,
+      0x0a,
+      key.length + 8,
+      ...key,
+      0xff,
+    ]);
+    expect(cut.error?.code).toBe(status.INVALID_ARGUMENT);
+    expect(cut.error?.metadata.get('fencelock-field')).toEqual(['request']);
+    expect(cut.error?.details).toMatch(/^invalid request: not a well-formed message/);
+    // A varint of 11 bytes and an unknown wire type: never INTERNAL.
+    for (const bytes of [
+      [0x18, ...Array(11).fill(0xff)],
+      [0xff, 0xff, 0xff, 0xff],
+    ]) {
+      expect((await raw('/fencelock.v1.Locks/Acquire', bytes)).error?.code).toBe(
+        status.INVALID_ARGUMENT,
+      );
+    }
+    // An unknown field (number 9) holding bytes that are not UTF-8 is skipped, as proto3 asks.
+    const granted = await raw('/fencelock.v1.Locks/Acquire', [
+      ...ttlAndOwner,
+      0x0a,
+      key.length,
+      ...key,
+      0x4a,
+      1,
+      0xff,
+    ]);
+    expect(granted.error).toBeUndefined();
+    const holder = (await locks('Inspect', { key: Buffer.from(key).toString(), owner: 'alice' }))
+      .response.holder;
+    expect(holder).toMatchObject({ ownerId: ownerIdFor('alice', Buffer.from(key).toString()) });
+    await locks('Release', {
+      key: Buffer.from(key).toString(),
+      owner: 'alice',
+      fencingToken: holder.fencingToken,
+    });
   });
 
   it('refuses a request over 16 KiB with RESOURCE_EXHAUSTED', async () => {

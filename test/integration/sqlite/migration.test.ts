@@ -69,6 +69,21 @@ function objects(path: string): { type: string; name: string }[] {
   }
 }
 
+describe('SQLite: a file made by this version', () => {
+  it("refuses an older fencelock's grant too, which would start a key's tokens again at 1", async () => {
+    const path = join(dir, 'fresh.db');
+    const locker = createLocker(createSqliteBackend({ path }));
+    const lease = await locker.acquire('k0');
+    await lease.release();
+    await locker.close();
+    const db = new Database(path);
+    // The older version's set-up (CREATE TABLE IF NOT EXISTS) finds the view and does nothing.
+    db.exec(OLD_SCHEMA);
+    expect(() => db.prepare(OLD_BUMP)).toThrow(/view/);
+    db.close();
+  });
+});
+
 describe('SQLite: a file of the per-key-counter layout', () => {
   it('moves to one counter above every token issued before, and keeps its live lease', async () => {
     const path = oldFile('single.db');

@@ -110,6 +110,18 @@ export async function acquire(
         message: `"${key}" is held by another owner`,
       });
     }
+    if (request.signal?.aborted && request.owner === undefined) {
+      // The caller went away as the grant came, and the owner name was made up here, so nobody
+      // could ever release it: release it now. A named owner's grant stays (its TTL ends it), as
+      // the caller may be retrying under that name and the retry would be this same grant.
+      await ctx.locker
+        .releaseForOwner({ key, owner: ownerId, fencingToken: grant.fencingToken })
+        .catch(() => undefined);
+      throw new HttpError(409, {
+        errorCode: 'ERR_LOCK_TIMEOUT',
+        message: `the caller went away before "${key}" was granted; the grant was released`,
+      });
+    }
     return { key, owner, ownerId, fencingToken: grant.fencingToken.toString(), ttlMs: grant.ttlMs };
   } catch (error) {
     throw fromLockError(error, FIELDS, ctx.allowed, ctx.shutdown.aborted);

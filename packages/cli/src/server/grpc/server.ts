@@ -25,7 +25,7 @@ import { locksService } from './locks-service.js';
 import { loadServices } from './protos.js';
 import type { ServiceMethods } from './service-methods.js';
 import { toServiceError } from './status.js';
-import { InvalidUtf8Request, withStrictStrings } from './strict-strings.js';
+import { UnreadableRequest, withStrictStrings } from './strict-strings.js';
 
 /** Largest request message, bytes: the HTTP side's body limit. */
 export const MAX_REQUEST_BYTES = 16 * 1024;
@@ -102,31 +102,41 @@ export function createGrpcServer(
           callback(toServiceError(refused, {}));
           return;
         }
-        if (call.request instanceof InvalidUtf8Request) {
-          const { field } = call.request;
+        if (call.request instanceof UnreadableRequest) {
+          const { field, reason } = call.request;
           callback(
             service.fail(
               name,
               new HttpError(400, {
                 errorCode: 'ERR_INVALID_ARGUMENT',
                 field,
-                message: `invalid ${field}: expected valid UTF-8, received bytes that are not UTF-8`,
+                message: `invalid ${field}: ${reason}`,
               }),
             ),
           );
           return;
         }
+        // The caller is gone once it cancels, or once its deadline passes here: a grant that
+        // lands after that would reach nobody (lock-operations.ts releases it if it can).
         const gone = new AbortController();
         const onCancelled = () => gone.abort();
         call.once('cancelled', onCancelled);
+        const leftMs = Number(call.getDeadline().valueOf()) - Date.now();
+        const deadline = Number.isFinite(leftMs)
+          ? setTimeout(onCancelled, Math.max(0, leftMs))
+          : undefined;
+        const settled = () => {
+          call.off('cancelled', onCancelled);
+          clearTimeout(deadline);
+        };
         const trailer = new Metadata();
         work(call.request as never, gone.signal, trailer).then(
           (response) => {
-            call.off('cancelled', onCancelled);
+            settled();
             callback(null, response, trailer);
           },
           (error: unknown) => {
-            call.off('cancelled', onCancelled);
+            settled();
             if (!(error instanceof HttpError)) {
               options.onUnexpected(error);
               callback({ code: status.INTERNAL, details: 'internal error' });

@@ -4,23 +4,30 @@
  * different byte strings (`k\xFF` and `k\xFE`) would name one lock key or one owner. Proto3 says
  * a string field holds valid UTF-8; this checks it before decoding.
  *
- * Every request message of the sidecar's services is flat (strings and integers only), so each
- * length-delimited field at the top level is a string.
+ * Every request message of the sidecar's services is flat (strings and integers only): the
+ * string fields are read from the request type, and the other length-delimited fields (unknown
+ * to this version) are skipped.
  */
 import { isUtf8 } from 'node:buffer';
 import type { ServiceDefinition } from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 
-/** A request whose string field `field` (named as in the .proto) is not valid UTF-8. */
-export class InvalidUtf8Request {
+/**
+ * A request that cannot be read: a string field (named as in the .proto) that is not valid
+ * UTF-8, or (`field` "request") bytes that are not a well-formed message of the request type.
+ * Answered INVALID_ARGUMENT, never the INTERNAL grpc-js gives a decoder that throws.
+ */
+export class UnreadableRequest {
   readonly field: string;
+  readonly reason: string;
 
-  constructor(field: string) {
+  constructor(field: string, reason: string) {
     this.field = field;
+    this.reason = reason;
   }
 }
 
-/** `service` with request decoders that answer `InvalidUtf8Request` for invalid UTF-8. */
+/** `service` with request decoders that answer `UnreadableRequest` instead of throwing. */
 export function withStrictStrings(service: ServiceDefinition): ServiceDefinition {
   const strict: Record<string, ServiceDefinition[string]> = {};
   for (const [name, method] of Object.entries(service)) {
@@ -28,40 +35,64 @@ export function withStrictStrings(service: ServiceDefinition): ServiceDefinition
     strict[name] = {
       ...method,
       requestDeserialize: (bytes: Buffer) => {
-        const bad = firstInvalidString(bytes);
-        return bad === undefined
-          ? method.requestDeserialize(bytes)
-          : new InvalidUtf8Request(names.get(bad) ?? `field ${bad}`);
+        const bad = firstInvalidString(bytes, names);
+        if (bad !== undefined) return bad;
+        try {
+          return method.requestDeserialize(bytes);
+        } catch (error) {
+          return new UnreadableRequest(
+            'request',
+            `not a ${name} request (${(error as Error).message})`,
+          );
+        }
       },
     };
   }
   return strict as ServiceDefinition;
 }
 
-/** The number of the first length-delimited field whose bytes are not UTF-8, if any. */
-function firstInvalidString(bytes: Buffer): number | undefined {
+/**
+ * The first known string field whose bytes are not UTF-8, or the whole request when the bytes
+ * are not a well-formed message (a length past the end would otherwise be decoded from what is
+ * there, U+FFFD included). Unknown fields are skipped unread, as proto3 asks of a reader.
+ */
+function firstInvalidString(
+  bytes: Buffer,
+  names: ReadonlyMap<number, string>,
+): UnreadableRequest | undefined {
   try {
     const reader = protobuf.Reader.create(bytes);
     while (reader.pos < reader.len) {
       const tag = reader.uint32();
       const wireType = tag & 7;
-      if (wireType === 2) {
-        if (!isUtf8(reader.bytes())) return tag >>> 3;
+      const name = names.get(tag >>> 3);
+      if (wireType === 2 && name !== undefined) {
+        if (!isUtf8(reader.bytes())) {
+          return new UnreadableRequest(
+            name,
+            'expected valid UTF-8, received bytes that are not UTF-8',
+          );
+        }
       } else {
         reader.skipType(wireType);
       }
     }
-  } catch {
-    // Not a well-formed message: the decoder itself refuses it.
+  } catch (error) {
+    return new UnreadableRequest(
+      'request',
+      `not a well-formed message (${(error as Error).message})`,
+    );
   }
   return undefined;
 }
 
-/** Field numbers of a method's request type → their names in the .proto (snake_case). */
+/** Numbers of a method's string fields → their names in the .proto (snake_case). */
 function fieldNames(method: object): Map<number, string> {
   const type = (method as { requestType?: { type?: { field?: unknown } } }).requestType?.type;
-  const fields = (type?.field ?? []) as readonly { name: string; number: number }[];
+  const fields = (type?.field ?? []) as readonly { name: string; number: number; type: string }[];
   return new Map(
-    fields.map((f) => [f.number, f.name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)]),
+    fields
+      .filter((f) => f.type === 'TYPE_STRING')
+      .map((f) => [f.number, f.name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)]),
   );
 }

@@ -26,8 +26,8 @@ export function registerLockRoutes(app: FastifyInstance, ctx: RouteContext): voi
     '/v1/locks/:key/acquire',
     { schema: acquireSchema(ctx.maxWaitMs) },
     async (request, reply) => {
-      // The caller hung up before its answer: stop waiting. A grant that still comes is left to
-      // its TTL (the caller may be retrying with the same owner, whose grant it would be).
+      // The caller hung up before its answer: stop waiting. A grant that still comes is released
+      // when the owner name was made up here, else left to its TTL (lock-operations.ts).
       const gone = new AbortController();
       const onClose = () => gone.abort();
       reply.raw.once('close', onClose);

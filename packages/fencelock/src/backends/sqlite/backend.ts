@@ -53,10 +53,7 @@ INSERT OR IGNORE INTO fencelock_token (id, last_token) VALUES (1, 0);
 /**
  * Files written by earlier versions kept a counter per key in `fencelock_fences`, forever. The
  * global counter starts above every token those counters (and the lease rows) issued, then the
- * table is dropped and a view of that name, empty and read-only, takes its place: an older
- * fencelock process that opens the file afterwards finds it instead of creating a fresh table
- * whose counters would start again at 1, and its grants fail (a view cannot take the upsert)
- * instead of issuing tokens lower than ones already issued.
+ * table is dropped (and `BLOCK_PER_KEY_COUNTERS` puts a view in its place).
  */
 const MIGRATE_PER_KEY_COUNTERS = `
 UPDATE fencelock_token SET last_token = max(
@@ -65,7 +62,16 @@ UPDATE fencelock_token SET last_token = max(
   (SELECT coalesce(max(token), 0) FROM fencelock_leases)
 ) WHERE id = 1;
 DROP TABLE fencelock_fences;
-CREATE VIEW fencelock_fences (key, last_token) AS SELECT NULL, NULL WHERE 0;
+`;
+
+/**
+ * The empty, read-only `fencelock_fences` view, in every file (new ones too): an older fencelock
+ * process finds it instead of creating a fresh per-key table whose counters would start again
+ * at 1, and its grants fail (a view cannot take the upsert) instead of issuing tokens lower than
+ * ones already issued.
+ */
+const BLOCK_PER_KEY_COUNTERS = `
+CREATE VIEW IF NOT EXISTS fencelock_fences (key, last_token) AS SELECT NULL, NULL WHERE 0;
 `;
 
 /**
@@ -117,6 +123,7 @@ function setUpSchema(db: Database.Database): void {
     .prepare(`SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'fencelock_fences'`)
     .get();
   if (perKeyCounters !== undefined) db.exec(MIGRATE_PER_KEY_COUNTERS);
+  db.exec(BLOCK_PER_KEY_COUNTERS);
   db.prepare(`DELETE FROM fencelock_leases WHERE expires_at <= ${NOW}`).run();
 }
 
