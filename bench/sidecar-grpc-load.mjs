@@ -24,6 +24,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { credentials, loadPackageDefinition, status } from '@grpc/grpc-js';
 import { loadSync } from '@grpc/proto-loader';
+import { redactStoreUrl } from 'fencelock';
+import { guardRun, integerOptions, running, usageError } from './lib/load-run.mjs';
 import { grantsCountedBySidecar } from './lib/sidecar-metrics.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -64,30 +66,14 @@ try {
     },
   }));
 } catch (error) {
-  usageError(error.message);
+  usageError('sidecar-grpc-load', error.message);
 }
 if (values.help) {
   process.stdout.write(`${HELP}\n`);
   process.exit(0);
 }
 
-/** Report bad usage and exit 2. */
-function usageError(message) {
-  process.stderr.write(`sidecar-grpc-load: ${message} (--help lists the options)\n`);
-  process.exit(2);
-}
-
-/** A whole number in [min, max] from option `name`, or exit 2. */
-function integerOption(name, min, max) {
-  const raw = values[name];
-  const n = Number(raw);
-  if (!/^\d+$/.test(raw) || n < min || n > max) {
-    usageError(
-      `--${name}: expected an integer in [${min}, ${max}], received ${JSON.stringify(raw)}`,
-    );
-  }
-  return n;
-}
+const integerOption = integerOptions('sidecar-grpc-load', values);
 
 const duration = integerOption('duration', 1, 60);
 const connections = integerOption('connections', 1, 1000);
@@ -95,34 +81,11 @@ const keyCount = integerOption('keys', 1, 10_000);
 const waitMs = integerOption('wait-ms', 0, 60_000);
 const ttlMs = integerOption('ttl-ms', 100, 3_600_000);
 /** The store URL without its password, for what this script prints. */
-const storeShown = values.store
-  .replace(/^([a-z][a-z0-9+.-]*:\/\/[^/@]*?:)[^@]*@/i, '$1***@')
-  .replace(/(password=)[^&]*/gi, '$1***');
+const storeShown = redactStoreUrl(values.store);
 
 /** The sidecar process, once spawned (stopped on every way out). */
 let child;
-const running = (proc) => proc !== undefined && proc.exitCode === null && proc.signalCode === null;
-process.on('exit', () => {
-  if (running(child)) child.kill('SIGKILL');
-});
-for (const [signal, code] of [
-  ['SIGINT', 130],
-  ['SIGTERM', 143],
-]) {
-  process.once(signal, () => {
-    process.stderr.write(`sidecar-grpc-load: ${signal}: stopping\n`);
-    process.exit(code);
-  });
-}
-const deadline = setTimeout(
-  () => {
-    process.stderr.write(
-      `sidecar-grpc-load: not finished after ${duration + DEADLINE_MARGIN_S} s: giving up\n`,
-    );
-    process.exit(1);
-  },
-  (duration + DEADLINE_MARGIN_S) * 1000,
-);
+const deadline = guardRun('sidecar-grpc-load', () => child, duration + DEADLINE_MARGIN_S, '');
 
 /**
  * Start `fencelock serve --grpc-port 0`; resolves with its HTTP base URL (for `/metrics`) and its

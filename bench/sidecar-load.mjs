@@ -27,6 +27,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
+import { redactStoreUrl } from 'fencelock';
+import { guardRun, integerOptions, running, usageError } from './lib/load-run.mjs';
 import { grantsCountedBySidecar } from './lib/sidecar-metrics.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -65,30 +67,14 @@ try {
     },
   }));
 } catch (error) {
-  usageError(error.message);
+  usageError('sidecar-load', error.message);
 }
 if (values.help) {
   process.stdout.write(`${HELP}\n`);
   process.exit(0);
 }
 
-/** Report bad usage and exit 2. */
-function usageError(message) {
-  process.stderr.write(`sidecar-load: ${message} (--help lists the options)\n`);
-  process.exit(2);
-}
-
-/** A whole number in [min, max] from option `name`, or exit 2. */
-function integerOption(name, min, max) {
-  const raw = values[name];
-  const n = Number(raw);
-  if (!/^\d+$/.test(raw) || n < min || n > max) {
-    usageError(
-      `--${name}: expected an integer in [${min}, ${max}], received ${JSON.stringify(raw)}`,
-    );
-  }
-  return n;
-}
+const integerOption = integerOptions('sidecar-load', values);
 
 const duration = integerOption('duration', 1, 60);
 const connections = integerOption('connections', 1, 1000);
@@ -96,39 +82,15 @@ const keyCount = integerOption('keys', 1, 10_000);
 const waitMs = integerOption('wait-ms', 0, 60_000);
 const ttlMs = integerOption('ttl-ms', 10, 3_600_000);
 /** The store URL without its password, for what this script prints. */
-const storeShown = values.store
-  .replace(/^([a-z][a-z0-9+.-]*:\/\/[^/@]*?:)[^@]*@/i, '$1***@')
-  .replace(/(password=)[^&]*/gi, '$1***');
+const storeShown = redactStoreUrl(values.store);
 
 /** The sidecar process, once spawned (stopped on every way out). */
 let child;
-
-/** Whether `proc` has not exited yet. */
-const running = (proc) => proc !== undefined && proc.exitCode === null && proc.signalCode === null;
-
-// Last resort, synchronous: whatever ends this process (a throw, process.exit) kills the sidecar.
-process.on('exit', () => {
-  if (running(child)) child.kill('SIGKILL');
-});
-for (const [signal, code] of [
-  ['SIGINT', 130],
-  ['SIGTERM', 143],
-]) {
-  process.once(signal, () => {
-    process.stderr.write(`sidecar-load: ${signal}: stopping\n`);
-    process.exit(code);
-  });
-}
-// A hung run (an engine that stops answering, a sidecar that never listens or never exits)
-// fails instead of holding CI.
-const deadline = setTimeout(
-  () => {
-    process.stderr.write(
-      `sidecar-load: not finished after ${duration + DEADLINE_MARGIN_S} s (--duration ${duration} + ${DEADLINE_MARGIN_S} s): giving up\n`,
-    );
-    process.exit(1);
-  },
-  (duration + DEADLINE_MARGIN_S) * 1000,
+const deadline = guardRun(
+  'sidecar-load',
+  () => child,
+  duration + DEADLINE_MARGIN_S,
+  ` (--duration ${duration} + ${DEADLINE_MARGIN_S} s)`,
 );
 
 /** Start `fencelock serve` on a free loopback port; resolves once it listens. */
@@ -293,7 +255,6 @@ async function measure(url) {
     if (info.holder !== null) stillHeld += 1;
   }
   const unanswered = tally.acquiresSent - tally.acquiresAnswered;
-  const granted = BigInt(tally.granted);
   const refused = Object.values(tally.releaseRefused).reduce((a, b) => a + b, 0);
   const releasesInFlight = tally.releasesSent - tally.released - refused;
   const lockRequests = tally.acquiresAnswered + tally.released + refused;
