@@ -8,6 +8,7 @@
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
+import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -165,11 +166,13 @@ public final class CuratorBench {
         threads.add(thread);
         thread.start();
       }
+      double cpuMs = processCpuMs(measureFrom, measureTo);
       for (Thread thread : threads) thread.join();
       Map<String, Object> result = new LinkedHashMap<>();
       result.put("concurrency", concurrency);
       result.put("windowMs", durationMs);
       result.put("pairs", pairs.get());
+      result.put("cpuMs", cpuMs);
       result.put("latenciesMs", latencies);
       result.put("errors", errors.get());
       results.add(result);
@@ -178,6 +181,21 @@ public final class CuratorBench {
     reply.put("type", "uncontended");
     reply.put("levels", results);
     return reply;
+  }
+
+  /**
+   * This JVM's CPU time (all threads, ms) from fromMs to toMs (nowMs clock), scaled to exactly
+   * that window when the sleeps wake late; the same figure as the Node worker's sampleCpu.
+   */
+  private static double processCpuMs(double fromMs, double toMs) {
+    com.sun.management.OperatingSystemMXBean os =
+        (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+    parkUntil(fromMs);
+    double startedAt = nowMs();
+    long before = os.getProcessCpuTime();
+    parkUntil(toMs);
+    double spentMs = (os.getProcessCpuTime() - before) / 1e6;
+    return spentMs * ((toMs - fromMs) / (nowMs() - startedAt));
   }
 
   private static Map<String, Object> contended(Map<String, Object> job) throws Exception {

@@ -342,7 +342,7 @@ function markdownOf(report, summary, byId) {
   lines.push('## Uncontended: acquire + release on distinct keys');
   lines.push('');
   lines.push(
-    `One process, one client (its connections), c loops at once; pairs/s and the latency of a pair p50 / p99 in ms. ${plan.uncontended.durationMs} ms measured after ${plan.uncontended.warmupMs} ms of warm-up per level.`,
+    `One process, one client (its connections), c loops at once; pairs/s, the latency of a pair p50 / p99 in ms, and the client process's CPU time (user + system, all threads) per pair in µs. ${plan.uncontended.durationMs} ms measured after ${plan.uncontended.warmupMs} ms of warm-up per level.`,
   );
   lines.push('');
   const levels = plan.uncontended.levels;
@@ -354,12 +354,17 @@ function markdownOf(report, summary, byId) {
       const s = summary.uncontended[`${c.id}@${l}`];
       row.push(s ? `${int(s.median.pairsPerSec)}${pm(s.spread.pairsPerSec)}` : '–');
       row.push(s ? `${ms(s.median.p50Ms)} / ${ms(s.median.p99Ms)}` : '–');
+      row.push(s ? int(s.median.cpuUsPerPair) : '–');
     }
     unRows.push(row);
   }
   lines.push(
     table(
-      ['store', 'contender', ...levels.flatMap((l) => [`c=${l} pairs/s`, `c=${l} p50 / p99 ms`])],
+      [
+        'store',
+        'contender',
+        ...levels.flatMap((l) => [`c=${l} pairs/s`, `c=${l} p50 / p99 ms`, `c=${l} CPU µs/pair`]),
+      ],
       unRows,
     ),
   );
@@ -467,6 +472,7 @@ function markdownOf(report, summary, byId) {
           'counted at',
           'CPU % of a core',
           'RSS growth MB',
+          'RSS KB per lease',
           'heap growth MB',
           'lost',
         ],
@@ -479,6 +485,7 @@ function markdownOf(report, summary, byId) {
           s.runs.find((r) => r?.renewCounted)?.renewCounted ?? '–',
           ms(s.median.cpuPctOfCore),
           ms(s.median.rssGrowthMb),
+          ms((s.median.rssGrowthMb * 1024) / plan.many.count),
           ms(s.median.heapGrowthMb),
           int(s.median.lost),
         ]),

@@ -39,6 +39,20 @@ async function openInstances(count) {
   return opened;
 }
 
+/**
+ * This process's CPU time (user + system, ms) from `fromMs` to `toMs` (nowMs clock), scaled to
+ * exactly that window when the timers fire late on a busy event loop.
+ */
+async function sampleCpu(fromMs, toMs) {
+  await sleepUntil(fromMs);
+  const startedAt = nowMs();
+  const before = process.cpuUsage();
+  await sleepUntil(toMs);
+  const spent = process.cpuUsage(before);
+  const sampledMs = nowMs() - startedAt;
+  return ((spent.user + spent.system) / 1000) * ((toMs - fromMs) / sampledMs);
+}
+
 /** Acquire + release on keys no other loop uses, at each concurrency level in turn. */
 async function uncontended({ levels, warmupMs, durationMs, keyTag }) {
   const [instance] = instances.length > 0 ? instances : await openInstances(1);
@@ -50,6 +64,7 @@ async function uncontended({ levels, warmupMs, durationMs, keyTag }) {
     let pairs = 0;
     let errors = 0;
     let lastError;
+    const cpu = sampleCpu(measureFrom, measureTo);
     await Promise.all(
       Array.from({ length: concurrency }, async (_, loop) => {
         // Each loop cycles through 64 keys of its own: distinct from every other loop's.
@@ -70,10 +85,12 @@ async function uncontended({ levels, warmupMs, durationMs, keyTag }) {
         }
       }),
     );
+    const cpuMs = await cpu;
     results.push({
       concurrency,
       windowMs: durationMs,
       pairs,
+      cpuMs,
       latenciesMs: latencies,
       errors,
       lastError,

@@ -29,6 +29,8 @@ export async function uncontended(contender, ctx, plan, options) {
       return {
         concurrency: level.concurrency,
         pairsPerSec: (level.pairs / level.windowMs) * 1000,
+        // µs of the client process's CPU per acquire + release (absent: the worker did not say).
+        cpuUsPerPair: level.cpuMs === undefined ? Number.NaN : (level.cpuMs * 1000) / level.pairs,
         p50Ms: latency.p50,
         p99Ms: latency.p99,
         errors: level.errors,

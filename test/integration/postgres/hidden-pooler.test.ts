@@ -35,6 +35,36 @@ async function holderRows(): Promise<number> {
 const REFUSAL = /advisory mode needs a server session of its own.*transaction-mode pooler/s;
 const FIX = /server itself.*pooler=transaction/s;
 
+describe('PostgreSQL lease mode behind a transaction-mode pooler nobody named', () => {
+  it('keeps granting when its next statement lands on a server connection that never prepared it', async () => {
+    const locker = createLocker(
+      createPostgresBackend({ url: PGBOUNCER_IGNORING_URL, schema, poolSize: 1 }),
+    );
+    const other = new pg.Client({ connectionString: PGBOUNCER_IGNORING_URL });
+    other.on('error', () => undefined);
+    try {
+      // Prepared on the server connection PgBouncer lent for these statements…
+      const key = `hidden-lease:${randomUUID()}`;
+      expect(await locker.withLock(key, async (lease) => lease.fencingToken)).toBeGreaterThan(0n);
+      // …which an open transaction now keeps (PgBouncer lends the most recently used first), so
+      // the next statements run on another one. Failed before the fallback: "prepared
+      // statement … does not exist".
+      await other.connect();
+      await other.query('BEGIN');
+      await other.query('SELECT 1');
+      for (let i = 0; i < 3; i++) {
+        const lease = await locker.tryAcquire(key);
+        expect(lease).not.toBeNull();
+        expect(await lease!.release()).toBe('released');
+      }
+      await other.query('COMMIT');
+    } finally {
+      await other.end().catch(() => undefined);
+      await locker.close();
+    }
+  });
+});
+
 describe('PostgreSQL advisory mode behind a transaction-mode pooler that ignores statement_timeout', () => {
   it('is refused before any lock is taken, every time (10 fresh backends from the URL)', async () => {
     const keys: string[] = [];

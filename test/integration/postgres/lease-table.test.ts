@@ -127,7 +127,11 @@ describe('PostgreSQL lease table', () => {
     const statements: string[] = [];
     const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
     (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args) => {
-      statements.push(String(args[0]));
+      const statement = args[0];
+      // A prepared statement travels as { name, text, values }.
+      statements.push(
+        typeof statement === 'string' ? statement : String((statement as pg.QueryConfig).text),
+      );
       return query(...args);
     };
     const backend = createPostgresBackend({ pool, schema });
@@ -170,6 +174,30 @@ describe('PostgreSQL lease table', () => {
     expect(rows.slice(0, 3).every((r) => Number(r.remaining) > 50)).toBe(true);
     await backend.close();
     await pool.end();
+  });
+
+  it('the hot path runs as named prepared statements, one name per text, also for two schemas on one pool', async () => {
+    // One connection, so pg_prepared_statements (per session) shows what the backends prepared.
+    const pool = new pg.Pool({ connectionString: PG_URL, max: 1 });
+    const other = uniqueSchema('prepared');
+    const lockers = [schema, other].map((s) =>
+      createLocker(createPostgresBackend({ pool, schema: s })),
+    );
+    for (const locker of lockers) {
+      for (let i = 0; i < 3; i++) await locker.withLock(`prepared:${i}`, async () => undefined);
+    }
+    const { rows } = await pool.query<{ name: string; statement: string }>(
+      `SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'fencelock_%'`,
+    );
+    // attempt and release for each schema: four statements, each name standing for one text.
+    expect(rows).toHaveLength(4);
+    expect(new Set(rows.map((r) => r.name)).size).toBe(4);
+    for (const s of [schema, other]) {
+      expect(rows.filter((r) => r.statement.includes(`"${s}".fencelock_leases`))).toHaveLength(2);
+    }
+    await Promise.all(lockers.map((l) => l.close()));
+    await pool.end();
+    await admin.query(`DROP SCHEMA IF EXISTS "${other}" CASCADE`);
   });
 
   it('the lock id of a key is the documented SQL expression over SHA-256', async () => {

@@ -41,7 +41,12 @@ import type {
 } from '../../core/backend.js';
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
-import { isConnectionFailure, PostgresConnectionSet, type PostgresSettings } from './connection.js';
+import {
+  isConnectionFailure,
+  PostgresConnectionSet,
+  type PostgresSettings,
+  prepared,
+} from './connection.js';
 import { findTransactionPooler } from './session-check.js';
 import { lockIdOf, pgLocksIdOf } from './sql.js';
 import { Sweeper } from './sweeper.js';
@@ -142,12 +147,14 @@ export class PostgresAdvisoryBackend implements Backend {
       const { rows } = await this.#db.run('attempt', async () => {
         session = await this.#getSession();
         return serially(session, (client) =>
-          client.query<{ ok: boolean; token: string | null }>(this.#db.sql.advisoryAttempt, [
-            request.key,
-            request.owner,
-            lockIdOf(request.key).toString(),
-            request.ttlMs,
-          ]),
+          client.query<{ ok: boolean; token: string | null }>(
+            prepared(this.#db.sql.advisoryAttempt, [
+              request.key,
+              request.owner,
+              lockIdOf(request.key).toString(),
+              request.ttlMs,
+            ]),
+          ),
         );
       });
       this.#sweeper.start();
@@ -191,14 +198,16 @@ export class PostgresAdvisoryBackend implements Backend {
     const session = holding!.session!;
     const [classId, objectId] = pgLocksIdOf(lease.key);
     const rows = await this.#onSession(session, 'renew', (client) =>
-      client.query<{ held: boolean }>(this.#db.sql.advisoryRenew, [
-        lease.key,
-        lease.owner,
-        lease.fencingToken.toString(),
-        ttlMs,
-        classId,
-        objectId,
-      ]),
+      client.query<{ held: boolean }>(
+        prepared(this.#db.sql.advisoryRenew, [
+          lease.key,
+          lease.owner,
+          lease.fencingToken.toString(),
+          ttlMs,
+          classId,
+          objectId,
+        ]),
+      ),
     );
     if (rows === undefined) return { ok: false, reason: 'not-held' };
     if (rows[0]?.held !== true || this.#held.get(lease.key) !== holding || holding!.expired) {
@@ -221,13 +230,15 @@ export class PostgresAdvisoryBackend implements Backend {
     const session = holding!.session!;
     clearTimeout(holding!.expiry);
     const rows = await this.#onSession(session, 'release', (client) =>
-      client.query<{ unlocked: boolean }>(this.#db.sql.advisoryRelease, [
-        lease.key,
-        lease.owner,
-        lease.fencingToken.toString(),
-        lockIdOf(lease.key).toString(),
-        this.#db.sql.channel,
-      ]),
+      client.query<{ unlocked: boolean }>(
+        prepared(this.#db.sql.advisoryRelease, [
+          lease.key,
+          lease.owner,
+          lease.fencingToken.toString(),
+          lockIdOf(lease.key).toString(),
+          this.#db.sql.channel,
+        ]),
+      ),
     );
     this.#forget(lease.key, holding!);
     return rows?.[0]?.unlocked === true ? 'released' : 'not-held';
@@ -324,13 +335,15 @@ export class PostgresAdvisoryBackend implements Backend {
     if (session === undefined || session.lost.signal.aborted) return;
     try {
       await serially(session, (client) =>
-        client.query(this.#db.sql.advisoryRelease, [
-          key,
-          holding.owner,
-          (holding.token ?? -1n).toString(),
-          lockIdOf(key).toString(),
-          this.#db.sql.channel,
-        ]),
+        client.query(
+          prepared(this.#db.sql.advisoryRelease, [
+            key,
+            holding.owner,
+            (holding.token ?? -1n).toString(),
+            lockIdOf(key).toString(),
+            this.#db.sql.channel,
+          ]),
+        ),
       );
     } catch (error) {
       this.#sessionLost(session, error);

@@ -87,13 +87,10 @@ export class PostgresBackend implements Backend {
     const mark = listener?.mark() ?? -1;
     const [hi, lo] = xactLockPairOf(request.key);
     const { rows } = await this.#db.run('attempt', () =>
-      this.#db.query<{ token: string | null; remaining_ms: string | null }>(this.#db.sql.attempt, [
-        request.key,
-        request.owner,
-        request.ttlMs,
-        hi,
-        lo,
-      ]),
+      this.#db.queryPrepared<{ token: string | null; remaining_ms: string | null }>(
+        this.#db.sql.attempt,
+        [request.key, request.owner, request.ttlMs, hi, lo],
+      ),
     );
     this.#sweeper.start();
     const row = rows[0];
@@ -123,13 +120,13 @@ export class PostgresBackend implements Backend {
     const sql = this.#db.sql;
     const { rows } = await this.#db.run('renew', () =>
       batch.length === 1
-        ? this.#db.query<{ ok: boolean; live: boolean }>(sql.renew, [
+        ? this.#db.queryPrepared<{ ok: boolean; live: boolean }>(sql.renew, [
             batch[0]!.lease.key,
             batch[0]!.lease.owner,
             tokenParameter(batch[0]!.lease.fencingToken),
             batch[0]!.ttlMs,
           ])
-        : this.#db.query<{ ok: boolean; live: boolean }>(sql.renewMany, [
+        : this.#db.queryPrepared<{ ok: boolean; live: boolean }>(sql.renewMany, [
             batch.map((r) => r.lease.key),
             batch.map((r) => r.lease.owner),
             batch.map((r) => tokenParameter(r.lease.fencingToken)),
@@ -147,7 +144,7 @@ export class PostgresBackend implements Backend {
   /** Compare-and-delete by owner and token, then NOTIFY the waiters. */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const { rows } = await this.#db.run('release', () =>
-      this.#db.query<{ outcome: ReleaseOutcome }>(this.#db.sql.release, [
+      this.#db.queryPrepared<{ outcome: ReleaseOutcome }>(this.#db.sql.release, [
         lease.key,
         lease.owner,
         tokenParameter(lease.fencingToken),
@@ -160,7 +157,11 @@ export class PostgresBackend implements Backend {
   /** Delete the row if this owner has it, whatever the token, and NOTIFY. */
   async abandon(request: AttemptRequest): Promise<void> {
     await this.#db.run('abandon', () =>
-      this.#db.query(this.#db.sql.abandon, [request.key, request.owner, this.#db.sql.channel]),
+      this.#db.queryPrepared(this.#db.sql.abandon, [
+        request.key,
+        request.owner,
+        this.#db.sql.channel,
+      ]),
     );
   }
 

@@ -11,6 +11,7 @@
  * the server connection for just that). node-postgres' `query_timeout` bounds every call on the
  * client side too, in both modes. The LISTEN connection goes to `listenUrl`, the server itself.
  */
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { BackendError } from '../../errors.js';
 import { unreachableAt } from '../unreachable.js';
@@ -25,6 +26,23 @@ export type PostgresConnection =
 
 /** Checked settings of one backend. */
 export type PostgresSettings = CheckedPostgresOptions & PostgresConnection;
+
+/** Names of the prepared statements, by text. */
+const statementNames = new Map<string, string>();
+
+/**
+ * `text` as a named prepared statement, parsed and planned once per server connection, then
+ * only bound and executed. The name is `fencelock_` and 24 hex digits of the text's SHA-256, so
+ * one name never stands for two texts on a connection (the schema is part of the text).
+ */
+export function prepared(text: string, values: readonly unknown[]): pg.QueryConfig {
+  let name = statementNames.get(text);
+  if (name === undefined) {
+    name = `fencelock_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`;
+    statementNames.set(text, name);
+  }
+  return { name, text, values: [...values] };
+}
 
 /** Slack between the server's `statement_timeout` and the client's own query timeout, ms. */
 const CLIENT_TIMEOUT_SLACK_MS = 1_000;
@@ -41,6 +59,8 @@ export class PostgresConnectionSet {
   /** Behind a transaction-mode pooler: statements run in `#begin` … `COMMIT`. */
   readonly #transactionPooler: boolean;
   readonly #begin: string;
+  /** Set once a prepared statement went missing: a pooler nobody named sits in between. */
+  #unnamedOnly = false;
   /** The server's address for errors (`host:port`, never user info). */
   readonly #address: string;
   #setup: Promise<void> | undefined;
@@ -125,6 +145,28 @@ export class PostgresConnectionSet {
     return this.#transactionPooler
       ? this.#inTransaction<R>(text, params)
       : this.pool.query<R>(text, params);
+  }
+
+  /**
+   * `query` for the statements of the hot path: as a named prepared statement (`prepared`),
+   * except behind a transaction-mode pooler, where the next transaction may run on a server
+   * connection that never saw the statement.
+   */
+  async queryPrepared<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    text: string,
+    values: readonly unknown[],
+  ): Promise<pg.QueryResult<R>> {
+    if (this.#transactionPooler || this.#unnamedOnly) return this.query<R>(text, values);
+    try {
+      return await this.pool.query<R>(prepared(text, values));
+    } catch (error) {
+      if (!isMissingPreparedStatement(error)) throw error;
+      // A transaction-mode pooler the options do not name ran this on a server connection that
+      // never prepared it. Unnamed from now on, as before prepared statements; the statement
+      // is safe to repeat (see `run`).
+      this.#unnamedOnly = true;
+      return this.query<R>(text, values);
+    }
   }
 
   async #inTransaction<R extends pg.QueryResultRow>(
@@ -261,6 +303,11 @@ export class PostgresConnectionSet {
  */
 function isStartupParameterRefusal(error: unknown): boolean {
   return error instanceof Error && /unsupported startup parameter/i.test(error.message);
+}
+
+/** SQLSTATE 26000 (invalid_sql_statement_name): the connection has no statement of that name. */
+function isMissingPreparedStatement(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === '26000';
 }
 
 /** The refusal, with what to change in the store URL. */
