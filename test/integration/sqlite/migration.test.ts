@@ -108,6 +108,9 @@ describe('SQLite: a file of the per-key-counter layout', () => {
       { type: 'table', name: 'fencelock_leases' },
       { type: 'index', name: 'fencelock_leases_expires_at' },
       { type: 'table', name: 'fencelock_token' },
+      { type: 'table', name: 'fencelock_waiters' },
+      { type: 'index', name: 'fencelock_waiters_expires_at' },
+      { type: 'index', name: 'fencelock_waiters_line' },
     ]);
     const db = new Database(path);
     expect(db.prepare('SELECT key FROM fencelock_leases').all()).toEqual([{ key: 'c' }]);
@@ -180,6 +183,9 @@ await locker.close();
           'table fencelock_leases',
           'index fencelock_leases_expires_at',
           'table fencelock_token',
+          'table fencelock_waiters',
+          'index fencelock_waiters_expires_at',
+          'index fencelock_waiters_line',
         ]);
       }
     }, 120_000);

@@ -5,8 +5,15 @@
  * (not consecutively) and nothing of a key stays once its lease row is gone: a release deletes
  * the row, and a row that expired unreleased is deleted by a later grant (see `SWEEP_LIMIT`).
  * Expiry uses SQLite's own clock (`unixepoch('subsec')`), the host's wall clock, which every
- * process on the host shares. There is no change notification, so waiters back off with jitter,
- * bounded by the holder's remaining TTL.
+ * process on the host shares.
+ *
+ * Waiters stand in a FIFO line per key (`fencelock_waiters`, the shape of the Redis backend's
+ * line): a free key goes to the head of the line, and an entry lives `QUEUE_ENTRY_TTL_MS` past
+ * its owner's latest attempt, so a waiter that vanished blocks the line that long at most.
+ * SQLite has no change notification; a waiter watches the file's `PRAGMA data_version` (a
+ * counter that moves when another connection commits) every `WATCH_INTERVAL_MS`, reads the key
+ * only when it moved, and attempts again only once the key is free and it is first in line (no
+ * herd).
  *
  * One host only: SQLite's locking is unreliable on network file systems, and the lease clock is
  * the host's.
@@ -48,6 +55,15 @@ CREATE TABLE IF NOT EXISTS fencelock_token (
   last_token INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO fencelock_token (id, last_token) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS fencelock_waiters (
+  key        TEXT NOT NULL,
+  owner      TEXT NOT NULL,
+  seq        INTEGER NOT NULL,  -- place in the key's line, head first
+  expires_at INTEGER NOT NULL,  -- engine clock, ms since the epoch
+  PRIMARY KEY (key, owner)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON fencelock_waiters (key, seq);
+CREATE INDEX IF NOT EXISTS fencelock_waiters_expires_at ON fencelock_waiters (expires_at);
 `;
 
 /**
@@ -80,6 +96,21 @@ CREATE VIEW IF NOT EXISTS fencelock_fences (key, last_token) AS SELECT NULL, NUL
  * deletes every expired row at once.
  */
 const SWEEP_LIMIT = 100;
+
+/**
+ * How long a waiter's entry in a key's line lives after its owner's latest attempt, ms (as the
+ * Redis backend's): a waiter that vanished without withdrawing blocks the line this long at most.
+ */
+export const QUEUE_ENTRY_TTL_MS = 2_000;
+
+/**
+ * Longest wait before a waiter attempts again, ms: refreshes its entry well within
+ * `QUEUE_ENTRY_TTL_MS`.
+ */
+const RECHECK_MS = 500;
+
+/** How often a waiter reads the file's `data_version`, ms. */
+const WATCH_INTERVAL_MS = 2;
 
 interface LeaseRow {
   owner: string;
@@ -125,6 +156,7 @@ function setUpSchema(db: Database.Database): void {
   if (perKeyCounters !== undefined) db.exec(MIGRATE_PER_KEY_COUNTERS);
   db.exec(BLOCK_PER_KEY_COUNTERS);
   db.prepare(`DELETE FROM fencelock_leases WHERE expires_at <= ${NOW}`).run();
+  db.prepare(`DELETE FROM fencelock_waiters WHERE expires_at <= ${NOW}`).run();
 }
 
 /**
@@ -143,10 +175,11 @@ export function addonHint(error: unknown): string {
 export class SqliteBackend implements Backend {
   readonly name = 'sqlite';
   readonly maxTtlMs = MAX_TIMER_MS;
+  /** A FIFO line of waiters per key (`leaveQueue`). */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write'] as const),
     sessions: false,
-    queue: false,
+    queue: true,
     batchRenew: false,
   });
   readonly #db: Database.Database;
@@ -154,7 +187,14 @@ export class SqliteBackend implements Backend {
   readonly #renew: (lease: LeaseRef, ttlMs: number) => RenewResult;
   readonly #release: (lease: LeaseRef) => ReleaseOutcome;
   readonly #abandon: (request: AttemptRequest) => void;
+  readonly #leaveQueue: (request: AttemptRequest) => void;
   readonly #inspect: (key: string) => LockInfo;
+  /** Whether `owner` may go now: the key is free and no live entry is ahead of it. */
+  readonly #mayGo: (key: string, owner: string) => boolean;
+  /** The file's change counter: commits of other connections move it. */
+  readonly #dataVersion: () => bigint;
+  /** Commits of this connection that can let a waiter in (they do not move `data_version`). */
+  #localChanges = 0;
 
   constructor(config: SqliteUrlConfig) {
     let db: Database.Database;
@@ -190,6 +230,48 @@ export class SqliteBackend implements Backend {
          SELECT key FROM fencelock_leases WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT ${SWEEP_LIMIT}
        )`,
     );
+    const sweepWaiters = db.prepare(
+      `DELETE FROM fencelock_waiters WHERE (key, owner) IN (
+         SELECT key, owner FROM fencelock_waiters WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT ${SWEEP_LIMIT}
+       )`,
+    );
+    const head = db.prepare<[string], { owner: string; remaining: bigint }>(
+      `SELECT owner, expires_at - ${NOW} AS remaining FROM fencelock_waiters
+       WHERE key = ? AND expires_at > ${NOW} ORDER BY seq LIMIT 1`,
+    );
+    // Join the tail, or keep one's place and refresh the entry.
+    const enqueue = db.prepare<{ key: string; owner: string; entryTtlMs: number }>(
+      `INSERT INTO fencelock_waiters (key, owner, seq, expires_at)
+       VALUES ($key, $owner,
+               coalesce((SELECT max(seq) FROM fencelock_waiters WHERE key = $key), 0) + 1,
+               ${NOW} + $entryTtlMs)
+       ON CONFLICT (key, owner) DO UPDATE SET expires_at = excluded.expires_at`,
+    );
+    const dequeue = db.prepare<[string, string]>(
+      `DELETE FROM fencelock_waiters WHERE key = ? AND owner = ?`,
+    );
+    const mayGo = db.prepare<{ key: string; owner: string }, { go: bigint }>(
+      `SELECT NOT EXISTS (SELECT 1 FROM fencelock_leases WHERE key = $key AND expires_at > ${NOW})
+          AND coalesce((SELECT owner FROM fencelock_waiters WHERE key = $key AND expires_at > ${NOW}
+                        ORDER BY seq LIMIT 1), $owner) = $owner AS go`,
+    );
+    const dataVersion = db.prepare('PRAGMA data_version').pluck();
+
+    /** A not-granted answer; a waiting contender keeps (or takes) its place in the line. */
+    const notGranted = (request: AttemptRequest, holderTtlMs: bigint): AttemptResult => {
+      const queued = request.willWait !== false;
+      if (queued) {
+        enqueue.run({ key: request.key, owner: request.owner, entryTtlMs: QUEUE_ENTRY_TTL_MS });
+      }
+      const { key, owner } = request;
+      return {
+        granted: false,
+        holderTtlMs: Math.max(0, Number(holderTtlMs)),
+        queued,
+        recheckAfterMs: RECHECK_MS,
+        waitForChange: (signal, maxMs) => this.#watch(key, owner, signal, maxMs),
+      };
+    };
 
     this.#attempt = db
       .transaction((request: AttemptRequest): AttemptResult => {
@@ -200,10 +282,18 @@ export class SqliteBackend implements Backend {
             refresh.run(ttl, request.key);
             return { granted: true, token: row.token, ttlMs: request.ttlMs };
           }
-          return { granted: false, holderTtlMs: Number(row.remaining) };
+          return notGranted(request, row.remaining);
         }
-        // Expired rows of other keys (holders that never released) go; this key's is replaced.
+        // Free: the head of the line goes first; a contender behind it waits its turn.
+        const first = head.get(request.key);
+        if (first !== undefined && first.owner !== request.owner) {
+          return notGranted(request, first.remaining);
+        }
+        if (first !== undefined) dequeue.run(request.key, request.owner);
+        // Expired rows of other keys (holders and waiters that vanished) go; this key's is
+        // replaced.
         sweep.run();
+        sweepWaiters.run();
         const token = bump.get()!.last_token;
         grant.run(request.key, request.owner, token, ttl);
         return { granted: true, token, ttlMs: request.ttlMs };
@@ -243,8 +333,15 @@ export class SqliteBackend implements Backend {
     this.#abandon = db
       .transaction((request: AttemptRequest): void => {
         if (read.get(request.key)?.owner === request.owner) remove.run(request.key);
+        dequeue.run(request.key, request.owner);
       })
       .immediate.bind(null);
+
+    this.#leaveQueue = (request: AttemptRequest): void => {
+      dequeue.run(request.key, request.owner);
+    };
+    this.#mayGo = (key, owner) => mayGo.get({ key, owner })!.go === 1n;
+    this.#dataVersion = () => dataVersion.get() as bigint;
 
     this.#inspect = (key: string): LockInfo => {
       const row = read.get(key);
@@ -273,12 +370,59 @@ export class SqliteBackend implements Backend {
 
   /** Compare-and-delete by owner and token; an expired row of this owner is cleaned up as `not-held`. */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
+    this.#localChanges += 1;
     return this.#run('release', () => this.#release(lease));
   }
 
-  /** Delete the row if this owner has it, whatever the token. */
+  /** Delete the row if this owner has it, whatever the token, and take it out of the key's line. */
   async abandon(request: AttemptRequest): Promise<void> {
+    this.#localChanges += 1;
     this.#run('abandon', () => this.#abandon(request));
+  }
+
+  /** Take the owner out of the key's line only; a grant it holds stays. */
+  async leaveQueue(request: AttemptRequest): Promise<void> {
+    this.#localChanges += 1;
+    this.#run('leave the line', () => this.#leaveQueue(request));
+  }
+
+  /**
+   * Resolve once `owner` may go (the key free, no live entry ahead of it), after `maxMs`, or when
+   * `signal` aborts. Reads the key only when the file changed: `data_version` (other connections)
+   * or this connection's own releases and withdrawals. Never rejects: once the backend is closed
+   * the wait ends at once, and after a read that fails it only runs out its time; the next
+   * attempt reports the engine's error.
+   */
+  #watch(key: string, owner: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      if (signal.aborted) return resolve();
+      const giveUpAt = performance.now() + maxMs;
+      let seen: [bigint, number] | undefined;
+      let timer: NodeJS.Timeout | undefined;
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const check = () => {
+        if (!this.#db.open) return done();
+        const leftMs = giveUpAt - performance.now();
+        try {
+          const version = this.#dataVersion();
+          if (seen === undefined || version !== seen[0] || this.#localChanges !== seen[1]) {
+            seen = [version, this.#localChanges];
+            if (this.#mayGo(key, owner)) return done();
+          }
+        } catch {
+          timer = setTimeout(done, Math.max(0, leftMs));
+          return;
+        }
+        if (leftMs <= 0) return done();
+        timer = setTimeout(check, Math.min(WATCH_INTERVAL_MS, leftMs));
+      };
+      signal.addEventListener('abort', done, { once: true });
+      check();
+    });
   }
 
   /**

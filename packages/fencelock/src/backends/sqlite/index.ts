@@ -9,7 +9,7 @@ import { InvalidArgumentError } from '../../errors.js';
 import { SqliteBackend } from './backend.js';
 import { DEFAULT_SQLITE_PATH, type SqliteUrlConfig } from './url.js';
 
-export { SqliteBackend } from './backend.js';
+export { QUEUE_ENTRY_TTL_MS, SqliteBackend } from './backend.js';
 export { DEFAULT_SQLITE_PATH, parseSqliteUrl, type SqliteUrlConfig } from './url.js';
 
 /** Options of `createSqliteBackend`. */
