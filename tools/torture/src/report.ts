@@ -150,6 +150,12 @@ otherwise.
 Double grants are expected under pauses, partitions and early expiry on every backend
 (Kleppmann; Jepsen on etcd): that is what the fencing token is for.
 
+ZooKeeper, seen in the fault tests (the \`zookeeper\` package 7.3.0): a child process that
+inherited a client socket (the package does not set close-on-exec) and outlived it made every
+new client given that descriptor number lose its session at once, so new sessions failed in
+that process ([ZooKeeper](engines/zookeeper.md), "Child processes"). Sessions already open and locks already held
+were not affected: an availability issue, not a safety one.
+
 ![liveness and double grants](${chart})
 
 ## Checker self-test
