@@ -1,18 +1,24 @@
 /**
- * PostgreSQL waiting: releases are announced with NOTIFY and each announcement sends one local
- * waiter back to the table (no herd); without notifications waiters still get the key by
- * polling; a dropped listener connection wakes its waiters and is opened again.
+ * PostgreSQL waiting: waiters stand in a FIFO line per key, and each release is announced
+ * with NOTIFY addressed to the head of the line, which only that waiter wakes for (no herd);
+ * without notifications waiters still get the key by polling; a dropped listener connection
+ * wakes its waiters and is opened again.
  *
- * Waiters use a long retry delay, so a re-attempt within the test's window can only come from
- * a notification (the core's poll would wait the backoff plus 4 × maxDelayMs), except where a
- * holder's TTL bounds the wait: holders here use 60 s TTLs.
+ * Waiters use a long retry delay; a waiter still attempts every 500 ms (its recheck, which keeps
+ * its line entry alive), so the tests below look at less than that after a release. Holders use
+ * 60 s TTLs, so no holder's TTL bounds a wait.
  */
 import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   createPostgresBackend,
   type PostgresBackend,
 } from '../../../packages/fencelock/src/backends/postgres/index.js';
+import {
+  parseNotice,
+  ReleaseListener,
+} from '../../../packages/fencelock/src/backends/postgres/listener.js';
 import { createLocker, type Lease, type Locker } from '../../../packages/fencelock/src/index.js';
 import {
   adminPool,
@@ -32,6 +38,15 @@ afterAll(async () => {
   await dropSchema(admin, schema);
 });
 
+/** Owners in the line of `key`, head first. */
+async function line(key: string): Promise<string[]> {
+  const { rows } = await admin.query<{ owner: string }>(
+    `SELECT owner FROM "${schema}".fencelock_waiters WHERE key = $1 ORDER BY seq`,
+    [key],
+  );
+  return rows.map((row) => row.owner);
+}
+
 function backend(notifications = true): PostgresBackend {
   return createPostgresBackend({ url: PG_URL, schema, notifications }) as PostgresBackend;
 }
@@ -47,39 +62,78 @@ async function listening(locker: Locker): Promise<void> {
 }
 
 describe('PostgreSQL LISTEN/NOTIFY waiting', () => {
-  it('each release sends exactly one of four local waiters back to the table', async () => {
-    const key = `herd:${randomUUID()}`;
+  it('four local waiters are granted in arrival order, each soon after the release before it', async () => {
+    const key = `line:${randomUUID()}`;
     const holder = createLocker(backend());
-    const { backend: counted, attempts } = countingAttempts(backend());
-    const waiters = createLocker(counted);
+    const waiters = createLocker(backend());
     const first = await holder.acquire(key, { ttlMs: 60_000 });
     await listening(waiters);
-    const base = attempts();
 
-    const granted: Lease[] = [];
-    const pending = Array.from({ length: 4 }, () =>
-      waiters.acquire(key, { ttlMs: 60_000, waitMs: 30_000, retry: SLOW_RETRY }).then((lease) => {
-        granted.push(lease);
-        return lease;
-      }),
-    );
-    expect(await eventually(() => attempts() - base === 4)).toBe(true);
-    await sleep(300);
-    expect(attempts() - base).toBe(4);
-
+    const granted: { name: string; lease: Lease }[] = [];
+    const pending: Promise<unknown>[] = [];
+    for (const name of ['a', 'b', 'c', 'd']) {
+      pending.push(
+        waiters
+          .acquire(key, { ttlMs: 60_000, waitMs: 30_000, retry: SLOW_RETRY })
+          .then((lease) => granted.push({ name, lease })),
+      );
+      // Each one is in line before the next asks.
+      expect(await eventually(async () => (await line(key)).length === pending.length)).toBe(true);
+    }
     let release: Lease = first;
     for (let round = 1; round <= 4; round++) {
-      const before = attempts();
+      const releasedAt = performance.now();
       expect(await release.release()).toBe('released');
       expect(await eventually(() => granted.length === round)).toBe(true);
-      await sleep(300);
-      // One waiter went back and got the key; the others stayed asleep.
-      expect(attempts() - before).toBe(1);
-      release = granted[round - 1]!;
+      // Woken by the release addressed to it, not by its next recheck (500 ms).
+      expect(performance.now() - releasedAt).toBeLessThan(400);
+      release = granted[round - 1]!.lease;
     }
+    expect(granted.map((g) => g.name)).toEqual(['a', 'b', 'c', 'd']);
+    expect(await line(key)).toEqual([]);
     await release.release();
     await Promise.all(pending);
     await Promise.all([holder.close(), waiters.close()]);
+  });
+
+  it('a release notification wakes the head of the line only; one for a key nobody lines up for, the longest waiter', async () => {
+    const channel = `fencelock:${schema}`;
+    const listener = new ReleaseListener(async () => {
+      const client = new pg.Client({ connectionString: PG_URL });
+      await client.connect();
+      return client;
+    }, channel);
+    try {
+      listener.mark();
+      expect(await eventually(() => listener.mark() >= 0)).toBe(true);
+      const key = `addressed:${randomUUID()}`;
+      const woken: string[] = [];
+      const control = new AbortController();
+      const mark = listener.mark();
+      const waits = ['aaaa', 'bbbb'].map((owner) =>
+        listener.wait(key, owner, mark, control.signal, 10_000).then(() => woken.push(owner)),
+      );
+      await admin.query('SELECT pg_notify($1, $2)', [channel, `4:bbbb${key}`]);
+      expect(await eventually(() => woken.length === 1)).toBe(true);
+      await sleep(300);
+      expect(woken).toEqual(['bbbb']);
+      await admin.query('SELECT pg_notify($1, $2)', [channel, `0:${key}`]);
+      expect(await eventually(() => woken.length === 2)).toBe(true);
+      expect(woken).toEqual(['bbbb', 'aaaa']);
+      await Promise.all(waits);
+    } finally {
+      await listener.close();
+    }
+  });
+
+  it('the notice names the head and the key, whatever characters they hold', () => {
+    expect(parseNotice('4:bbbbstock:42')).toEqual({ key: 'stock:42', head: 'bbbb' });
+    expect(parseNotice('0:stock:42')).toEqual({ key: 'stock:42', head: undefined });
+    // Lengths count characters, as PostgreSQL's length() does.
+    expect(parseNotice('2:😀éclé')).toEqual({ key: 'clé', head: '😀é' });
+    // A payload of another form (an earlier version's bare key) is the key.
+    expect(parseNotice('stock:42')).toEqual({ key: 'stock:42', head: undefined });
+    expect(parseNotice('9:short')).toEqual({ key: '9:short', head: undefined });
   });
 
   it('without notifications a waiter still gets the key, by polling', async () => {

@@ -15,7 +15,6 @@ import {
   createLocker,
   type Lease,
   type Locker,
-  LockTimeoutError,
 } from '../../../packages/fencelock/src/index.js';
 import { PGBOUNCER_URL } from '../../helpers/engines.js';
 import {
@@ -105,6 +104,7 @@ describe('PostgreSQL lease mode behind PgBouncer (transaction mode)', () => {
     const waiter = createLocker(counted);
     const lease = await holder.acquire(key, { ttlMs: 60_000 });
     await listening(waiter);
+
     // Both backends listen on the server itself (LISTEN through the pooler would hear nothing).
     expect(await eventually(async () => (await listeners()) === 2)).toBe(true);
 
@@ -125,7 +125,7 @@ describe('PostgreSQL lease mode behind PgBouncer (transaction mode)', () => {
     expect(await eventually(async () => (await listeners()) === 0)).toBe(true);
   });
 
-  it('control: a LISTEN through the pooler itself hears nothing, so that waiter sleeps on (why such a listenUrl is refused)', async () => {
+  it('control: a LISTEN through the pooler itself hears nothing, so that waiter sleeps until its recheck (why such a listenUrl is refused)', async () => {
     const key = `deaf:${randomUUID()}`;
     const holder = createLocker(pooled());
     // With the store URL, a listenUrl naming PgBouncer itself is refused at construction; a
@@ -147,20 +147,24 @@ describe('PostgreSQL lease mode behind PgBouncer (transaction mode)', () => {
       pooler: 'transaction',
       listenUrl: PGBOUNCER_URL,
     });
-    const { backend: counted, attempts } = countingAttempts(deaf);
-    const waiter = createLocker(counted);
+    // Attempts counted once answered: one still in flight could land after the release.
+    let answered = 0;
+    const attempt = deaf.attempt.bind(deaf);
+    deaf.attempt = (request) => attempt(request).finally(() => (answered += 1));
+    const waiter = createLocker(deaf);
     const lease = await holder.acquire(key, { ttlMs: 60_000 });
     await listening(waiter);
-    const base = attempts();
-    const waiting = waiter.acquire(key, { ttlMs: 10_000, waitMs: 3_000, retry: SLOW_RETRY });
-    await sleep(300);
+    answered = 0;
+    const waiting = waiter.acquire(key, { ttlMs: 10_000, waitMs: 5_000, retry: SLOW_RETRY });
+    // Release right after one of its attempts: a waiter that heard the NOTIFY would attempt
+    // again at once; a deaf one only at its next recheck, 500 ms after the last attempt.
+    expect(await eventually(() => answered === 1)).toBe(true);
     await lease.release();
-    await sleep(1_500);
-    // The release's NOTIFY never reached it: still one attempt, asleep 1.5 s after the release.
-    expect(attempts() - base).toBe(1);
-    // Its wait ends at the deadline (one last attempt there), not at the release.
-    const next = await waiting.catch((error: unknown) => error);
-    if (!(next instanceof LockTimeoutError)) await (next as Lease).release();
+    const releasedAt = performance.now();
+    expect(await eventually(() => answered === 2)).toBe(true);
+    expect(performance.now() - releasedAt).toBeGreaterThan(300);
+    // That recheck found the key free.
+    expect(await (await waiting).release()).toBe('released');
     await Promise.all([holder.close(), waiter.close()]);
   });
 

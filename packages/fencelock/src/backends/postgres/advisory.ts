@@ -132,7 +132,7 @@ export class PostgresAdvisoryBackend implements Backend {
           lost: local.session.lost.signal,
         };
       }
-      return this.#notGranted(request.key, mark);
+      return this.#notGranted(request, mark);
     }
     const holding: Holding = {
       owner: request.owner,
@@ -161,7 +161,7 @@ export class PostgresAdvisoryBackend implements Backend {
       const row = rows[0];
       if (row?.ok !== true || row.token === null || session === undefined) {
         this.#forget(request.key, holding);
-        return this.#notGranted(request.key, mark);
+        return this.#notGranted(request, mark);
       }
       if (session.lost.signal.aborted) {
         this.#forget(request.key, holding);
@@ -309,12 +309,13 @@ export class PostgresAdvisoryBackend implements Backend {
     }
   }
 
-  #notGranted(key: string, mark: number): NotGranted {
+  #notGranted(request: AttemptRequest, mark: number): NotGranted {
     const listener = this.#db.listener;
     if (listener === undefined) return { granted: false };
+    const { key, owner } = request;
     return {
       granted: false,
-      waitForChange: (signal, maxMs) => listener.wait(key, mark, signal, maxMs),
+      waitForChange: (signal, maxMs) => listener.wait(key, owner, mark, signal, maxMs),
     };
   }
 

@@ -44,22 +44,35 @@ const SWEEP_INTERVAL_MS = 60_000;
 /** Most rows one sweep statement deletes; a full batch is followed at once by another. */
 const SWEEP_BATCH = 1_000;
 
+/**
+ * How long a waiter's entry in a key's line lives after its owner's latest attempt, ms (as the
+ * Redis backend's): a waiter that vanished without leaving blocks the line this long at most.
+ */
+export const QUEUE_ENTRY_TTL_MS = 2_000;
+
+/**
+ * Longest wait before a waiter attempts again, ms: refreshes its entry well within
+ * `QUEUE_ENTRY_TTL_MS`, and bounds the delay a lost notification can cause.
+ */
+const RECHECK_MS = 500;
+
 /** The lease-table backend. Build it with `createPostgresBackend`. */
 export class PostgresBackend implements Backend {
   readonly name = 'postgres';
   readonly maxTtlMs = MAX_TIMER_MS;
-  /** Renewals of one turn go as one statement (see `renew`). */
+  /** A FIFO line of waiters per key (`leaveQueue`); renewals of one turn go as one statement. */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write'] as const),
     sessions: false,
-    queue: false,
+    queue: true,
     batchRenew: true,
   });
   readonly #db: PostgresConnectionSet;
-  /** Deletes rows that expired unreleased. */
+  /** Deletes rows that expired unreleased, and line entries of waiters that vanished. */
   readonly #sweeper = new Sweeper(async () => {
-    const { rowCount } = await this.#db.query(this.#db.sql.sweep, [SWEEP_BATCH]);
-    return rowCount === SWEEP_BATCH;
+    const leases = await this.#db.query(this.#db.sql.sweep, [SWEEP_BATCH]);
+    const waiters = await this.#db.query(this.#db.sql.sweepWaiters, [SWEEP_BATCH]);
+    return leases.rowCount === SWEEP_BATCH || waiters.rowCount === SWEEP_BATCH;
   }, SWEEP_INTERVAL_MS);
   /** Renewals asked for in this turn of the event loop, sent together at its end. */
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
@@ -79,17 +92,20 @@ export class PostgresBackend implements Backend {
   }
 
   /**
-   * One statement: take a free or expired key with a new token, refresh this owner's own live
-   * lease (same token), or report the holder's remaining TTL.
+   * One statement: take a free or expired key with a new token when the key's line is empty or
+   * this owner heads it, refresh this owner's own live lease (same token), or join the line (a
+   * waiting contender) and report the holder's remaining TTL.
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     const listener = this.#db.listener;
     const mark = listener?.mark() ?? -1;
     const [hi, lo] = xactLockPairOf(request.key);
+    // A single attempt never joins the line, so it leaves nothing to withdraw.
+    const queued = request.willWait !== false;
     const { rows } = await this.#db.run('attempt', () =>
       this.#db.queryPrepared<{ token: string | null; remaining_ms: string | null }>(
         this.#db.sql.attempt,
-        [request.key, request.owner, request.ttlMs, hi, lo],
+        [request.key, request.owner, request.ttlMs, hi, lo, queued, QUEUE_ENTRY_TTL_MS],
       ),
     );
     this.#sweeper.start();
@@ -99,11 +115,17 @@ export class PostgresBackend implements Backend {
     }
     const holder =
       row?.remaining_ms == null ? {} : { holderTtlMs: Math.max(0, Number(row.remaining_ms)) };
-    if (listener === undefined) return { granted: false, ...holder };
+    // Without a listener the core polls, never past its retry backoff (500 ms by default), which
+    // keeps the entry alive too.
+    if (listener === undefined) return { granted: false, queued, ...holder };
+    const { key, owner } = request;
     return {
       granted: false,
+      queued,
       ...holder,
-      waitForChange: (signal, maxMs) => listener.wait(request.key, mark, signal, maxMs),
+      // Waiters attempt at least this often, which keeps their line entries alive.
+      recheckAfterMs: RECHECK_MS,
+      waitForChange: (signal, maxMs) => listener.wait(key, owner, mark, signal, maxMs),
     };
   }
 
@@ -154,7 +176,21 @@ export class PostgresBackend implements Backend {
     return rows[0]?.outcome ?? 'not-held';
   }
 
-  /** Delete the row if this owner has it, whatever the token, and NOTIFY. */
+  /** Take the owner out of the key's line only (a grant it holds stays); tell the new head. */
+  async leaveQueue(request: AttemptRequest): Promise<void> {
+    await this.#db.run('leave the line', () =>
+      this.#db.queryPrepared(this.#db.sql.leaveQueue, [
+        request.key,
+        request.owner,
+        this.#db.sql.channel,
+      ]),
+    );
+  }
+
+  /**
+   * Delete the row if this owner has it, whatever the token, and its entry in the key's line;
+   * NOTIFY the new head.
+   */
   async abandon(request: AttemptRequest): Promise<void> {
     await this.#db.run('abandon', () =>
       this.#db.queryPrepared(this.#db.sql.abandon, [

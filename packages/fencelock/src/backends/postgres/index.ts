@@ -32,7 +32,7 @@ import {
 } from './url.js';
 
 export { PostgresAdvisoryBackend } from './advisory.js';
-export { PostgresBackend } from './backend.js';
+export { PostgresBackend, QUEUE_ENTRY_TTL_MS } from './backend.js';
 export { lockIdOf } from './sql.js';
 export {
   DEFAULT_SCHEMA,

@@ -1,8 +1,9 @@
 /**
  * Release notifications for waiters: one connection per backend runs `LISTEN` on the schema's
- * channel, and each notification (payload: the released key) wakes the longest-waiting local
- * waiter of that key, so a release sends one contender per process to the table, not all of
- * them (no herd).
+ * channel, and each notification names the released key and the head of its line
+ * (`parseNotice`). It wakes that waiter if it waits here, and nobody else: only the head can be
+ * granted (no herd). A notification of a key nobody is lined up for wakes the longest-waiting
+ * local waiter of the key.
  *
  * A release can be notified between an attempt's answer and the moment its waiter registers.
  * So every attempt first takes a `mark` (how many notifications this listener has seen), and a
@@ -20,7 +21,30 @@ const RECENT_LIMIT = 4_096;
 const RECONNECT_PAUSE_MS = 1_000;
 
 interface Waiter {
+  /** The contender waiting: a notification addressed to it wakes it and no other. */
+  readonly owner: string;
   wake(): void;
+}
+
+/**
+ * What a release notification says: the key, and the owner at the head of its line when someone
+ * waits (the payload `<owner length>:<owner><key>`, the length in characters, or `0:<key>`). A
+ * payload of another form is read as a bare key.
+ */
+export function parseNotice(payload: string): { key: string; head: string | undefined } {
+  const colon = payload.indexOf(':');
+  const length = colon > 0 ? Number(payload.slice(0, colon)) : Number.NaN;
+  if (!Number.isSafeInteger(length) || length < 0) return { key: payload, head: undefined };
+  let end = colon + 1;
+  for (let n = 0; n < length; n++) {
+    const codePoint = payload.codePointAt(end);
+    if (codePoint === undefined) return { key: payload, head: undefined };
+    end += codePoint > 0xffff ? 2 : 1;
+  }
+  return {
+    key: payload.slice(end),
+    head: length === 0 ? undefined : payload.slice(colon + 1, end),
+  };
 }
 
 export class ReleaseListener {
@@ -62,7 +86,13 @@ export class ReleaseListener {
    * Resolve when `key` is notified, the listener's state makes waiting pointless (see the module
    * comment), `maxMs` passes or `signal` aborts. Never rejects.
    */
-  wait(key: string, mark: number, signal: AbortSignal, maxMs: number): Promise<void> {
+  wait(
+    key: string,
+    owner: string,
+    mark: number,
+    signal: AbortSignal,
+    maxMs: number,
+  ): Promise<void> {
     if (this.#closed || signal.aborted) return Promise.resolve();
     if (mark >= 0 && this.#missedSince(key, mark)) return Promise.resolve();
     const wait = startWait(signal, maxMs, () => {
@@ -71,7 +101,7 @@ export class ReleaseListener {
       set?.delete(waiter);
       if (set?.size === 0) this.#waiters.delete(key);
     });
-    const waiter: Waiter = { wake: wait.wake };
+    const waiter: Waiter = { owner, wake: wait.wake };
     let waiters = this.#waiters.get(key);
     if (waiters === undefined) {
       waiters = new Set();
@@ -136,7 +166,8 @@ export class ReleaseListener {
     }
   }
 
-  #notified(key: string): void {
+  #notified(payload: string): void {
+    const { key, head } = parseNotice(payload);
     this.#epoch += 1;
     this.#recent.delete(key);
     this.#recent.set(key, this.#epoch);
@@ -145,9 +176,21 @@ export class ReleaseListener {
       this.#recent.delete(oldestKey);
       this.#forgottenUpTo = oldestEpoch;
     }
+    const waiters = this.#waiters.get(key);
+    if (waiters === undefined) return;
+    if (head !== undefined) {
+      // Only the head can be granted; when it waits elsewhere, nobody here goes.
+      for (const waiter of waiters) {
+        if (waiter.owner === head) {
+          waiter.wake();
+          break;
+        }
+      }
+      return;
+    }
     // The longest-waiting waiter of the key (a Set iterates in insertion order).
-    const first = this.#waiters.get(key)?.values().next();
-    if (first !== undefined && !first.done) first.value.wake();
+    const first = waiters.values().next();
+    if (!first.done) first.value.wake();
   }
 
   #dropped(client: pg.Client): void {

@@ -49,6 +49,18 @@ const REMAINING_MS = (column: string) =>
   `ceil(extract(epoch FROM ${column} - clock_timestamp()) * 1000)::text`;
 
 /**
+ * The payload of a release notification of `key` (a SQL expression): the owner of the head of
+ * the key's line (its live entry with the lowest `seq`, other than `leaving`) and the key, as
+ * `<owner length>:<owner><key>`, or `0:<key>` when nobody waits. `parseNotice` reads it.
+ */
+const NOTICE = (waiters: string, key: string, leaving?: string) => {
+  const head = `(SELECT w.owner FROM ${waiters} w WHERE w.key = ${key}${
+    leaving === undefined ? '' : ` AND w.owner <> ${leaving}`
+  } AND w.expires_at > clock_timestamp() ORDER BY w.seq LIMIT 1)`;
+  return `coalesce(length(${head})::text || ':' || ${head}, '0:') || ${key}`;
+};
+
+/**
  * `fencelock:<schema>`, or for a schema too long for PostgreSQL's 63-byte channel names, its
  * first 36 characters and 16 hex digits of its SHA-256.
  */
@@ -65,14 +77,20 @@ export function sqlFor(schema: string) {
   const leases = `${s}.fencelock_leases`;
   const holders = `${s}.fencelock_advisory_holders`;
   const sequence = `${s}.fencelock_token_seq`;
+  const waiters = `${s}.fencelock_waiters`;
+  const waiterSequence = `${s}.fencelock_waiter_seq`;
   const nextToken = `nextval('${s}.fencelock_token_seq')`;
   return {
     /** The NOTIFY channel of releases in this schema; the payload is the key. */
     channel: channelOf(schema),
 
-    /** $1: qualified table name. True when the schema's tables exist. */
+    /**
+     * $1: qualified table name. True when the schema's tables exist (asked of the newest one,
+     * `waitersTable`, so that a schema of an earlier version gets it added).
+     */
     ready: `SELECT to_regclass($1) IS NOT NULL AS ready`,
     leasesTable: `${s}.fencelock_leases`,
+    waitersTable: waiters,
 
     /**
      * Create what is missing, serialised by a transaction-level advisory lock so that two
@@ -97,24 +115,47 @@ CREATE TABLE IF NOT EXISTS ${holders} (
   token      bigint NOT NULL,
   pid        integer NOT NULL,
   expires_at timestamptz NOT NULL  -- the backend's own TTL; the server holds the lock regardless
-);`,
+);
+CREATE SEQUENCE IF NOT EXISTS ${waiterSequence} AS bigint;
+CREATE TABLE IF NOT EXISTS ${waiters} (
+  key        text NOT NULL,
+  owner      text NOT NULL,
+  seq        bigint NOT NULL,       -- place in the key's line, head first
+  expires_at timestamptz NOT NULL,  -- the entry's end unless its owner attempts again
+  PRIMARY KEY (key, owner)
+);
+CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON ${waiters} (key, seq);`,
 
     /**
-     * Lease mode, grant or report. $1 key, $2 owner, $3 ttlMs, $4/$5 the key's xact-lock pair.
+     * Lease mode, grant or report. $1 key, $2 owner, $3 ttlMs, $4/$5 the key's xact-lock pair,
+     * $6 whether a contender that is not granted stands in the key's line, $7 the entry's
+     * lifetime in ms.
      *
      * The transaction-level lock on the key is taken before `nextval`, so grants of one key draw
      * their tokens in the order they commit: without it, a statement could draw a token, stall,
      * and insert it after a newer grant of the same key was made and released.
      *
-     * A free key or an expired lease is taken in the same statement (no sweeper). A live lease of
-     * the same owner is refreshed and keeps its token (a retried attempt). Otherwise one row with
-     * the holder's remaining time comes back (none if the row changed since the statement's
-     * snapshot; the caller then knows nothing about the holder).
+     * A free key or an expired lease goes to the head of the key's line (the live entry with the
+     * lowest `seq`), or to anyone when the line is empty; it is taken in the same statement (no
+     * sweeper), and the grant takes its owner out of the line. A live lease of the same owner is
+     * refreshed and keeps its token (a retried attempt). Otherwise the contender joins the tail
+     * of the line or refreshes its entry (when $6), and one row with the holder's remaining time
+     * comes back (none when the key is free but someone else is first, or the row changed since
+     * the statement's snapshot; the caller then knows nothing about the holder). The line only
+     * orders the grants: mutual exclusion rests on the lease row's ON CONFLICT alone, so a
+     * snapshot taken before the key's lock was granted can at worst let one contender go out of
+     * turn, never two at once.
      */
     attempt: `WITH serial AS (SELECT pg_advisory_xact_lock($4::int4, $5::int4)),
+first AS (
+  SELECT w.owner FROM ${waiters} w, serial
+  WHERE w.key = $1 AND w.expires_at > clock_timestamp() ORDER BY w.seq LIMIT 1
+),
 granted AS (
   INSERT INTO ${leases} AS l (key, owner, token, expires_at)
   SELECT $1, $2, ${nextToken}, clock_timestamp() + $3::int8 * interval '1 millisecond' FROM serial
+  WHERE coalesce((SELECT owner FROM first), $2) = $2
+     OR EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp())
   ON CONFLICT (key) DO UPDATE SET
     owner = excluded.owner,
     token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
@@ -122,6 +163,15 @@ granted AS (
     expires_at = excluded.expires_at
   WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
   RETURNING token
+),
+left_line AS (
+  DELETE FROM ${waiters} WHERE key = $1 AND owner = $2 AND EXISTS (SELECT 1 FROM granted)
+),
+in_line AS (
+  INSERT INTO ${waiters} (key, owner, seq, expires_at)
+  SELECT $1, $2, nextval('${waiterSequence}'), clock_timestamp() + $7::int8 * interval '1 millisecond'
+  WHERE $6::boolean AND NOT EXISTS (SELECT 1 FROM granted)
+  ON CONFLICT (key, owner) DO UPDATE SET expires_at = excluded.expires_at
 )
 SELECT token::text AS token, NULL::text AS remaining_ms FROM granted
 UNION ALL
@@ -166,7 +216,8 @@ FROM input i ORDER BY i.n`,
     /**
      * Lease mode, compare-and-delete. $1 key, $2 owner, $3 token, $4 channel. Deletes this lease,
      * or an expired row of this owner (cleanup, answered `not-held`); a live lease of another
-     * owner or token stays. Waiters are notified of any deletion.
+     * owner or token stays. Waiters are notified of any deletion, addressed to the head of the
+     * key's line (`notice`).
      */
     release: `WITH target AS (
   SELECT owner, token, expires_at > clock_timestamp() AS live FROM ${leases} WHERE key = $1 FOR UPDATE
@@ -176,16 +227,34 @@ gone AS (
   WHERE l.key = $1 AND t.owner = $2 AND (NOT t.live OR t.token = $3::int8)
   RETURNING t.live
 ),
-notified AS (SELECT pg_notify($4, $1) FROM gone)
+notified AS (SELECT pg_notify($4, ${NOTICE(waiters, '$1')}) FROM gone)
 SELECT CASE
   WHEN EXISTS (SELECT 1 FROM gone WHERE live) THEN 'released'
   WHEN EXISTS (SELECT 1 FROM target WHERE live) THEN 'not-owner'
   ELSE 'not-held' END AS outcome,
   (SELECT count(*) FROM notified) AS notified`,
 
-    /** Lease mode, withdraw: delete the row if this owner has it. $1 key, $2 owner, $3 channel. */
-    abandon: `WITH gone AS (DELETE FROM ${leases} WHERE key = $1 AND owner = $2 RETURNING key)
-SELECT pg_notify($3, key) FROM gone`,
+    /**
+     * Lease mode, withdraw: delete the row if this owner has it, and its entry in the key's line.
+     * $1 key, $2 owner, $3 channel. The new head of the line is told when the row went, or when
+     * the entry went while the key is free.
+     */
+    abandon: `WITH gone AS (DELETE FROM ${leases} WHERE key = $1 AND owner = $2 RETURNING key),
+left_line AS (DELETE FROM ${waiters} WHERE key = $1 AND owner = $2 RETURNING key)
+SELECT pg_notify($3, ${NOTICE(waiters, '$1', '$2')})
+WHERE EXISTS (SELECT 1 FROM gone)
+   OR (EXISTS (SELECT 1 FROM left_line)
+       AND NOT EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp()))`,
+
+    /**
+     * Lease mode, leave the line only (a grant this owner holds stays). $1 key, $2 owner,
+     * $3 channel. When the key is free, the new head is told.
+     */
+    leaveQueue: `WITH left_line AS (
+  DELETE FROM ${waiters} WHERE key = $1 AND owner = $2 RETURNING key
+)
+SELECT pg_notify($3, ${NOTICE(waiters, '$1', '$2')}) FROM left_line
+WHERE NOT EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp())`,
 
     /** Lease mode, the unexpired holder of $1. */
     inspect: `SELECT owner, token::text AS token, ${REMAINING_MS('expires_at')} AS remaining_ms
@@ -203,6 +272,18 @@ FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp()`,
   SELECT key FROM ${leases} WHERE expires_at <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED
 )
 DELETE FROM ${leases} l USING expired e WHERE l.key = e.key AND l.expires_at <= clock_timestamp()`,
+
+    /**
+     * Lease mode: delete up to $1 entries of the lines whose owners stopped attempting (waiters
+     * that vanished without leaving). Entries the statements of their keys have locked are
+     * skipped.
+     */
+    sweepWaiters: `WITH expired AS (
+  SELECT key, owner FROM ${waiters} WHERE expires_at <= clock_timestamp()
+  LIMIT $1 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM ${waiters} w USING expired e
+WHERE w.key = e.key AND w.owner = e.owner AND w.expires_at <= clock_timestamp()`,
 
     /**
      * Advisory mode, on the dedicated connection: try the session lock, and if it is ours, record
@@ -246,7 +327,7 @@ SELECT (SELECT held FROM lock) AS held, (SELECT count(*) FROM renewed) AS renewe
   DELETE FROM ${holders} WHERE key = $1 AND owner = $2 AND token = $3::int8 RETURNING 1
 )
 SELECT pg_advisory_unlock($4::int8) AS unlocked, (SELECT count(*) FROM gone) AS deleted,
-       pg_notify($5, $1)`,
+       pg_notify($5, '0:' || $1)`,
 
     /**
      * Advisory mode: delete up to $1 holder rows that no session backs any more, left by

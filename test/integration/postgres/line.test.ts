@@ -1,0 +1,139 @@
+/**
+ * PostgreSQL lease mode: waiters stand in a FIFO line per key (`fencelock_waiters`), and a free
+ * key goes to the head of the line. Each client below has its own backend (its own pool and
+ * listener), as separate processes would have. Before the line, a releasing client often took
+ * the key straight back while the woken waiters were still on their way: with 12 clients looping
+ * on one key, some were never granted.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, describe, expect, it } from 'vitest';
+import {
+  createPostgresBackend,
+  QUEUE_ENTRY_TTL_MS,
+} from '../../../packages/fencelock/src/backends/postgres/index.js';
+import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
+import { adminPool, dropSchema, eventually, PG_URL, sleep, uniqueSchema } from './support.js';
+
+const schema = uniqueSchema('line');
+const admin = adminPool();
+const opened: Locker[] = [];
+
+afterAll(async () => {
+  await Promise.all(opened.map((locker) => locker.close()));
+  await dropSchema(admin, schema);
+});
+
+function client(): Locker {
+  const locker = createLocker(createPostgresBackend({ url: PG_URL, schema, poolSize: 2 }));
+  opened.push(locker);
+  return locker;
+}
+
+/** Owners in the line of `key`, head first. */
+async function line(key: string): Promise<string[]> {
+  const { rows } = await admin.query<{ owner: string }>(
+    `SELECT owner FROM "${schema}".fencelock_waiters WHERE key = $1 ORDER BY seq`,
+    [key],
+  );
+  return rows.map((row) => row.owner);
+}
+
+describe('PostgreSQL: a FIFO line of waiters per key', () => {
+  it('12 clients looping on one key: every client granted, turns alternate, never two holders', async () => {
+    const key = `line:loop:${randomUUID()}`;
+    const clients = Array.from({ length: 12 }, client);
+    // Every client connected and listening before the loop starts.
+    await Promise.all(
+      clients.map(async (c) => (await c.acquire(`warm:${randomUUID()}`)).release()),
+    );
+    await sleep(300);
+    const grants: number[] = [];
+    let holders = 0;
+    let overlaps = 0;
+    const endAt = performance.now() + 4_000;
+    await Promise.all(
+      clients.map(async (locker, index) => {
+        while (performance.now() < endAt) {
+          const lease = await locker.acquire(key, { ttlMs: 10_000, waitMs: 20_000 });
+          holders += 1;
+          if (holders > 1) overlaps += 1;
+          grants.push(index);
+          await sleep(2);
+          holders -= 1;
+          expect(await lease.release()).toBe('released');
+        }
+      }),
+    );
+    expect(overlaps).toBe(0);
+    const counts = clients.map((_, index) => grants.filter((g) => g === index).length);
+    expect(Math.min(...counts)).toBeGreaterThan(0);
+    // Share of grants that went to another client than the previous grant.
+    const handoffs = grants.filter((g, i) => i > 0 && g !== grants[i - 1]).length;
+    expect(handoffs / (grants.length - 1)).toBeGreaterThanOrEqual(0.9);
+    expect(await line(key)).toEqual([]);
+  }, 30_000);
+
+  it('a single attempt never joins the line, and does not take a free key from a waiter', async () => {
+    const key = `line:single:${randomUUID()}`;
+    const holder = client();
+    const held = await holder.acquire(key);
+    expect(await client().tryAcquire(key)).toBeNull();
+    expect(await line(key)).toEqual([]);
+    const waiting = client().acquire(key, { waitMs: 10_000 });
+    expect(await eventually(async () => (await line(key)).length === 1)).toBe(true);
+    const backend = createPostgresBackend({ url: PG_URL, schema, notifications: false });
+    try {
+      // The row goes without a notification (an admin delete), so the waiter sleeps on until
+      // its recheck: only the line keeps the free key for it.
+      await admin.query(`DELETE FROM "${schema}".fencelock_leases WHERE key = $1`, [key]);
+      const cutIn = await backend.attempt({
+        key,
+        owner: 'f'.repeat(32),
+        ttlMs: 5_000,
+        mode: 'write',
+        autoRenew: false,
+        willWait: false,
+      });
+      expect(cutIn.granted).toBe(false);
+      const lease = await waiting;
+      expect(lease.fencingToken).toBeGreaterThan(held.fencingToken);
+      expect(await lease.release()).toBe('released');
+    } finally {
+      await backend.close();
+    }
+  });
+
+  it('a waiter that vanished without leaving the line holds it up for its entry TTL at most', async () => {
+    const key = `line:vanished:${randomUUID()}`;
+    const holder = client();
+    const held = await holder.acquire(key);
+    // Joins the line, then never attempts again (a crashed process).
+    const backend = createPostgresBackend({ url: PG_URL, schema, notifications: false });
+    const gone = await backend.attempt({
+      key,
+      owner: 'e'.repeat(32),
+      ttlMs: 5_000,
+      mode: 'write',
+      autoRenew: false,
+      willWait: true,
+    });
+    expect(gone.granted).toBe(false);
+    await backend.close();
+    const waiting = client().acquire(key, { waitMs: 10_000 });
+    expect(await eventually(async () => (await line(key)).length === 2)).toBe(true);
+    const releasedAt = performance.now();
+    await held.release();
+    const lease = await waiting;
+    expect(performance.now() - releasedAt).toBeLessThan(QUEUE_ENTRY_TTL_MS + 1_000);
+    expect(await lease.release()).toBe('released');
+  });
+
+  it('a waiter that gives up leaves the line', async () => {
+    const key = `line:timeout:${randomUUID()}`;
+    const held = await client().acquire(key);
+    await expect(client().acquire(key, { waitMs: 300 })).rejects.toThrow(/timed out/);
+    // The withdrawal runs in the background.
+    expect(await eventually(async () => (await line(key)).length === 0)).toBe(true);
+    expect(await held.release()).toBe('released');
+  });
+});
