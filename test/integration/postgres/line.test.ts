@@ -12,6 +12,7 @@ import {
   QUEUE_ENTRY_TTL_MS,
 } from '../../../packages/fencelock/src/backends/postgres/index.js';
 import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
+import { expectFairTurns, takeTurns } from '../../helpers/turns.js';
 import { adminPool, dropSchema, eventually, PG_URL, sleep, uniqueSchema } from './support.js';
 
 const schema = uniqueSchema('line');
@@ -47,29 +48,13 @@ describe('PostgreSQL: a FIFO line of waiters per key', () => {
       clients.map(async (c) => (await c.acquire(`warm:${randomUUID()}`)).release()),
     );
     await sleep(300);
-    const grants: number[] = [];
-    let holders = 0;
-    let overlaps = 0;
-    const endAt = performance.now() + 4_000;
-    await Promise.all(
-      clients.map(async (locker, index) => {
-        while (performance.now() < endAt) {
-          const lease = await locker.acquire(key, { ttlMs: 10_000, waitMs: 20_000 });
-          holders += 1;
-          if (holders > 1) overlaps += 1;
-          grants.push(index);
-          await sleep(2);
-          holders -= 1;
-          expect(await lease.release()).toBe('released');
-        }
-      }),
-    );
-    expect(overlaps).toBe(0);
-    const counts = clients.map((_, index) => grants.filter((g) => g === index).length);
-    expect(Math.min(...counts)).toBeGreaterThan(0);
-    // Share of grants that went to another client than the previous grant.
-    const handoffs = grants.filter((g, i) => i > 0 && g !== grants[i - 1]).length;
-    expect(handoffs / (grants.length - 1)).toBeGreaterThanOrEqual(0.9);
+    const turns = await takeTurns(clients, key, {
+      durationMs: 4_000,
+      holdMs: 2,
+      ttlMs: 10_000,
+      waitMs: 20_000,
+    });
+    expectFairTurns(turns);
     expect(await line(key)).toEqual([]);
   }, 30_000);
 

@@ -15,6 +15,7 @@ import {
   QUEUE_ENTRY_TTL_MS,
 } from '../../../packages/fencelock/src/backends/sqlite/index.js';
 import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
+import { expectFairTurns, takeTurns } from '../../helpers/turns.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'fencelock-line-'));
 const path = join(dir, 'locks.db');
@@ -52,29 +53,13 @@ describe('SQLite: a FIFO line of waiters per key', () => {
   it('12 clients looping on one key: every client granted, turns alternate, never two holders', async () => {
     const key = `line:loop:${randomUUID()}`;
     const clients = Array.from({ length: 12 }, client);
-    const grants: number[] = [];
-    let holders = 0;
-    let overlaps = 0;
-    const endAt = performance.now() + 3_000;
-    await Promise.all(
-      clients.map(async (locker, index) => {
-        while (performance.now() < endAt) {
-          const lease = await locker.acquire(key, { ttlMs: 5_000, waitMs: 10_000 });
-          holders += 1;
-          if (holders > 1) overlaps += 1;
-          grants.push(index);
-          await sleep(2);
-          holders -= 1;
-          expect(await lease.release()).toBe('released');
-        }
-      }),
-    );
-    expect(overlaps).toBe(0);
-    const counts = clients.map((_, index) => grants.filter((g) => g === index).length);
-    expect(Math.min(...counts)).toBeGreaterThan(0);
-    // Share of grants that went to another client than the previous grant.
-    const handoffs = grants.filter((g, i) => i > 0 && g !== grants[i - 1]).length;
-    expect(handoffs / (grants.length - 1)).toBeGreaterThanOrEqual(0.9);
+    const turns = await takeTurns(clients, key, {
+      durationMs: 3_000,
+      holdMs: 2,
+      ttlMs: 5_000,
+      waitMs: 10_000,
+    });
+    expectFairTurns(turns);
     expect(line(key)).toEqual([]);
   }, 30_000);
 
