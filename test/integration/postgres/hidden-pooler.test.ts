@@ -63,6 +63,25 @@ describe('PostgreSQL lease mode behind a transaction-mode pooler nobody named', 
       await locker.close();
     }
   });
+
+  it('keeps granting when a second client connection prepares the same statement on a server connection that has it', async () => {
+    // Failed before 42P05 was handled: every attempt of the second locker answered "prepared
+    // statement … already exists" (found by a tester).
+    const lockers = [1, 2].map(() =>
+      createLocker(createPostgresBackend({ url: PGBOUNCER_IGNORING_URL, schema, poolSize: 1 })),
+    );
+    try {
+      for (const locker of lockers) {
+        for (let i = 0; i < 5; i++) {
+          const lease = await locker.tryAcquire(`hidden-lease:${randomUUID()}`);
+          expect(lease).not.toBeNull();
+          expect(await lease!.release()).toBe('released');
+        }
+      }
+    } finally {
+      await Promise.all(lockers.map((locker) => locker.close()));
+    }
+  });
 });
 
 describe('PostgreSQL advisory mode behind a transaction-mode pooler that ignores statement_timeout', () => {

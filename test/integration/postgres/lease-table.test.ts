@@ -11,7 +11,8 @@ import {
   createPostgresBackend,
   lockIdOf,
 } from '../../../packages/fencelock/src/backends/postgres/index.js';
-import { createLocker } from '../../../packages/fencelock/src/index.js';
+import { sqlFor } from '../../../packages/fencelock/src/backends/postgres/sql.js';
+import { BackendError, createLocker } from '../../../packages/fencelock/src/index.js';
 import { adminPool, dropSchema, eventually, PG_URL, uniqueSchema } from './support.js';
 
 const schema = uniqueSchema('table');
@@ -198,6 +199,44 @@ describe('PostgreSQL lease table', () => {
     await Promise.all(lockers.map((l) => l.close()));
     await pool.end();
     await admin.query(`DROP SCHEMA IF EXISTS "${other}" CASCADE`);
+  });
+
+  it('a schema of the previous version is brought up to date by a role with CREATE on the schema only; without it, the error says what to grant', async () => {
+    const old = uniqueSchema('upgrade');
+    const role = `fencelock_it_app_${randomUUID().slice(0, 8)}`;
+    // The previous version's objects: the current set-up without the line.
+    const current = sqlFor(old).setup;
+    await admin.query(
+      current.slice(
+        0,
+        current.indexOf('CREATE SEQUENCE IF NOT EXISTS "' + old + '".fencelock_waiter_seq'),
+      ),
+    );
+    await admin.query(`CREATE ROLE ${role} LOGIN;
+      GRANT USAGE ON SCHEMA "${old}" TO ${role};
+      GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "${old}" TO ${role};
+      GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA "${old}" TO ${role};`);
+    const url = new URL(PG_URL);
+    url.username = role;
+    url.searchParams.set('schema', old);
+    try {
+      const refused = createLocker(url.toString());
+      const error = await refused.tryAcquire('upgrade').catch((e: unknown) => e);
+      await refused.close();
+      expect(error).toBeInstanceOf(BackendError);
+      expect((error as Error).message).toMatch(new RegExp(`needs CREATE on schema "${old}"`));
+      // Failed before the set-up left CREATE SCHEMA out for a schema that exists: it needed
+      // CREATE on the database.
+      await admin.query(`GRANT CREATE ON SCHEMA "${old}" TO ${role}`);
+      const locker = createLocker(url.toString());
+      const lease = await locker.tryAcquire('upgrade');
+      expect(lease).not.toBeNull();
+      expect(await lease!.release()).toBe('released');
+      await locker.close();
+    } finally {
+      await admin.query(`DROP SCHEMA "${old}" CASCADE`);
+      await admin.query(`DROP OWNED BY ${role}; DROP ROLE ${role}`);
+    }
   });
 
   it('the lock id of a key is the documented SQL expression over SHA-256', async () => {

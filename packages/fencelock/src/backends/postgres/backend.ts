@@ -100,8 +100,11 @@ export class PostgresBackend implements Backend {
     const listener = this.#db.listener;
     const mark = listener?.mark() ?? -1;
     const [hi, lo] = xactLockPairOf(request.key);
-    // A single attempt never joins the line, so it leaves nothing to withdraw.
-    const queued = request.willWait !== false;
+    // A single attempt never joins the line, so it leaves nothing to withdraw. Nor does a waiter
+    // without notifications: the head would learn of a release only when its backoff sleep
+    // ends, and the key would stay free that long at every hand-off. It still lets the line go
+    // first.
+    const queued = request.willWait !== false && listener !== undefined;
     const { rows } = await this.#db.run('attempt', () =>
       this.#db.queryPrepared<{ token: string | null; remaining_ms: string | null }>(
         this.#db.sql.attempt,
@@ -115,9 +118,7 @@ export class PostgresBackend implements Backend {
     }
     const holder =
       row?.remaining_ms == null ? {} : { holderTtlMs: Math.max(0, Number(row.remaining_ms)) };
-    // Without a listener the core polls, never past its retry backoff (500 ms by default), which
-    // keeps the entry alive too.
-    if (listener === undefined) return { granted: false, queued, ...holder };
+    if (listener === undefined) return { granted: false, ...holder };
     const { key, owner } = request;
     return {
       granted: false,

@@ -59,7 +59,7 @@ export class PostgresConnectionSet {
   /** Behind a transaction-mode pooler: statements run in `#begin` … `COMMIT`. */
   readonly #transactionPooler: boolean;
   readonly #begin: string;
-  /** Set once a prepared statement went missing: a pooler nobody named sits in between. */
+  /** Set once a server connection did not match its prepared statements: a pooler nobody named sits in between. */
   #unnamedOnly = false;
   /** The server's address for errors (`host:port`, never user info). */
   readonly #address: string;
@@ -160,10 +160,10 @@ export class PostgresConnectionSet {
     try {
       return await this.pool.query<R>(prepared(text, values));
     } catch (error) {
-      if (!isMissingPreparedStatement(error)) throw error;
+      if (!isPreparedStatementMismatch(error)) throw error;
       // A transaction-mode pooler the options do not name ran this on a server connection that
-      // never prepared it. Unnamed from now on, as before prepared statements; the statement
-      // is safe to repeat (see `run`).
+      // never prepared it, or one that another client connection prepared it on. Unnamed from
+      // now on; the statement is safe to repeat (see `run`).
       this.#unnamedOnly = true;
       return this.query<R>(text, values);
     }
@@ -227,16 +227,21 @@ export class PostgresConnectionSet {
     this.#setup ??= (async () => {
       const found = await this.query<{ ready: boolean }>(this.sql.ready, [this.sql.waitersTable]);
       if (found.rows[0]?.ready === true) return;
+      const schema = await this.query<{ exists: boolean }>(this.sql.schemaExists, [
+        this.sql.schemaName,
+      ]);
+      const setup = schema.rows[0]?.exists === true ? this.sql.setupInSchema : this.sql.setup;
       try {
-        await this.query(this.sql.setup);
+        await this.query(setup);
       } catch (error) {
+        if (isPermissionDenied(error)) throw withCreateHint(error, this.sql.schemaName);
         // Two processes creating the schema at once: the advisory lock of the set-up serialises
         // them, but waiting on it does not refresh the loser's catalog cache, so its
         // IF NOT EXISTS can miss what the winner just committed and fail as a duplicate (seen
         // behind PgBouncer, where the set-up runs in BEGIN … COMMIT). The objects exist then:
         // a new transaction sees them.
         if (!isDuplicateObject(error)) throw error;
-        await this.query(this.sql.setup);
+        await this.query(setup);
       }
     })().catch((error: unknown) => {
       this.#setup = undefined;
@@ -305,9 +310,29 @@ function isStartupParameterRefusal(error: unknown): boolean {
   return error instanceof Error && /unsupported startup parameter/i.test(error.message);
 }
 
-/** SQLSTATE 26000 (invalid_sql_statement_name): the connection has no statement of that name. */
-function isMissingPreparedStatement(error: unknown): boolean {
-  return (error as { code?: unknown } | null)?.code === '26000';
+/**
+ * What a server connection shared behind a transaction-mode pooler answers a named statement:
+ * SQLSTATE 26000 (invalid_sql_statement_name: not prepared on this server connection) or 42P05
+ * (duplicate_prepared_statement: another client connection prepared it there).
+ */
+function isPreparedStatementMismatch(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === '26000' || code === '42P05';
+}
+
+/** SQLSTATE 42501 (insufficient_privilege). */
+function isPermissionDenied(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === '42501';
+}
+
+/** The set-up's refusal, with the privilege it needs (once) and how to do without it. */
+function withCreateHint(error: unknown, schema: string): Error {
+  return new Error(
+    `${(error as Error).message} (creating fencelock's tables needs CREATE on schema ${schema}, ` +
+      'and on the database when the schema does not exist yet, once: grant it, or run ' +
+      'fencelock once as a user who has it; later runs only use the tables)',
+    { cause: error },
+  );
 }
 
 /** The refusal, with what to change in the store URL. */

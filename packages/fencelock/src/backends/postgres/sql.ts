@@ -80,29 +80,8 @@ export function sqlFor(schema: string) {
   const waiters = `${s}.fencelock_waiters`;
   const waiterSequence = `${s}.fencelock_waiter_seq`;
   const nextToken = `nextval('${s}.fencelock_token_seq')`;
-  return {
-    /** The NOTIFY channel of releases in this schema; the payload is the key. */
-    channel: channelOf(schema),
-
-    /**
-     * $1: qualified table name. True when the schema's tables exist (asked of the newest one,
-     * `waitersTable`, so that a schema of an earlier version gets it added).
-     */
-    ready: `SELECT to_regclass($1) IS NOT NULL AS ready`,
-    leasesTable: `${s}.fencelock_leases`,
-    waitersTable: waiters,
-
-    /**
-     * Create what is missing, serialised by a transaction-level advisory lock so that two
-     * processes starting at once do not race on the catalog. One round trip, no parameters: the
-     * statements of one simple query run as one implicit transaction, rolled back whole on error
-     * (no explicit BEGIN, which would leave a pooled connection in an aborted transaction).
-     * The token sequence is shared by every key of the schema: a key's tokens strictly increase
-     * but are not consecutive. `CACHE 1` (the default) keeps the order of `nextval` calls.
-     */
-    setup: `SELECT pg_advisory_xact_lock(1717920355, 0);
-CREATE SCHEMA IF NOT EXISTS ${s};
-CREATE SEQUENCE IF NOT EXISTS ${sequence} AS bigint CACHE 1;
+  /** The sequences, tables and index of a schema, each created if missing. */
+  const objects = `CREATE SEQUENCE IF NOT EXISTS ${sequence} AS bigint CACHE 1;
 CREATE TABLE IF NOT EXISTS ${leases} (
   key        text PRIMARY KEY,
   owner      text NOT NULL,
@@ -124,7 +103,40 @@ CREATE TABLE IF NOT EXISTS ${waiters} (
   expires_at timestamptz NOT NULL,  -- the entry's end unless its owner attempts again
   PRIMARY KEY (key, owner)
 );
-CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON ${waiters} (key, seq);`,
+CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON ${waiters} (key, seq);`;
+  return {
+    /** The NOTIFY channel of releases in this schema; the payload is the key. */
+    channel: channelOf(schema),
+
+    /**
+     * $1: qualified table name. True when the schema's tables exist (asked of the newest one,
+     * `waitersTable`, so that a schema of an earlier version gets it added).
+     */
+    ready: `SELECT to_regclass($1) IS NOT NULL AS ready`,
+    /** True when the schema exists: the set-up then creates only what is missing inside it. */
+    schemaExists: `SELECT to_regnamespace($1) IS NOT NULL AS exists`,
+    schemaName: s,
+    leasesTable: `${s}.fencelock_leases`,
+    waitersTable: waiters,
+
+    /**
+     * Create what is missing, serialised by a transaction-level advisory lock so that two
+     * processes starting at once do not race on the catalog. One round trip, no parameters: the
+     * statements of one simple query run as one implicit transaction, rolled back whole on error
+     * (no explicit BEGIN, which would leave a pooled connection in an aborted transaction).
+     * The token sequence is shared by every key of the schema: a key's tokens strictly increase
+     * but are not consecutive. `CACHE 1` (the default) keeps the order of `nextval` calls.
+     */
+    setup: `SELECT pg_advisory_xact_lock(1717920355, 0);
+CREATE SCHEMA IF NOT EXISTS ${s};
+${objects}`,
+    /**
+     * The set-up of a schema that exists (one of an earlier version, or made ahead by an
+     * administrator): `CREATE SCHEMA IF NOT EXISTS` would need CREATE on the database even then;
+     * the objects need CREATE on the schema only.
+     */
+    setupInSchema: `SELECT pg_advisory_xact_lock(1717920355, 0);
+${objects}`,
 
     /**
      * Lease mode, grant or report. $1 key, $2 owner, $3 ttlMs, $4/$5 the key's xact-lock pair,

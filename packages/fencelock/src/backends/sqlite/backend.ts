@@ -11,9 +11,9 @@
  * line): a free key goes to the head of the line, and an entry lives `QUEUE_ENTRY_TTL_MS` past
  * its owner's latest attempt, so a waiter that vanished blocks the line that long at most.
  * SQLite has no change notification; a waiter watches the file's `PRAGMA data_version` (a
- * counter that moves when another connection commits) every `WATCH_INTERVAL_MS`, reads the key
- * only when it moved, and attempts again only once the key is free and it is first in line (no
- * herd).
+ * counter that moves when another connection commits), reads the key only when it moved, and
+ * attempts again only once the key is free and it is first in line (no herd). How often it
+ * reads depends on its place in the line and on how long nothing changed (`watchIntervalMs`).
  *
  * One host only: SQLite's locking is unreliable on network file systems, and the lease clock is
  * the host's.
@@ -109,8 +109,17 @@ export const QUEUE_ENTRY_TTL_MS = 2_000;
  */
 const RECHECK_MS = 500;
 
-/** How often a waiter reads the file's `data_version`, ms. */
-const WATCH_INTERVAL_MS = 2;
+/**
+ * How long a waiter sleeps before it reads the file's `data_version` again, ms: 2 ms × (its
+ * place in the line + 1) after a change, doubled for each of up to 3 unchanged reads, at most
+ * 50 ms. The head sees a release within 2 ms while the key changes hands, and within 16 ms after
+ * a long hold (about 60 reads a second); a waiter further back, which cannot go before those
+ * ahead of it were granted, reads less often the further back it stands (64 waiters read about
+ * 2,400 times a second in all, not 32,000).
+ */
+function watchIntervalMs(placeInLine: number, unchangedReads: number): number {
+  return Math.min(50, 2 * (placeInLine + 1) * 2 ** Math.min(unchangedReads, 3));
+}
 
 interface LeaseRow {
   owner: string;
@@ -189,8 +198,8 @@ export class SqliteBackend implements Backend {
   readonly #abandon: (request: AttemptRequest) => void;
   readonly #leaveQueue: (request: AttemptRequest) => void;
   readonly #inspect: (key: string) => LockInfo;
-  /** Whether `owner` may go now: the key is free and no live entry is ahead of it. */
-  readonly #mayGo: (key: string, owner: string) => boolean;
+  /** Whether the key is held, and how many live entries of its line are ahead of `owner`. */
+  readonly #standing: (key: string, owner: string) => { held: boolean; ahead: number };
   /** The file's change counter: commits of other connections move it. */
   readonly #dataVersion: () => bigint;
   /** Commits of this connection that can let a waiter in (they do not move `data_version`). */
@@ -250,10 +259,14 @@ export class SqliteBackend implements Backend {
     const dequeue = db.prepare<[string, string]>(
       `DELETE FROM fencelock_waiters WHERE key = ? AND owner = ?`,
     );
-    const mayGo = db.prepare<{ key: string; owner: string }, { go: bigint }>(
-      `SELECT NOT EXISTS (SELECT 1 FROM fencelock_leases WHERE key = $key AND expires_at > ${NOW})
-          AND coalesce((SELECT owner FROM fencelock_waiters WHERE key = $key AND expires_at > ${NOW}
-                        ORDER BY seq LIMIT 1), $owner) = $owner AS go`,
+    // Live entries ahead of the owner's (all of them when it has none: it would join the tail).
+    const standing = db.prepare<{ key: string; owner: string }, { held: bigint; ahead: bigint }>(
+      `SELECT EXISTS (SELECT 1 FROM fencelock_leases WHERE key = $key AND expires_at > ${NOW}) AS held,
+              (SELECT count(*) FROM fencelock_waiters
+               WHERE key = $key AND expires_at > ${NOW} AND owner <> $owner
+                 AND seq < coalesce((SELECT seq FROM fencelock_waiters
+                                     WHERE key = $key AND owner = $owner AND expires_at > ${NOW}),
+                                    9223372036854775807)) AS ahead`,
     );
     const dataVersion = db.prepare('PRAGMA data_version').pluck();
 
@@ -340,7 +353,10 @@ export class SqliteBackend implements Backend {
     this.#leaveQueue = (request: AttemptRequest): void => {
       dequeue.run(request.key, request.owner);
     };
-    this.#mayGo = (key, owner) => mayGo.get({ key, owner })!.go === 1n;
+    this.#standing = (key, owner) => {
+      const row = standing.get({ key, owner })!;
+      return { held: row.held === 1n, ahead: Number(row.ahead) };
+    };
     this.#dataVersion = () => dataVersion.get() as bigint;
 
     this.#inspect = (key: string): LockInfo => {
@@ -398,6 +414,8 @@ export class SqliteBackend implements Backend {
       if (signal.aborted) return resolve();
       const giveUpAt = performance.now() + maxMs;
       let seen: [bigint, number] | undefined;
+      let placeInLine = 0;
+      let unchangedReads = 0;
       let timer: NodeJS.Timeout | undefined;
       const done = () => {
         clearTimeout(timer);
@@ -411,14 +429,19 @@ export class SqliteBackend implements Backend {
           const version = this.#dataVersion();
           if (seen === undefined || version !== seen[0] || this.#localChanges !== seen[1]) {
             seen = [version, this.#localChanges];
-            if (this.#mayGo(key, owner)) return done();
+            unchangedReads = 0;
+            const { held, ahead } = this.#standing(key, owner);
+            if (!held && ahead === 0) return done();
+            placeInLine = ahead;
+          } else {
+            unchangedReads += 1;
           }
         } catch {
           timer = setTimeout(done, Math.max(0, leftMs));
           return;
         }
         if (leftMs <= 0) return done();
-        timer = setTimeout(check, Math.min(WATCH_INTERVAL_MS, leftMs));
+        timer = setTimeout(check, Math.min(watchIntervalMs(placeInLine, unchangedReads), leftMs));
       };
       signal.addEventListener('abort', done, { once: true });
       check();
