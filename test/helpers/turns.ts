@@ -6,7 +6,7 @@
  * reports it).
  */
 import { expect } from 'vitest';
-import type { Locker } from '../../packages/fencelock/src/index.js';
+import type { AttemptRequest, Locker } from '../../packages/fencelock/src/index.js';
 
 export interface Turns {
   /** Grants in order, as the index of the client granted. */
@@ -60,4 +60,20 @@ export function expectFairTurns(turns: Turns): void {
   expect(turns.failedReleases).toBe(0);
   expect(Math.min(...turns.perClient)).toBeGreaterThan(0);
   expect(turns.fairness).toBeGreaterThanOrEqual(0.9);
+}
+
+/**
+ * A backend attempt on `key` by a made-up owner (32 times `ownerDigit`), straight to the engine:
+ * `waiting` true joins the key's line (and, never attempting again, stands for a crashed
+ * waiter), false is a single attempt (`tryAcquire`).
+ */
+export function lineAttempt(key: string, ownerDigit: string, waiting: boolean): AttemptRequest {
+  return {
+    key,
+    owner: ownerDigit.repeat(32),
+    ttlMs: 5_000,
+    mode: 'write',
+    autoRenew: false,
+    willWait: waiting,
+  };
 }

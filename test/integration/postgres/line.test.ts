@@ -12,7 +12,7 @@ import {
   QUEUE_ENTRY_TTL_MS,
 } from '../../../packages/fencelock/src/backends/postgres/index.js';
 import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
-import { expectFairTurns, takeTurns } from '../../helpers/turns.js';
+import { expectFairTurns, lineAttempt, takeTurns } from '../../helpers/turns.js';
 import { adminPool, dropSchema, eventually, PG_URL, sleep, uniqueSchema } from './support.js';
 
 const schema = uniqueSchema('line');
@@ -71,14 +71,7 @@ describe('PostgreSQL: a FIFO line of waiters per key', () => {
       // The row goes without a notification (an admin delete), so the waiter sleeps on until
       // its recheck: only the line keeps the free key for it.
       await admin.query(`DELETE FROM "${schema}".fencelock_leases WHERE key = $1`, [key]);
-      const cutIn = await backend.attempt({
-        key,
-        owner: 'f'.repeat(32),
-        ttlMs: 5_000,
-        mode: 'write',
-        autoRenew: false,
-        willWait: false,
-      });
+      const cutIn = await backend.attempt(lineAttempt(key, 'f', false));
       expect(cutIn.granted).toBe(false);
       const lease = await waiting;
       expect(lease.fencingToken).toBeGreaterThan(held.fencingToken);
@@ -94,14 +87,7 @@ describe('PostgreSQL: a FIFO line of waiters per key', () => {
     const held = await holder.acquire(key);
     // Joins the line, then never attempts again (a crashed process).
     const backend = createPostgresBackend({ url: PG_URL, schema });
-    const gone = await backend.attempt({
-      key,
-      owner: 'e'.repeat(32),
-      ttlMs: 5_000,
-      mode: 'write',
-      autoRenew: false,
-      willWait: true,
-    });
+    const gone = await backend.attempt(lineAttempt(key, 'e', true));
     expect(gone.granted).toBe(false);
     await backend.close();
     const waiting = client().acquire(key, { waitMs: 10_000 });

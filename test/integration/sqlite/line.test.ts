@@ -15,7 +15,7 @@ import {
   QUEUE_ENTRY_TTL_MS,
 } from '../../../packages/fencelock/src/backends/sqlite/index.js';
 import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
-import { expectFairTurns, takeTurns } from '../../helpers/turns.js';
+import { expectFairTurns, lineAttempt, takeTurns } from '../../helpers/turns.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'fencelock-line-'));
 const path = join(dir, 'locks.db');
@@ -101,14 +101,7 @@ describe('SQLite: a FIFO line of waiters per key', () => {
       // Release through the backend: the waiter's watch has not run yet when the next attempt
       // comes, so only the line keeps the key for it.
       await held.release();
-      const cutIn = await backend.attempt({
-        key,
-        owner: 'f'.repeat(32),
-        ttlMs: 5_000,
-        mode: 'write',
-        autoRenew: false,
-        willWait: false,
-      });
+      const cutIn = await backend.attempt(lineAttempt(key, 'f', false));
       expect(cutIn.granted).toBe(false);
       const lease = await waiting;
       expect(await lease.release()).toBe('released');
@@ -123,14 +116,7 @@ describe('SQLite: a FIFO line of waiters per key', () => {
     const holder = client();
     const held = await holder.acquire(key);
     // Joins the line, then never attempts again (a crashed process).
-    const gone = await backend.attempt({
-      key,
-      owner: 'e'.repeat(32),
-      ttlMs: 5_000,
-      mode: 'write',
-      autoRenew: false,
-      willWait: true,
-    });
+    const gone = await backend.attempt(lineAttempt(key, 'e', true));
     expect(gone.granted).toBe(false);
     await backend.close();
     const waiter = client();

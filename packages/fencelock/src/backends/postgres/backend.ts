@@ -32,6 +32,7 @@ import type {
 } from '../../core/backend.js';
 import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
 import { MAX_TIMER_MS } from '../../options.js';
+import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
 import { xactLockPairOf } from './sql.js';
 import { Sweeper } from './sweeper.js';
@@ -43,18 +44,6 @@ const RENEW_BATCH_LIMIT = 1_000;
 const SWEEP_INTERVAL_MS = 60_000;
 /** Most rows one sweep statement deletes; a full batch is followed at once by another. */
 const SWEEP_BATCH = 1_000;
-
-/**
- * How long a waiter's entry in a key's line lives after its owner's latest attempt, ms (as the
- * Redis backend's): a waiter that vanished without leaving blocks the line this long at most.
- */
-export const QUEUE_ENTRY_TTL_MS = 2_000;
-
-/**
- * Longest wait before a waiter attempts again, ms: refreshes its entry well within
- * `QUEUE_ENTRY_TTL_MS`, and bounds the delay a lost notification can cause.
- */
-const RECHECK_MS = 500;
 
 /** The lease-table backend. Build it with `createPostgresBackend`. */
 export class PostgresBackend implements Backend {
@@ -125,7 +114,7 @@ export class PostgresBackend implements Backend {
       queued,
       ...holder,
       // Waiters attempt at least this often, which keeps their line entries alive.
-      recheckAfterMs: RECHECK_MS,
+      recheckAfterMs: LINE_RECHECK_MS,
       waitForChange: (signal, maxMs) => listener.wait(key, owner, mark, signal, maxMs),
     };
   }
@@ -240,3 +229,5 @@ const MAX_INT8 = (1n << 63n) - 1n;
 function tokenParameter(token: bigint): string {
   return token > MAX_INT8 ? '-1' : token.toString();
 }
+
+export { QUEUE_ENTRY_TTL_MS };

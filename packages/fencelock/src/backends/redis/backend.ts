@@ -13,8 +13,8 @@
  * waiter (no herd, and the releaser cannot re-grab the key ahead of the line). Line entries
  * expire `QUEUE_ENTRY_TTL_MS` after their owner's latest attempt (a waiter that vanished blocks
  * the others that long at most); a waiter that gives up is taken out at once. Pub/sub is lossy,
- * so the core also polls, every `RECHECK_MS` at most. With `notifications: false` waiters still
- * stand in line and only poll (every `RECHECK_MS` at most), so that polling and notified
+ * so the core also polls, every `LINE_RECHECK_MS` at most. With `notifications: false` waiters still
+ * stand in line and only poll (every `LINE_RECHECK_MS` at most), so that polling and notified
  * waiters of one key are served in one order.
  *
  * Failover caveat (the Redis documentation, "Distributed locks with Redis"): replication is
@@ -38,6 +38,7 @@ import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js
 import { sleep } from '../../core/retry.js';
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
+import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { isClusterClient, RedisConnection } from './connection.js';
 import { composeToken, counterOf, type FailoverEpoch } from './failover-epoch.js';
 import { fenceTtlMs } from './fence-counter.js';
@@ -81,18 +82,6 @@ export interface RedisBackendOptions {
 
 /** Most renewals sent in one script call (one round trip). */
 const RENEW_BATCH_LIMIT = 1_000;
-
-/**
- * How long a waiter's entry in a key's line lives after its owner's latest attempt, ms: a waiter
- * that vanished without withdrawing (a crashed process) blocks the line this long at most.
- */
-export const QUEUE_ENTRY_TTL_MS = 2_000;
-
-/**
- * Longest wait on a release notification before attempting again, ms: refreshes the waiter's
- * line entry well within `QUEUE_ENTRY_TTL_MS`, and bounds the delay a lost message can cause.
- */
-const RECHECK_MS = 500;
 
 /** The Redis backend. Build it with `createRedisBackend`. */
 export class RedisBackend implements Backend {
@@ -232,7 +221,7 @@ export class RedisBackend implements Backend {
       granted: false,
       holderTtlMs,
       // Waiters attempt at least this often, which keeps their line entries alive.
-      recheckAfterMs: RECHECK_MS,
+      recheckAfterMs: LINE_RECHECK_MS,
       // A single attempt never joins the line, so it leaves nothing to withdraw.
       queued: queue,
       // Without notifications a waiter still stands in line; it only polls.
@@ -399,3 +388,5 @@ function renewResultOf(code: 1 | 0 | -1, ttlMs: number): RenewResult {
   if (code === 1) return { ok: true, ttlMs };
   return { ok: false, reason: code === 0 ? 'not-held' : 'not-owner' };
 }
+
+export { QUEUE_ENTRY_TTL_MS };

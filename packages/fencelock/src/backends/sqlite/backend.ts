@@ -33,6 +33,7 @@ import type {
 } from '../../core/backend.js';
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
+import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import type { SqliteUrlConfig } from './url.js';
 
 /** Engine time in ms. */
@@ -96,18 +97,6 @@ CREATE VIEW IF NOT EXISTS fencelock_fences (key, last_token) AS SELECT NULL, NUL
  * deletes every expired row at once.
  */
 const SWEEP_LIMIT = 100;
-
-/**
- * How long a waiter's entry in a key's line lives after its owner's latest attempt, ms (as the
- * Redis backend's): a waiter that vanished without withdrawing blocks the line this long at most.
- */
-export const QUEUE_ENTRY_TTL_MS = 2_000;
-
-/**
- * Longest wait before a waiter attempts again, ms: refreshes its entry well within
- * `QUEUE_ENTRY_TTL_MS`.
- */
-const RECHECK_MS = 500;
 
 /**
  * How long a waiter sleeps before it reads the file's `data_version` again, ms: 2 ms × (its
@@ -281,7 +270,7 @@ export class SqliteBackend implements Backend {
         granted: false,
         holderTtlMs: Math.max(0, Number(holderTtlMs)),
         queued,
-        recheckAfterMs: RECHECK_MS,
+        recheckAfterMs: LINE_RECHECK_MS,
         waitForChange: (signal, maxMs) => this.#watch(key, owner, signal, maxMs),
       };
     };
@@ -472,3 +461,5 @@ export class SqliteBackend implements Backend {
     }
   }
 }
+
+export { QUEUE_ENTRY_TTL_MS };
