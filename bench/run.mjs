@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // `npm run bench`: fencelock next to its peers and the raw engine, side by side in one run
-// (issue 7). Usage:
+// (issues 7 and 20). Usage:
 //   node bench/run.mjs [--quick] [--only <store|contender>[,…]] [--runs N]
 //                      [--workload uncontended|contended|many|partial[,…]] [--out DIR] [--profile]
 // Writes bench/results/<YYYY-MM-DD>.json, .md and .svg (a --quick or partial run writes to a
@@ -34,7 +34,7 @@ import {
   uncontended,
 } from './lib/workloads.mjs';
 
-/** The full run: every workload of issue 7, 3 runs each, about 20 minutes on 2 shared cores. */
+/** The full run: every workload, 3 runs each, about 20 minutes on 2 shared cores. */
 const FULL = {
   runs: 3,
   holdMs: 1,
@@ -182,7 +182,7 @@ export async function main(argv) {
   process.once('SIGTERM', onSignal);
 
   const results = { uncontended: {}, contended: {}, many: {}, partial: {} };
-  const rtt = { redisMs: [] };
+  const rtt = { redisMs: [], postgresMs: [] };
   const failures = [];
   const record = (bucket, key, value) => {
     results[bucket][key] ??= [];
@@ -233,6 +233,9 @@ export async function main(argv) {
       for (let run = 1; run <= plan.runs; run++) {
         if (stores.includes('redis') && !unavailable.has('redis')) {
           rtt.redisMs.push(await redisRoundTrip(endpoints.redis));
+        }
+        if (stores.includes('postgres') && !unavailable.has('postgres')) {
+          rtt.postgresMs.push(await postgresRoundTrip(endpoints.postgres));
         }
         for (const c of inWorkload('contended')) {
           const levels = plan.contended.clients;
@@ -315,7 +318,10 @@ export async function main(argv) {
     );
   if (reused) {
     for (const w of reusedWorkloads) results[w] = reused.runs[w] ?? {};
-    if (!workloads.includes('contended')) rtt.redisMs = reused.rtt?.redisMs ?? [];
+    if (!workloads.includes('contended')) {
+      rtt.redisMs = reused.rtt?.redisMs ?? [];
+      rtt.postgresMs = reused.rtt?.postgresMs ?? [];
+    }
     failures.unshift(
       ...reused.failures.filter((f) => reusedWorkloads.includes(failureWorkload(f.what))),
     );
@@ -385,6 +391,19 @@ async function redisRoundTrip(endpoint) {
     return await roundTripMs(() => client.ping());
   } finally {
     client.disconnect();
+  }
+}
+
+/** One `SELECT 1` round trip to PostgreSQL (median of roundTripMs's samples), ms. */
+async function postgresRoundTrip(endpoint) {
+  const { default: pg } = await import('pg');
+  const client = new pg.Client({ ...endpoint, database: 'fencelock' });
+  await client.connect();
+  try {
+    await client.query('SELECT 1');
+    return await roundTripMs(() => client.query('SELECT 1'));
+  } finally {
+    await client.end();
   }
 }
 

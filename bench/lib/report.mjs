@@ -1,5 +1,5 @@
 // The report of a bench run: the JSON (every run, medians and spreads), the markdown tables, the
-// issue-7 targets as ratios measured in this run, and an SVG chart of throughput and latency.
+// targets (issues 7 and 20) as ratios measured in this run, and an SVG chart of throughput and latency.
 import { foldRuns, round } from './stats.mjs';
 
 const STORE_TITLES = {
@@ -96,13 +96,22 @@ function targetsOf(summary, raw) {
       value,
       limit,
       met: measurable ? value <= limit : null,
-      ...(measurable && value > limit ? { missedByPct: ((value - limit) / limit) * 100 } : {}),
+      ...(measurable && value > limit && limit > 0
+        ? { missedByPct: ((value - limit) / limit) * 100 }
+        : {}),
       ...extra,
     });
   };
   const levels = raw.plan.uncontended.levels;
-  const redisPeers = ['redis/node-redlock', 'redis/sesame-redlock', 'redis/redis-semaphore'];
+  const clientCounts = raw.plan.contended.clients;
+  const bestOf = (ids, value) =>
+    ids
+      .map((p) => [p, value(p)])
+      .filter(([, v]) => Number.isFinite(v))
+      .sort((a, b) => b[1] - a[1])[0];
 
+  // Redis: at the raw ceiling and not below any peer, uncontended.
+  const redisPeers = ['redis/node-redlock', 'redis/sesame-redlock', 'redis/redis-semaphore'];
   for (const c of levels) {
     ratioTarget(
       `redis-raw-c${c}`,
@@ -111,8 +120,7 @@ function targetsOf(summary, raw) {
       un('redis/raw', c),
       0.95,
     );
-    const peers = redisPeers.map((p) => [p, un(p, c)]).filter(([, v]) => Number.isFinite(v));
-    const best = peers.sort((a, b) => b[1] - a[1])[0];
+    const best = bestOf(redisPeers, (p) => un(p, c));
     ratioTarget(
       `redis-peers-c${c}`,
       `Redis uncontended c=${c}: not below any peer`,
@@ -123,45 +131,57 @@ function targetsOf(summary, raw) {
     );
   }
 
-  const rttMs = median(raw.rtt.redisMs);
-  const hold = co('redis/fencelock', 16, 'holdP50Ms');
-  const gap = co('redis/fencelock', 16, 'gapP50Ms');
-  const ideal = 1000 / (hold + rttMs);
-  ratioTarget(
-    'redis-contended-ideal',
-    'Redis contended, 16 clients: grants/s ≥ 0.8× ideal 1 / (hold + one round trip)',
-    co('redis/fencelock', 16),
-    ideal,
-    0.8,
-    { holdP50Ms: hold, rttMs },
-  );
-  limitTarget(
-    'redis-contended-gap',
-    'Redis contended, 16 clients: handoff gap p50 ≤ 0.5 ms',
-    gap,
-    0.5,
-  );
-  limitTarget(
-    'redis-contended-wait',
-    'Redis contended, 16 clients: wait p99 ≤ 2 × N × (hold + gap)',
-    co('redis/fencelock', 16, 'waitP99Ms'),
-    2 * 16 * (hold + gap),
-  );
+  // Redis contended: near the ideal, a one-hop handoff, fair, and a bounded wait.
+  const redisRttMs = median(raw.rtt.redisMs);
+  for (const n of clientCounts) {
+    const hold = co('redis/fencelock', n, 'holdP50Ms');
+    const gap = co('redis/fencelock', n, 'gapP50Ms');
+    ratioTarget(
+      `redis-contended-ideal-${n}`,
+      `Redis contended, ${n} clients: grants/s ≥ 0.8× ideal 1 / (hold + one round trip)`,
+      co('redis/fencelock', n),
+      1000 / (hold + redisRttMs),
+      0.8,
+      { holdP50Ms: hold, rttMs: redisRttMs },
+    );
+    limitTarget(
+      `redis-contended-gap-${n}`,
+      `Redis contended, ${n} clients: handoff gap p50 ≤ 0.5 ms`,
+      gap,
+      0.5,
+    );
+    limitTarget(
+      `redis-contended-wait-${n}`,
+      `Redis contended, ${n} clients: wait p99 ≤ 2 × N × (hold + gap)`,
+      co('redis/fencelock', n, 'waitP99Ms'),
+      2 * n * (hold + gap),
+    );
+    ratioTarget(
+      `redis-contended-fairness-${n}`,
+      `Redis contended, ${n} clients: fairness ≥ 0.95`,
+      co('redis/fencelock', n, 'fairness'),
+      1,
+      0.95,
+    );
+  }
 
-  ratioTarget(
-    'redlock-node-redlock',
-    'Redlock (5 nodes) uncontended c=16: ≥ 1.2× node-redlock',
-    un('redlock/fencelock', 16),
-    un('redlock/node-redlock', 16),
-    1.2,
-  );
-  ratioTarget(
-    'redlock-redlockmutex',
-    'Redlock (5 nodes) uncontended c=16: ≥ 1.2× redis-semaphore RedlockMutex',
-    un('redlock/fencelock', 16),
-    un('redlock/redis-semaphore', 16),
-    1.2,
-  );
+  // Redlock: ahead of every peer uncontended, and granting with a partial quorum.
+  const redlockPeers = [
+    'redlock/node-redlock',
+    'redlock/sesame-redlock',
+    'redlock/redis-semaphore',
+  ];
+  for (const c of levels) {
+    const best = bestOf(redlockPeers, (p) => un(p, c));
+    ratioTarget(
+      `redlock-peers-c${c}`,
+      `Redlock (5 nodes) uncontended c=${c}: ≥ 1.1× the best peer`,
+      un('redlock/fencelock', c),
+      best?.[1],
+      1.1,
+      { peer: best?.[0] },
+    );
+  }
   const partialRuns = summary.partial['redlock/fencelock']?.runs ?? [];
   const partialGrants = partialRuns.map((r) => r?.grants ?? 0);
   targets.push({
@@ -177,51 +197,58 @@ function targetsOf(summary, raw) {
     met: partialGrants.length > 0 ? partialGrants.every((g) => g > 0) : null,
   });
 
-  for (const c of [1, 16].filter((l) => levels.includes(l))) {
+  // Uncontended against the raw engine or Curator, per store and level.
+  const uncontendedRatios = [
+    ['zookeeper', 'zookeeper/curator', 'Curator InterProcessMutex', 1.2],
+    ['postgres', 'postgres/raw', 'the raw ceiling', 0.8],
+    ['etcd', 'etcd/raw', 'the raw ceiling', 0.9],
+  ];
+  for (const [store, reference, name, threshold] of uncontendedRatios) {
+    for (const c of levels) {
+      ratioTarget(
+        `${store}-c${c}`,
+        `${STORE_TITLES[store]} uncontended c=${c}: ≥ ${threshold}× ${name}`,
+        un(`${store}/fencelock`, c),
+        un(reference, c),
+        threshold,
+      );
+    }
+  }
+
+  // Contended on every engine: nobody starved, fair; PostgreSQL near its ideal.
+  const pgRttMs = median(raw.rtt.postgresMs ?? []);
+  for (const n of clientCounts) {
+    for (const store of Object.keys(STORE_TITLES)) {
+      const id = `${store}/fencelock`;
+      const starved = co(id, n, 'clientsWithoutGrant');
+      if (!Number.isFinite(starved) && !Number.isFinite(co(id, n))) continue;
+      limitTarget(
+        `${store}-contended-starved-${n}`,
+        `${STORE_TITLES[store]} contended, ${n} clients: no client starved`,
+        starved,
+        0,
+        { count: true },
+      );
+      ratioTarget(
+        `${store}-contended-fairness-${n}`,
+        `${STORE_TITLES[store]} contended, ${n} clients: fairness ≥ 0.9`,
+        co(id, n, 'fairness'),
+        1,
+        0.9,
+      );
+    }
+    const pgHold = co('postgres/fencelock', n, 'holdP50Ms');
     ratioTarget(
-      `etcd-c${c}`,
-      `etcd uncontended c=${c}: ≥ 3× the etcd3 package's Lock`,
-      un('etcd/fencelock', c),
-      un('etcd/etcd3-lock', c),
-      3,
+      `postgres-contended-ideal-${n}`,
+      `PostgreSQL contended, ${n} clients: grants/s ≥ 0.5× ideal 1 / (hold + one round trip)`,
+      co('postgres/fencelock', n),
+      1000 / (pgHold + pgRttMs),
+      0.5,
+      { holdP50Ms: pgHold, rttMs: pgRttMs },
     );
   }
-  const etcd3Contended = Math.max(
-    co('etcd/etcd3-lock', 16) ?? Number.NaN,
-    co('etcd/etcd3-lock:tuned', 16) ?? Number.NaN,
-  );
-  ratioTarget(
-    'etcd-contended',
-    'etcd contended, 16 clients: ≥ 3× the etcd3 Lock with a retry loop (its better setting)',
-    co('etcd/fencelock', 16),
-    etcd3Contended,
-    3,
-  );
 
-  for (const c of [1, 16].filter((l) => levels.includes(l))) {
-    ratioTarget(
-      `zk-c${c}`,
-      `ZooKeeper uncontended c=${c}: ≥ 1.2× Curator InterProcessMutex`,
-      un('zookeeper/fencelock', c),
-      un('zookeeper/curator', c),
-      1.2,
-    );
-  }
-  ratioTarget(
-    'zk-contended',
-    'ZooKeeper contended, 16 clients: grants/s ≥ 1.2× Curator',
-    co('zookeeper/fencelock', 16),
-    co('zookeeper/curator', 16),
-    1.2,
-  );
-  ratioTarget(
-    'zk-contended-gap',
-    'ZooKeeper contended, 16 clients: handoff gap p50 1.2× shorter than Curator’s',
-    co('zookeeper/curator', 16, 'gapP50Ms'),
-    co('zookeeper/fencelock', 16, 'gapP50Ms'),
-    1.2,
-  );
-
+  // Many leases held: renewals batched, memory and CPU bounded (Redis), none lost anywhere.
   const many = (id, field) => med('many', id, field);
   const leases = raw.plan.many.count;
   const perLeaseRate = leases / (raw.plan.many.ttlMs / 3 / 1000);
@@ -236,16 +263,31 @@ function targetsOf(summary, raw) {
   });
   limitTarget(
     'many-memory',
-    `${leases} held leases (Redis): memory growth ≤ 50 MB (RSS, before acquiring → end of hold)`,
+    `${leases} held leases (Redis): RSS growth ≤ 50 MB (before acquiring → end of hold)`,
     many('redis/fencelock', 'rssGrowthMb'),
     50,
   );
   limitTarget(
-    'many-cpu',
-    `${leases} held leases (Redis): under 10 % of one core`,
-    many('redis/fencelock', 'cpuPctOfCore'),
-    10,
+    'many-heap',
+    `${leases} held leases (Redis): heap growth ≤ 15 MB`,
+    many('redis/fencelock', 'heapGrowthMb'),
+    15,
   );
+  limitTarget(
+    'many-cpu',
+    `${leases} held leases (Redis): under 5 % of one core`,
+    many('redis/fencelock', 'cpuPctOfCore'),
+    5,
+  );
+  for (const store of ['redis', 'etcd', 'zookeeper']) {
+    limitTarget(
+      `many-lost-${store}`,
+      `${leases} held leases, ${STORE_TITLES[store]}: none lost`,
+      many(`${store}/fencelock`, 'lost'),
+      0,
+      { count: true },
+    );
+  }
   return targets;
 }
 
@@ -287,12 +329,12 @@ function targetRow(t) {
   let measured;
   if (t.ratio !== undefined) {
     measured = `${t.ratio === null ? '–' : `${t.ratio.toFixed(2)}×`} (${int(t.fencelock)} vs ${int(t.reference)}${t.peer ? `, ${t.peer}` : ''})`;
-    if (t.id === 'redis-contended-ideal')
+    if (t.rttMs !== undefined)
       measured += `; hold p50 ${ms(t.holdP50Ms)} ms, RTT ${ms(t.rttMs)} ms`;
-    if (t.id === 'zk-contended-gap')
-      measured = `${t.ratio === null ? '–' : `${t.ratio.toFixed(2)}×`} (Curator ${ms(t.fencelock)} ms vs fencelock ${ms(t.reference)} ms)`;
+    if (t.id.includes('-fairness-')) measured = t.ratio === null ? '–' : t.ratio.toFixed(2);
   } else if (t.limit !== undefined) {
-    measured = `${ms(t.value)} (limit ${ms(t.limit)})`;
+    const format = t.count ? int : ms;
+    measured = `${format(t.value)} (limit ${format(t.limit)})`;
   } else if (t.id === 'many-batched') {
     measured = `${int(t.value)} renew commands/s for ${int(t.perLeaseRate)} lease renewals/s (${t.commandsPerLeasePerRenewal?.toFixed(2)} per lease)`;
     if (t.met === false) t.missedByPct = undefined;
