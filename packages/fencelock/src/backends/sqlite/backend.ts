@@ -13,7 +13,7 @@
  * SQLite has no change notification; a waiter watches the file's `PRAGMA data_version` (a
  * counter that moves when another connection commits), reads the key only when it moved, and
  * attempts again only once the key is free and it is first in line (no herd). How often it
- * reads depends on its place in the line and on how long nothing changed (`watchIntervalMs`).
+ * reads depends on its place in the line and on how long nothing changed (line-watch.ts).
  *
  * One host only: SQLite's locking is unreliable on network file systems, and the lease clock is
  * the host's.
@@ -34,62 +34,9 @@ import type {
 import { BackendError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
+import { type LineView, watchLine } from './line-watch.js';
+import { initialize, NOW } from './schema.js';
 import type { SqliteUrlConfig } from './url.js';
-
-/** Engine time in ms. */
-const NOW = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`;
-
-/**
- * The tables. `fencelock_token` has one row: the highest fencing token issued in this database,
- * for any key; it never decreases. The expiry index serves the sweep of expired rows.
- */
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS fencelock_leases (
-  key        TEXT PRIMARY KEY,
-  owner      TEXT NOT NULL,
-  token      INTEGER NOT NULL,
-  expires_at INTEGER NOT NULL  -- engine clock, ms since the epoch
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS fencelock_leases_expires_at ON fencelock_leases (expires_at);
-CREATE TABLE IF NOT EXISTS fencelock_token (
-  id         INTEGER PRIMARY KEY CHECK (id = 1),
-  last_token INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO fencelock_token (id, last_token) VALUES (1, 0);
-CREATE TABLE IF NOT EXISTS fencelock_waiters (
-  key        TEXT NOT NULL,
-  owner      TEXT NOT NULL,
-  seq        INTEGER NOT NULL,  -- place in the key's line, head first
-  expires_at INTEGER NOT NULL,  -- engine clock, ms since the epoch
-  PRIMARY KEY (key, owner)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON fencelock_waiters (key, seq);
-CREATE INDEX IF NOT EXISTS fencelock_waiters_expires_at ON fencelock_waiters (expires_at);
-`;
-
-/**
- * Files written by earlier versions kept a counter per key in `fencelock_fences`, forever. The
- * global counter starts above every token those counters (and the lease rows) issued, then the
- * table is dropped (and `BLOCK_PER_KEY_COUNTERS` puts a view in its place).
- */
-const MIGRATE_PER_KEY_COUNTERS = `
-UPDATE fencelock_token SET last_token = max(
-  last_token,
-  (SELECT coalesce(max(last_token), 0) FROM fencelock_fences),
-  (SELECT coalesce(max(token), 0) FROM fencelock_leases)
-) WHERE id = 1;
-DROP TABLE fencelock_fences;
-`;
-
-/**
- * The empty, read-only `fencelock_fences` view, in every file (new ones too): an older fencelock
- * process finds it instead of creating a fresh per-key table whose counters would start again
- * at 1, and its grants fail (a view cannot take the upsert) instead of issuing tokens lower than
- * ones already issued.
- */
-const BLOCK_PER_KEY_COUNTERS = `
-CREATE VIEW IF NOT EXISTS fencelock_fences (key, last_token) AS SELECT NULL, NULL WHERE 0;
-`;
 
 /**
  * Most expired rows of other keys one grant deletes (oldest expiry first). A grant adds at most
@@ -98,63 +45,10 @@ CREATE VIEW IF NOT EXISTS fencelock_fences (key, last_token) AS SELECT NULL, NUL
  */
 const SWEEP_LIMIT = 100;
 
-/**
- * How long a waiter sleeps before it reads the file's `data_version` again, ms: 2 ms × (its
- * place in the line + 1) after a change, doubled for each of up to 3 unchanged reads, at most
- * 50 ms. The head sees a release within 2 ms while the key changes hands, and within 16 ms after
- * a long hold (about 60 reads a second); a waiter further back, which cannot go before those
- * ahead of it were granted, reads less often the further back it stands (64 waiters read about
- * 2,400 times a second in all, not 32,000).
- */
-function watchIntervalMs(placeInLine: number, unchangedReads: number): number {
-  return Math.min(50, 2 * (placeInLine + 1) * 2 ** Math.min(unchangedReads, 3));
-}
-
 interface LeaseRow {
   owner: string;
   token: bigint;
   remaining: bigint;
-}
-
-const sleepCell = new Int32Array(new SharedArrayBuffer(4));
-
-/**
- * Set the connection up and create the tables. Switching a new file to WAL can answer
- * SQLITE_BUSY at once, without waiting for the busy timeout, while another process opens the
- * same file; so the set-up is retried with a short jittered pause, within `busyTimeoutMs`.
- */
-function initialize(db: Database.Database, config: SqliteUrlConfig): void {
-  db.defaultSafeIntegers(true);
-  db.pragma(`busy_timeout = ${config.busyTimeoutMs}`);
-  const deadline = performance.now() + Math.max(config.busyTimeoutMs, 1000);
-  for (;;) {
-    try {
-      if (config.path !== ':memory:') db.pragma('journal_mode = WAL');
-      db.pragma('synchronous = NORMAL');
-      db.transaction(() => setUpSchema(db)).immediate();
-      return;
-    } catch (error) {
-      const busy = (error as { code?: string }).code?.startsWith('SQLITE_BUSY') === true;
-      if (!busy || performance.now() >= deadline) throw error;
-      Atomics.wait(sleepCell, 0, 0, 5 + Math.random() * 20);
-    }
-  }
-}
-
-/**
- * Create what is missing, move a file of the per-key-counter layout to the global counter, and
- * delete every expired lease row: one IMMEDIATE transaction (the caller's), so two processes
- * opening the file at once do it one after the other, and the second finds nothing to move.
- */
-function setUpSchema(db: Database.Database): void {
-  db.exec(SCHEMA);
-  const perKeyCounters = db
-    .prepare(`SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'fencelock_fences'`)
-    .get();
-  if (perKeyCounters !== undefined) db.exec(MIGRATE_PER_KEY_COUNTERS);
-  db.exec(BLOCK_PER_KEY_COUNTERS);
-  db.prepare(`DELETE FROM fencelock_leases WHERE expires_at <= ${NOW}`).run();
-  db.prepare(`DELETE FROM fencelock_waiters WHERE expires_at <= ${NOW}`).run();
 }
 
 /**
@@ -187,10 +81,8 @@ export class SqliteBackend implements Backend {
   readonly #abandon: (request: AttemptRequest) => void;
   readonly #leaveQueue: (request: AttemptRequest) => void;
   readonly #inspect: (key: string) => LockInfo;
-  /** Whether the key is held, and how many live entries of its line are ahead of `owner`. */
-  readonly #standing: (key: string, owner: string) => { held: boolean; ahead: number };
-  /** The file's change counter: commits of other connections move it. */
-  readonly #dataVersion: () => bigint;
+  /** What waiters watch (`watchLine`). */
+  readonly #line: LineView;
   /** Commits of this connection that can let a waiter in (they do not move `data_version`). */
   #localChanges = 0;
 
@@ -271,7 +163,7 @@ export class SqliteBackend implements Backend {
         holderTtlMs: Math.max(0, Number(holderTtlMs)),
         queued,
         recheckAfterMs: LINE_RECHECK_MS,
-        waitForChange: (signal, maxMs) => this.#watch(key, owner, signal, maxMs),
+        waitForChange: (signal, maxMs) => watchLine(this.#line, key, owner, signal, maxMs),
       };
     };
 
@@ -342,11 +234,15 @@ export class SqliteBackend implements Backend {
     this.#leaveQueue = (request: AttemptRequest): void => {
       dequeue.run(request.key, request.owner);
     };
-    this.#standing = (key, owner) => {
-      const row = standing.get({ key, owner })!;
-      return { held: row.held === 1n, ahead: Number(row.ahead) };
+    this.#line = {
+      isOpen: () => db.open,
+      dataVersion: () => dataVersion.get() as bigint,
+      localChanges: () => this.#localChanges,
+      standing: (key, owner) => {
+        const row = standing.get({ key, owner })!;
+        return { held: row.held === 1n, ahead: Number(row.ahead) };
+      },
     };
-    this.#dataVersion = () => dataVersion.get() as bigint;
 
     this.#inspect = (key: string): LockInfo => {
       const row = read.get(key);
@@ -389,52 +285,6 @@ export class SqliteBackend implements Backend {
   async leaveQueue(request: AttemptRequest): Promise<void> {
     this.#localChanges += 1;
     this.#run('leave the line', () => this.#leaveQueue(request));
-  }
-
-  /**
-   * Resolve once `owner` may go (the key free, no live entry ahead of it), after `maxMs`, or when
-   * `signal` aborts. Reads the key only when the file changed: `data_version` (other connections)
-   * or this connection's own releases and withdrawals. Never rejects: once the backend is closed
-   * the wait ends at once, and after a read that fails it only runs out its time; the next
-   * attempt reports the engine's error.
-   */
-  #watch(key: string, owner: string, signal: AbortSignal, maxMs: number): Promise<void> {
-    return new Promise<void>((resolve) => {
-      if (signal.aborted) return resolve();
-      const giveUpAt = performance.now() + maxMs;
-      let seen: [bigint, number] | undefined;
-      let placeInLine = 0;
-      let unchangedReads = 0;
-      let timer: NodeJS.Timeout | undefined;
-      const done = () => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', done);
-        resolve();
-      };
-      const check = () => {
-        if (!this.#db.open) return done();
-        const leftMs = giveUpAt - performance.now();
-        try {
-          const version = this.#dataVersion();
-          if (seen === undefined || version !== seen[0] || this.#localChanges !== seen[1]) {
-            seen = [version, this.#localChanges];
-            unchangedReads = 0;
-            const { held, ahead } = this.#standing(key, owner);
-            if (!held && ahead === 0) return done();
-            placeInLine = ahead;
-          } else {
-            unchangedReads += 1;
-          }
-        } catch {
-          timer = setTimeout(done, Math.max(0, leftMs));
-          return;
-        }
-        if (leftMs <= 0) return done();
-        timer = setTimeout(check, Math.min(watchIntervalMs(placeInLine, unchangedReads), leftMs));
-      };
-      signal.addEventListener('abort', done, { once: true });
-      check();
-    });
   }
 
   /**

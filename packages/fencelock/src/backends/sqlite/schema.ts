@@ -1,0 +1,103 @@
+/**
+ * The SQLite store's tables, and the set-up of a connection to its file: pragmas, the tables and
+ * indexes, the move from the per-key counters of earlier versions, and the deletion of expired
+ * rows. Every statement of the backend reads time through `NOW`.
+ */
+import type Database from 'better-sqlite3';
+import type { SqliteUrlConfig } from './url.js';
+
+/** Engine time in ms. */
+export const NOW = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`;
+
+/**
+ * The tables. `fencelock_token` has one row: the highest fencing token issued in this database,
+ * for any key; it never decreases. The expiry index serves the sweep of expired rows.
+ */
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS fencelock_leases (
+  key        TEXT PRIMARY KEY,
+  owner      TEXT NOT NULL,
+  token      INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL  -- engine clock, ms since the epoch
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_leases_expires_at ON fencelock_leases (expires_at);
+CREATE TABLE IF NOT EXISTS fencelock_token (
+  id         INTEGER PRIMARY KEY CHECK (id = 1),
+  last_token INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO fencelock_token (id, last_token) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS fencelock_waiters (
+  key        TEXT NOT NULL,
+  owner      TEXT NOT NULL,
+  seq        INTEGER NOT NULL,  -- place in the key's line, head first
+  expires_at INTEGER NOT NULL,  -- engine clock, ms since the epoch
+  PRIMARY KEY (key, owner)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON fencelock_waiters (key, seq);
+CREATE INDEX IF NOT EXISTS fencelock_waiters_expires_at ON fencelock_waiters (expires_at);
+`;
+
+/**
+ * Files written by earlier versions kept a counter per key in `fencelock_fences`, forever. The
+ * global counter starts above every token those counters (and the lease rows) issued, then the
+ * table is dropped (and `BLOCK_PER_KEY_COUNTERS` puts a view in its place).
+ */
+const MIGRATE_PER_KEY_COUNTERS = `
+UPDATE fencelock_token SET last_token = max(
+  last_token,
+  (SELECT coalesce(max(last_token), 0) FROM fencelock_fences),
+  (SELECT coalesce(max(token), 0) FROM fencelock_leases)
+) WHERE id = 1;
+DROP TABLE fencelock_fences;
+`;
+
+/**
+ * The empty, read-only `fencelock_fences` view, in every file (new ones too): an older fencelock
+ * process finds it instead of creating a fresh per-key table whose counters would start again
+ * at 1, and its grants fail (a view cannot take the upsert) instead of issuing tokens lower than
+ * ones already issued.
+ */
+const BLOCK_PER_KEY_COUNTERS = `
+CREATE VIEW IF NOT EXISTS fencelock_fences (key, last_token) AS SELECT NULL, NULL WHERE 0;
+`;
+
+const sleepCell = new Int32Array(new SharedArrayBuffer(4));
+
+/**
+ * Set the connection up and create the tables. Switching a new file to WAL can answer
+ * SQLITE_BUSY at once, without waiting for the busy timeout, while another process opens the
+ * same file; so the set-up is retried with a short jittered pause, within `busyTimeoutMs`.
+ */
+export function initialize(db: Database.Database, config: SqliteUrlConfig): void {
+  db.defaultSafeIntegers(true);
+  db.pragma(`busy_timeout = ${config.busyTimeoutMs}`);
+  const deadline = performance.now() + Math.max(config.busyTimeoutMs, 1000);
+  for (;;) {
+    try {
+      if (config.path !== ':memory:') db.pragma('journal_mode = WAL');
+      db.pragma('synchronous = NORMAL');
+      db.transaction(() => setUpSchema(db)).immediate();
+      return;
+    } catch (error) {
+      const busy = (error as { code?: string }).code?.startsWith('SQLITE_BUSY') === true;
+      if (!busy || performance.now() >= deadline) throw error;
+      Atomics.wait(sleepCell, 0, 0, 5 + Math.random() * 20);
+    }
+  }
+}
+
+/**
+ * Create what is missing, move a file of the per-key-counter layout to the global counter, and
+ * delete every expired lease row: one IMMEDIATE transaction (the caller's), so two processes
+ * opening the file at once do it one after the other, and the second finds nothing to move.
+ */
+function setUpSchema(db: Database.Database): void {
+  db.exec(SCHEMA);
+  const perKeyCounters = db
+    .prepare(`SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'fencelock_fences'`)
+    .get();
+  if (perKeyCounters !== undefined) db.exec(MIGRATE_PER_KEY_COUNTERS);
+  db.exec(BLOCK_PER_KEY_COUNTERS);
+  db.prepare(`DELETE FROM fencelock_leases WHERE expires_at <= ${NOW}`).run();
+  db.prepare(`DELETE FROM fencelock_waiters WHERE expires_at <= ${NOW}`).run();
+}
