@@ -171,8 +171,19 @@ ${objects}`,
      * orders the grants: mutual exclusion rests on the lease row's ON CONFLICT alone, so a
      * snapshot taken before the key's lock was granted can at worst let one contender go out of
      * turn, never two at once.
+     *
+     * A contender that finds another owner's live lease takes no lock (`serial` is then empty, so
+     * nothing is inserted): it only refreshes its line entry and reads the holder's time. Under
+     * contention most attempts are such rechecks of waiters, and the head's grant no longer waits
+     * behind them for the key's lock. A lease released meanwhile is no loss: its release
+     * notifies the head after it commits.
      */
-    attempt: `WITH serial AS (SELECT pg_advisory_xact_lock($4::int4, $5::int4)),
+    attempt: `WITH serial AS (
+  SELECT pg_advisory_xact_lock($4::int4, $5::int4)
+  WHERE NOT EXISTS (
+    SELECT 1 FROM ${leases} WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
+  )
+),
 first AS (
   SELECT w.owner FROM ${waiters} w, serial
   WHERE w.key = $1 AND w.expires_at > clock_timestamp() ORDER BY w.seq LIMIT 1
