@@ -13,7 +13,15 @@ import {
 } from '../../../packages/fencelock/src/backends/postgres/index.js';
 import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import { expectFairTurns, lineAttempt, takeTurns } from '../../helpers/turns.js';
-import { adminPool, dropSchema, eventually, PG_URL, sleep, uniqueSchema } from './support.js';
+import {
+  adminPool,
+  countingAttempts,
+  dropSchema,
+  eventually,
+  PG_URL,
+  sleep,
+  uniqueSchema,
+} from './support.js';
 
 const schema = uniqueSchema('line');
 const admin = adminPool();
@@ -28,6 +36,26 @@ function client(): Locker {
   const locker = createLocker(createPostgresBackend({ url: PG_URL, schema, poolSize: 2 }));
   opened.push(locker);
   return locker;
+}
+
+/** A client whose attempts are counted. */
+function countedClient(): { locker: Locker; attempts: () => number } {
+  const { backend, attempts } = countingAttempts(
+    createPostgresBackend({ url: PG_URL, schema, poolSize: 2 }),
+  );
+  const locker = createLocker(backend);
+  opened.push(locker);
+  return { locker, attempts };
+}
+
+/** Statements of this schema's backends waiting on a lock, whose text contains `fragment`. */
+async function blockedStatements(fragment: string): Promise<number> {
+  const { rows } = await admin.query<{ n: string }>(
+    `SELECT count(*)::text AS n FROM pg_stat_activity
+     WHERE wait_event_type = 'Lock' AND position($1 in query) > 0 AND position($2 in query) > 0`,
+    [schema, fragment],
+  );
+  return Number(rows[0]!.n);
 }
 
 /** Owners in the line of `key`, head first. */
@@ -131,4 +159,55 @@ describe('PostgreSQL: a FIFO line of waiters per key', () => {
     expect(await eventually(async () => (await line(key)).length === 0)).toBe(true);
     expect(await held.release()).toBe('released');
   });
+
+  it('the head giving up while a release is under way: the next waiter is told, not left to its recheck', async () => {
+    // The race: the release addresses its notification from a snapshot that still has the head
+    // in line, while the head's withdrawal, seeing the key still held, tells nobody; the next
+    // waiter then got the free key only at its 500 ms recheck.
+    const key = `line:head-gives-up:${randomUUID()}`;
+    const holder = client();
+    const head = client();
+    const next = countedClient();
+    await Promise.all(
+      [holder, head, next.locker].map(async (c) =>
+        (await c.acquire(`warm:${randomUUID()}`)).release(),
+      ),
+    );
+    await sleep(300);
+    const held = await holder.acquire(key);
+    const giveUp = new AbortController();
+    const headWait = head.acquire(key, { waitMs: 20_000, signal: giveUp.signal });
+    expect(await eventually(async () => (await line(key)).length === 1)).toBe(true);
+    const nextWait = next.locker.acquire(key, { waitMs: 20_000 });
+    expect(await eventually(async () => (await line(key)).length === 2)).toBe(true);
+    // Hold the lease row FOR KEY SHARE: the release (which locks it FOR UPDATE) waits with its
+    // snapshot taken, while attempts (FOR NO KEY UPDATE) and the withdrawal go through.
+    const blocker = await admin.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `SELECT 1 FROM "${schema}".fencelock_leases WHERE key = $1 FOR KEY SHARE`,
+        [key],
+      );
+      const releasing = held.release();
+      expect(await eventually(async () => (await blockedStatements('pg_notify')) === 1)).toBe(true);
+      giveUp.abort();
+      await expect(headWait).rejects.toThrow();
+      expect(await eventually(async () => (await line(key)).length === 1)).toBe(true);
+      // Let the release commit just after the next waiter's latest attempt.
+      const attempts = next.attempts();
+      expect(await eventually(() => next.attempts() > attempts, 2_000)).toBe(true);
+      await sleep(20);
+      await blocker.query('COMMIT');
+      const committedAt = performance.now();
+      expect(await releasing).toBe('released');
+      const lease = await nextWait;
+      expect(performance.now() - committedAt).toBeLessThan(250);
+      expect(lease.fencingToken).toBeGreaterThan(held.fencingToken);
+      expect(await lease.release()).toBe('released');
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      blocker.release();
+    }
+  }, 30_000);
 });

@@ -52,13 +52,27 @@ const REMAINING_MS = (column: string) =>
  * The payload of a release notification of `key` (a SQL expression): the owner of the head of
  * the key's line (its live entry with the lowest `seq`, other than `leaving`) and the key, as
  * `<owner length>:<owner><key>`, or `0:<key>` when nobody waits. `parseNotice` reads it.
+ *
+ * With `lockHead`, the head's entry is read `FOR UPDATE`: an entry that a concurrent withdrawal
+ * deleted is then skipped once that withdrawal commits (under READ COMMITTED a locking read
+ * rechecks a row changed since the statement's snapshot, and LIMIT takes the next one), so the
+ * release does not address a waiter that already left while the next one is never told.
  */
-const NOTICE = (waiters: string, key: string, leaving?: string) => {
+const NOTICE = (waiters: string, key: string, leaving?: string, lockHead = false) => {
   const head = `(SELECT w.owner FROM ${waiters} w WHERE w.key = ${key}${
     leaving === undefined ? '' : ` AND w.owner <> ${leaving}`
-  } AND w.expires_at > clock_timestamp() ORDER BY w.seq LIMIT 1)`;
+  } AND w.expires_at > clock_timestamp() ORDER BY w.seq LIMIT 1${lockHead ? ' FOR UPDATE' : ''})`;
   return `coalesce(length(${head})::text || ':' || ${head}, '0:') || ${key}`;
 };
+
+/**
+ * True when `owner`'s entry is the head of `key`'s line (no live entry of another owner comes
+ * before it), as the statement's snapshot sees it (a SQL condition).
+ */
+const HEADS_LINE = (waiters: string, key: string, owner: string) =>
+  `EXISTS (SELECT 1 FROM ${waiters} me WHERE me.key = ${key} AND me.owner = ${owner}
+     AND NOT EXISTS (SELECT 1 FROM ${waiters} w WHERE w.key = ${key} AND w.owner <> ${owner}
+       AND w.expires_at > clock_timestamp() AND w.seq < me.seq))`;
 
 /**
  * `fencelock:<schema>`, or for a schema too long for PostgreSQL's 63-byte channel names, its
@@ -157,8 +171,19 @@ ${objects}`,
      * orders the grants: mutual exclusion rests on the lease row's ON CONFLICT alone, so a
      * snapshot taken before the key's lock was granted can at worst let one contender go out of
      * turn, never two at once.
+     *
+     * A contender that finds another owner's live lease takes no lock (`serial` is then empty, so
+     * nothing is inserted): it only refreshes its line entry and reads the holder's time. Under
+     * contention most attempts are such rechecks of waiters, and the head's grant no longer waits
+     * behind them for the key's lock. A lease released meanwhile is no loss: its release
+     * notifies the head after it commits.
      */
-    attempt: `WITH serial AS (SELECT pg_advisory_xact_lock($4::int4, $5::int4)),
+    attempt: `WITH serial AS (
+  SELECT pg_advisory_xact_lock($4::int4, $5::int4)
+  WHERE NOT EXISTS (
+    SELECT 1 FROM ${leases} WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
+  )
+),
 first AS (
   SELECT w.owner FROM ${waiters} w, serial
   WHERE w.key = $1 AND w.expires_at > clock_timestamp() ORDER BY w.seq LIMIT 1
@@ -239,7 +264,7 @@ gone AS (
   WHERE l.key = $1 AND t.owner = $2 AND (NOT t.live OR t.token = $3::int8)
   RETURNING t.live
 ),
-notified AS (SELECT pg_notify($4, ${NOTICE(waiters, '$1')}) FROM gone)
+notified AS (SELECT pg_notify($4, ${NOTICE(waiters, '$1', undefined, true)}) FROM gone)
 SELECT CASE
   WHEN EXISTS (SELECT 1 FROM gone WHERE live) THEN 'released'
   WHEN EXISTS (SELECT 1 FROM target WHERE live) THEN 'not-owner'
@@ -248,25 +273,32 @@ SELECT CASE
 
     /**
      * Lease mode, withdraw: delete the row if this owner has it, and its entry in the key's line.
-     * $1 key, $2 owner, $3 channel. The new head of the line is told when the row went, or when
-     * the entry went while the key is free.
+     * $1 key, $2 owner, $3 channel. The new head of the line is told when the row went, when the
+     * entry went while the key is free, or when the entry was the head. The last covers a release
+     * running at the same moment: its notification, addressed from a snapshot that still had
+     * this owner at the head, would wake nobody, and the key, free once it commits, would wait
+     * for the next head's recheck. Told, the next head attempts again (and waits on if the key
+     * is still held; the release, locking the head's entry, then addresses it).
      */
     abandon: `WITH gone AS (DELETE FROM ${leases} WHERE key = $1 AND owner = $2 RETURNING key),
 left_line AS (DELETE FROM ${waiters} WHERE key = $1 AND owner = $2 RETURNING key)
 SELECT pg_notify($3, ${NOTICE(waiters, '$1', '$2')})
 WHERE EXISTS (SELECT 1 FROM gone)
    OR (EXISTS (SELECT 1 FROM left_line)
-       AND NOT EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp()))`,
+       AND (${HEADS_LINE(waiters, '$1', '$2')}
+            OR NOT EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp())))`,
 
     /**
      * Lease mode, leave the line only (a grant this owner holds stays). $1 key, $2 owner,
-     * $3 channel. When the key is free, the new head is told.
+     * $3 channel. When the key is free or the entry was the head, the new head is told (as by
+     * `abandon`).
      */
     leaveQueue: `WITH left_line AS (
   DELETE FROM ${waiters} WHERE key = $1 AND owner = $2 RETURNING key
 )
 SELECT pg_notify($3, ${NOTICE(waiters, '$1', '$2')}) FROM left_line
-WHERE NOT EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp())`,
+WHERE ${HEADS_LINE(waiters, '$1', '$2')}
+   OR NOT EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp())`,
 
     /** Lease mode, the unexpired holder of $1. */
     inspect: `SELECT owner, token::text AS token, ${REMAINING_MS('expires_at')} AS remaining_ms
