@@ -89,6 +89,7 @@ function plan(backend: Backend, attempts: AttemptCount, waitMs: number, signal?:
     track: () => undefined,
     onClosing: () => () => undefined,
     grant: (result: Granted) => `token ${result.token}`,
+    grantConfirmsHandoff: true,
   } satisfies AcquirePlan<string>;
 }
 

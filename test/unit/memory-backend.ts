@@ -8,12 +8,16 @@ import type {
   AttemptResult,
   Backend,
   BackendCapabilities,
+  Granted,
   LeaseRef,
   LockInfo,
   ReleaseOutcome,
   RenewResult,
 } from '../../packages/fencelock/src/core/backend.js';
 import { BackendError } from '../../packages/fencelock/src/errors.js';
+
+/** The longest first TTL of a grant `handOffAfterMs` hands over, ms. */
+export const HANDOFF_FIRST_TTL_MS = 2_000;
 
 interface Entry {
   owner: string;
@@ -49,6 +53,13 @@ export class MemoryBackend implements Backend {
   session: AbortController | undefined;
   /** Passed on every refusal as `recheckAfterMs`, with a change notification that never fires. */
   recheckAfterMs: number | undefined;
+  /**
+   * Set: a refused waiter's change notification comes this many ms later with the key handed to
+   * it (as a Redis release hands it to the head of the line): the holder's entry is replaced by
+   * the waiter's for a first TTL of min(its ttlMs, `HANDOFF_FIRST_TTL_MS`), and the wait resolves
+   * with that grant (`handedAt` set). A waiter whose wait ends first gets nothing handed.
+   */
+  handOffAfterMs: number | undefined;
 
   #count(op: string): void {
     this.calls[op] = (this.calls[op] ?? 0) + 1;
@@ -76,6 +87,25 @@ export class MemoryBackend implements Backend {
       throw new BackendError(this.name, 'attempt', new Error('reply lost'));
     }
     if (result.granted && this.session) return { ...result, lost: this.session.signal };
+    if (!result.granted && this.handOffAfterMs !== undefined) {
+      const delayMs = this.handOffAfterMs;
+      return {
+        granted: false,
+        waitForChange: (signal, maxMs) =>
+          new Promise<Granted | undefined>((resolve) => {
+            const timer = setTimeout(() => resolve(this.#handOff(r)), delayMs);
+            const end = setTimeout(() => {
+              clearTimeout(timer);
+              resolve(undefined);
+            }, maxMs);
+            signal.addEventListener('abort', () => {
+              clearTimeout(timer);
+              clearTimeout(end);
+              resolve(undefined);
+            });
+          }),
+      };
+    }
     if (!result.granted && this.recheckAfterMs !== undefined) {
       return {
         granted: false,
@@ -91,6 +121,16 @@ export class MemoryBackend implements Backend {
       };
     }
     return result;
+  }
+
+  /** Hand the key to `r`'s owner now, with a new token and a short first TTL. */
+  #handOff(r: AttemptRequest): Granted {
+    const token = (this.fences.get(r.key) ?? 0n) + 1n;
+    const ttlMs = Math.min(r.ttlMs, HANDOFF_FIRST_TTL_MS);
+    this.fences.set(r.key, token);
+    const handedAt = performance.now();
+    this.entries.set(r.key, { owner: r.owner, token, expiresAt: handedAt + ttlMs });
+    return { granted: true, token, ttlMs, handedAt };
   }
 
   #attempt(r: AttemptRequest): AttemptResult {

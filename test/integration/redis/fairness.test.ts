@@ -192,10 +192,10 @@ describe('queued scripts, run directly', () => {
     return BigInt(reply[1]);
   };
 
-  it('queues waiters, grants the head only, and publishes the head on release', async () => {
+  it('queues waiters, grants the head only, and hands the key to the head on release', async () => {
     const k = keys();
     const acquireKeys = [k.lock, k.fence, k.queue, k.waiters] as const;
-    const releaseKeys = [k.lock, k.channel, k.queue, k.waiters] as const;
+    const handOffKeys = [k.lock, k.fence, k.channel, k.queue, k.waiters] as const;
     const [a, b, c] = [owner(), owner(), owner()];
     const first = tokenOf(
       await queuedAcquireScript.run(admin, acquireKeys, [a, 10_000, 2_000, 15_000]),
@@ -203,39 +203,53 @@ describe('queued scripts, run directly', () => {
     const busy = await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000, 15_000]);
     expect(busy[0]).toBe(0);
     expect(busy[1]).toBeGreaterThan(9_000);
-    await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000, 15_000]);
+    await queuedAcquireScript.run(admin, acquireKeys, [c, 1_500, 2_000, 15_000]);
     // Attempting again keeps one's place.
     await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000, 15_000]);
     expect(await admin.lrange(k.queue, 0, -1)).toEqual([b, c]);
     expect(await admin.pttl(k.queue)).toBeLessThanOrEqual(2_000);
+    // Each entry keeps the TTL its owner asked for.
+    expect(await admin.hget(k.waiters, `${c}:ttl`)).toBe('1500');
 
     const subscriber = admin.duplicate();
     const messages: string[] = [];
     subscriber.on('message', (_channel: string, message: string) => messages.push(message));
     await subscriber.subscribe(k.channel);
     try {
-      expect(await queuedReleaseScript.run(admin, releaseKeys, [a, String(first)])).toBe(1);
-      // Free, but c is not first in line; a single attempt (waiterTtlMs 0) does not get it either.
-      const notYet = await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000, 15_000]);
+      expect(
+        await queuedReleaseScript.run(admin, handOffKeys, [a, String(first), 2_000, 5_000]),
+      ).toBe(1);
+      // Handed to b, the head: granted for the short first TTL (min(10 s, 2 s)) with a new token.
+      const [value, pttl] = [await admin.get(k.lock), await admin.pttl(k.lock)];
+      const second = BigInt(value?.split(':')[1] ?? '0');
+      expect(value).toBe(`${b}:${second}`);
+      expect(second).toBeGreaterThan(first);
+      expect(pttl).toBeGreaterThan(1_500);
+      expect(pttl).toBeLessThanOrEqual(2_000);
+      expect(await admin.get(k.fence)).toBe(String(second));
+      expect(await admin.pttl(k.fence)).toBeGreaterThan(14_000);
+      expect(await admin.lrange(k.queue, 0, -1)).toEqual([c]);
+      // c is not first; a single attempt (waiterTtlMs 0) does not get it either.
+      const notYet = await queuedAcquireScript.run(admin, acquireKeys, [c, 1_500, 2_000, 15_000]);
       expect(notYet[0]).toBe(0);
       expect(notYet[1]).toBeGreaterThan(0);
       expect(notYet[1]).toBeLessThanOrEqual(2_000);
       expect(
         (await queuedAcquireScript.run(admin, acquireKeys, [owner(), 10_000, 0, 15_000]))[0],
       ).toBe(0);
-      const second = tokenOf(
-        await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000, 15_000]),
-      );
-      expect(second).toBeGreaterThan(first);
-      expect(await admin.lrange(k.queue, 0, -1)).toEqual([c]);
-      // b gives up while holding: the key is freed and c, now the head, is woken.
-      expect(await queuedAbandonScript.run(admin, releaseKeys, [b, '0'])).toBe(1);
+      // b asks again (as after a lost message): its handed grant, at its full TTL.
+      expect(
+        tokenOf(await queuedAcquireScript.run(admin, acquireKeys, [b, 10_000, 2_000, 15_000])),
+      ).toBe(second);
+      expect(await admin.pttl(k.lock)).toBeGreaterThan(9_000);
+      // b gives up while holding: the key is freed and handed to c, now the head.
+      expect(await queuedAbandonScript.run(admin, handOffKeys, [b, '0', 2_000, 5_000])).toBe(1);
       for (let i = 0; i < 40 && messages.length < 2; i++) await delay(10);
-      expect(messages).toEqual([b, c]);
-      const third = tokenOf(
-        await queuedAcquireScript.run(admin, acquireKeys, [c, 10_000, 2_000, 15_000]),
-      );
+      const third = BigInt((await admin.get(k.lock))?.split(':')[1] ?? '0');
       expect(third).toBeGreaterThan(second);
+      // c asked for less than the cap: its first TTL is its own.
+      expect(messages).toEqual([`${b}:${second}:2000`, `${c}:${third}:1500`]);
+      expect(await admin.pttl(k.lock)).toBeLessThanOrEqual(1_500);
       expect(await admin.exists(k.queue, k.waiters)).toBe(0);
     } finally {
       await subscriber.quit();

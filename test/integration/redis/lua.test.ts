@@ -77,7 +77,11 @@ async function serverClockUs(): Promise<bigint> {
 
 /** Release by owner and token: 1 released, 0 not held, -1 not owner. */
 function release(k: ReturnType<typeof lockKeys>, who: string, token: string) {
-  return queuedReleaseScript.run(client, [k.lock, k.channel, k.queue, k.waiters], [who, token]);
+  return queuedReleaseScript.run(
+    client,
+    [k.lock, k.fence, k.channel, k.queue, k.waiters],
+    [who, token, 2_000, 5_000],
+  );
 }
 
 function owner(): string {

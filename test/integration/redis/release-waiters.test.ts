@@ -1,8 +1,9 @@
 /**
  * The release-waiter registry (`release-waiters.ts`) on the real Redis of `scripts/services.sh`:
- * a release message names the owner at the head of a key's line, and only that owner's wait
- * ends; a message that names an owner between its attempt and its next wait is kept for that
- * wait; every wait ends by its bound, on abort, and on close.
+ * a release message names the owner at the head of a key's line (and the grant handed to it),
+ * and only that owner's wait ends, with that grant; a message that names an owner between its
+ * attempt and its next wait is kept for that wait; every wait ends by its bound, on abort, and
+ * on close.
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -39,7 +40,7 @@ function channel(): string {
 }
 
 /** Resolves with the ms the wait took. */
-async function timed(wait: Promise<void>): Promise<number> {
+async function timed(wait: Promise<unknown>): Promise<number> {
   const started = performance.now();
   await wait;
   return performance.now() - started;
@@ -84,6 +85,31 @@ describe('ReleaseWaiters', () => {
     expect(await timed(waiters.wait(on, 'c', new AbortController().signal, 300))).toBeGreaterThan(
       250,
     );
+  });
+
+  it('ends the named wait with the grant a message hands over, also when kept for a later wait', async () => {
+    const waiters = registry();
+    const on = channel();
+    await subscribed(waiters, on);
+    const before = performance.now();
+    const waiting = waiters.wait(on, 'f', new AbortController().signal, 3_000);
+    await publisher.publish(on, 'f:1764646000123456:2000');
+    const handed = await waiting;
+    expect(handed).toMatchObject({ counter: '1764646000123456', ttlMs: 2000 });
+    expect(handed?.receivedAt).toBeGreaterThan(before);
+    expect(handed?.receivedAt).toBeLessThanOrEqual(performance.now());
+    // Between an attempt and its wait: kept, with the grant.
+    waiters.inLine(on, 'g');
+    await publisher.publish(on, 'g:1764646000999999:700');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await waiters.wait(on, 'g', new AbortController().signal, 3_000)).toMatchObject({
+      counter: '1764646000999999',
+      ttlMs: 700,
+    });
+    // A bare owner id (an entry of an older version) only wakes: nothing handed.
+    const bare = waiters.wait(on, 'h', new AbortController().signal, 3_000);
+    await publisher.publish(on, 'h');
+    expect(await bare).toBeUndefined();
   });
 
   it('forgets an owner that left the line (a message naming it is not kept)', async () => {

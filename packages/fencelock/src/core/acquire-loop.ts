@@ -1,9 +1,11 @@
 /**
  * The wait loop the core owns for every backend: attempt, then wait on what the backend offers (a
  * release notification or the predecessor's deletion) bounded by a full-jitter backoff, the
- * holder's remaining TTL and the caller's deadline; withdraw on timeout, abort or error. The loop
- * shape is Curator's `LockInternals.internalLockLoop`. It sees only the contract's answers
- * (`Granted`, `NotGranted` with its `reason`), never an engine's errors.
+ * holder's remaining TTL and the caller's deadline; withdraw on timeout, abort or error. A wait
+ * may end with a grant the engine handed over on the release (`Granted.handedAt`): it is the
+ * acquire's grant, with no further attempt. The loop shape is Curator's
+ * `LockInternals.internalLockLoop`. It sees only the contract's answers (`Granted`, `NotGranted`
+ * with its `reason`), never an engine's errors.
  */
 
 import { BackendError, FencelockError, LockTimeoutError } from '../errors.js';
@@ -52,6 +54,12 @@ export interface AcquirePlan<T> {
   readonly onClosing: (stop: () => void) => () => void;
   /** Turn a grant still valid into the acquire's answer (a `Lease`, an `OwnerGrant`). */
   readonly grant: (result: Granted, attemptStartedAt: number) => T;
+  /**
+   * Whether `grant` takes a handed grant (`Granted.handedAt`, short first TTL) as it comes and
+   * confirms it itself (a `Lease` renews it at once); false: the loop confirms it with `renew` to
+   * the requested TTL before answering (an owner-addressed grant has no watchdog).
+   */
+  readonly grantConfirmsHandoff: boolean;
 }
 
 /** The loop goes on with another attempt. */
@@ -163,7 +171,7 @@ export class AcquireLoop<T> {
     }
   }
 
-  async #notGranted(result: NotGranted): Promise<null | typeof AGAIN> {
+  async #notGranted(result: NotGranted): Promise<T | null | typeof AGAIN> {
     const { retry, cancellation } = this.#plan;
     if (result.reason === 'no-quorum') {
       // Undecided (no majority of nodes either way): one attempt's failure, not the engine's;
@@ -199,10 +207,38 @@ export class AcquireLoop<T> {
     if (result.waitForChange) {
       // Event-driven: the notification usually comes first; the poll covers lost messages.
       const recheckMs = result.recheckAfterMs ?? backoff + retry.maxDelayMs * 4;
-      await result.waitForChange(cancellation.signal(), Math.min(holderBound, left, recheckMs));
+      const handed = await result.waitForChange(
+        cancellation.signal(),
+        Math.min(holderBound, left, recheckMs),
+      );
+      if (handed) return this.#handed(handed);
     } else {
       await sleep(Math.min(holderBound, left, backoff), cancellation.signal());
     }
+    return AGAIN;
+  }
+
+  /**
+   * A grant handed over with the wait's notification: the acquire's answer, its validity counted
+   * from the notification's receipt with the short first TTL. Where `grant` does not confirm it
+   * (see `grantConfirmsHandoff`), it is renewed to the requested TTL first; a handed key already
+   * gone by then (its first TTL ran out) sends the loop to attempt again.
+   */
+  async #handed(handed: Granted): Promise<T | typeof AGAIN> {
+    const { backend, request } = this.#plan;
+    let result = handed;
+    let startedAt = handed.handedAt ?? monotonicNow();
+    if (!this.#plan.grantConfirmsHandoff && this.#isUsable(handed, startedAt)) {
+      startedAt = monotonicNow();
+      const lease = { key: request.key, owner: request.owner, fencingToken: handed.token };
+      const renewed = await this.#answerBeforeDeadline(backend.renew(lease, request.ttlMs));
+      if (renewed === undefined) throw this.#noAnswer();
+      if (!renewed.ok) return AGAIN;
+      const { handedAt: _, ...confirmed } = handed;
+      result = { ...confirmed, ttlMs: renewed.ttlMs };
+    }
+    if (this.#isUsable(result, startedAt)) return this.#grant(result, startedAt);
+    await this.#withdrawUnusable();
     return AGAIN;
   }
 

@@ -91,6 +91,21 @@ export interface Granted {
    * true while the grant may be lost and the engine cannot say. `lease.atRisk` reads it.
    */
   readonly atRisk?: () => boolean;
+  /**
+   * Set on a grant the engine handed to a waiting contender when the previous holder released
+   * (Redis: the release script grants the head of the line and tells it by pub/sub), so that it
+   * came from `waitForChange` with no attempt of its own: the monotonic time (`performance.now()`)
+   * the notification was received, ms. `ttlMs` is then a short first TTL that counts from this
+   * time (the engine started it at the release, a one-way message earlier), and the core confirms
+   * the grant at once with `renew` to the requested TTL, whether or not the watchdog runs: a
+   * `Lease` in the background (its validity counts from the receipt with the short TTL until
+   * then, from the renewal's start with the full TTL after), an owner-addressed grant before it is
+   * answered. A confirmation answered `not-held` or `not-owner` loses the lease (its signal
+   * aborts), as any failed renewal does. A notification delayed past the short TTL makes the
+   * local validity optimistic by that delay, as a process pause would; the fencing token still
+   * rejects the stale writer.
+   */
+  readonly handedAt?: number;
 }
 
 /**
@@ -122,10 +137,14 @@ export interface NotGranted {
   readonly holderTtlMs?: number;
   /**
    * Resolves when something changed that may let this contender in (a release notification, or
-   * the predecessor's deletion). It must settle by itself no later than `maxMs`, and promptly
-   * when `signal` aborts. Absent when the engine cannot notify: the core then backs off.
+   * the predecessor's deletion): with nothing (the core attempts again), or with a grant the
+   * engine handed to this contender on that change (`Granted.handedAt` set; the core takes it as
+   * the acquire's grant without another attempt). It must settle by itself no later than
+   * `maxMs`, and promptly when `signal` aborts; it never rejects. Absent when the engine cannot
+   * notify: the core then backs off.
    */
-  readonly waitForChange?: (signal: AbortSignal, maxMs: number) => Promise<void>;
+  // biome-ignore lint/suspicious/noConfusingVoidType: engines that only wake resolve `Promise<void>`.
+  readonly waitForChange?: (signal: AbortSignal, maxMs: number) => Promise<Granted | void>;
   /**
    * Longest time the core should wait on `waitForChange` before attempting again, ms. A reliable
    * notification (an etcd or ZooKeeper watch on the predecessor) sets it high, so that waiters

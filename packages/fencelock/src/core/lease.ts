@@ -5,7 +5,9 @@
  * Validity follows the Redlock spec's rule, applied to every engine: a lease granted by an
  * attempt that started at `t0` is believed valid only until `t0 + ttlMs − drift`, with
  * `drift = ttlMs × driftFactor + 2 ms`, all on `performance.now()`. Renewals move that bound
- * the same way from the start of the renewal. Loss is reported through `signal`, never by a
+ * the same way from the start of the renewal. A grant handed over on a release (Redis, see
+ * `Granted.handedAt`) counts from the receipt of its message with its short first TTL, and is
+ * renewed to the requested TTL at once (the confirmation), with or without the watchdog. Loss is reported through `signal`, never by a
  * throw from a timer (node-redlock's `using()` idea, with `AbortSignal.reason` as the error).
  */
 import { LockLostError, type LockLostReason, NotLockOwnerError } from '../errors.js';
@@ -49,6 +51,11 @@ export interface LeaseGrant {
   readonly validUntil: number | undefined;
   /** Whether the engine connection is down (the grant may be lost), if the backend can tell. */
   readonly atRisk: (() => boolean) | undefined;
+  /**
+   * The grant was handed over on a release (`Granted.handedAt`): `ttlMs` is a short first TTL
+   * and `attemptStartedAt` the receipt of the message; the lease renews to `renewTtlMs` at once.
+   */
+  readonly handedOver: boolean;
 }
 
 /**
@@ -103,9 +110,11 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.#atRisk = grant.atRisk;
     this.#ttlMs = grant.ttlMs;
     this.#renewTtlMs = grant.renewTtlMs;
-    this.#capped = grant.ttlMs < grant.renewTtlMs;
+    // A handed grant's short first TTL is no cap: its confirmation says whether one applies.
+    this.#capped = !grant.handedOver && grant.ttlMs < grant.renewTtlMs;
     this.#setValidity(grant.attemptStartedAt, grant.ttlMs, grant.validUntil);
-    this.#scheduleNext();
+    if (grant.handedOver) void this.#renew('confirm');
+    else this.#scheduleNext();
     const { lost } = grant;
     if (lost) {
       const onLost = () => this.lose('session-lost', lost.reason, 'session');
@@ -310,14 +319,17 @@ export class Lease implements LeaseRef, AsyncDisposable {
     void this.#renew('watchdog');
   }
 
-  /** Renew once; never rejects for the watchdog, rethrows engine errors for `extend`. */
-  async #renew(operation: 'watchdog' | 'extend'): Promise<void> {
+  /**
+   * Renew once; never rejects for the watchdog or a handed grant's confirmation (a failed one is
+   * retried as the watchdog's are), rethrows engine errors for `extend`.
+   */
+  async #renew(operation: 'watchdog' | 'extend' | 'confirm'): Promise<void> {
     const startedAt = monotonicNow();
     const untilCap = Math.ceil(this.#maxHoldUntil - startedAt);
     const ttlMs = Math.max(1, Math.min(this.#renewTtlMs, untilCap));
     const pending = this.#ctx.backend.renew(this, ttlMs);
     this.#renewing = pending.catch(() => undefined);
-    if (operation === 'watchdog') {
+    if (operation !== 'extend') {
       // Wake up at the validity end even if the engine never answers.
       this.#ctx.watchdog.schedule(this.#task, this.#expiresAt);
     }

@@ -128,6 +128,7 @@ export class Lock {
       startedAt,
       ownerWithdrawal(backend, request),
       (r) => ownerGrantOf(request, r),
+      false,
     );
   }
 
@@ -191,6 +192,7 @@ export class Lock {
       new AbandonOnGiveUp(backend, request),
       (result, attemptStartedAt) =>
         this.#newLease(backend, result, request, renewTtlMs, attemptStartedAt),
+      true,
     );
   }
 
@@ -238,6 +240,7 @@ export class Lock {
     startedAt: number,
     withdrawal: Withdrawal,
     grant: (result: Granted, attemptStartedAt: number) => T,
+    confirmsHandoff: boolean,
   ): Promise<T | null> {
     const { options } = this;
     const ctx = this.#ctx;
@@ -255,6 +258,8 @@ export class Lock {
       track: ctx.track,
       onClosing: ctx.onClosing,
       grant,
+      // A lease confirms a handed grant itself (a renewal at once); an owner grant has no lease.
+      grantConfirmsHandoff: confirmsHandoff,
     }).run();
   }
 
@@ -279,6 +284,7 @@ export class Lock {
         lost: result.lost,
         validUntil: result.validUntil,
         atRisk: result.atRisk,
+        handedOver: result.handedAt !== undefined,
       },
     );
     this.#lease = lease;

@@ -8,12 +8,17 @@
  * notifications `release-waiters.ts`'s, opening a client for a URL `client.ts`'s.
  *
  * Waiting is fair (first come, first served): a contender that will wait joins a FIFO line of
- * the key's waiters kept in the acquire script, a free key goes to the head of the line, and a
- * release publishes the head's owner id on the key's release channel, which wakes exactly that
- * waiter (no herd, and the releaser cannot re-grab the key ahead of the line). Line entries
- * expire `QUEUE_ENTRY_TTL_MS` after their owner's latest attempt (a waiter that vanished blocks
- * the others that long at most); a waiter that gives up is taken out at once. Pub/sub is lossy,
- * so the core also polls, every `LINE_RECHECK_MS` at most. With `notifications: false` waiters still
+ * the key's waiters kept in the acquire script, with the TTL it asked for, and a free key goes to
+ * the head of the line. A release hands the key over in its own script (one hop): it grants the
+ * head with a fresh token for a short first TTL (min(its ttlMs, `QUEUE_ENTRY_TTL_MS`)) and
+ * publishes `<owner>:<token>:<first TTL>` on the key's release channel; exactly that waiter wakes
+ * (no herd, and the releaser cannot re-grab the key ahead of the line), holds the key on receipt,
+ * and renews it to its full TTL at once (`Granted.handedAt`). A head that vanished costs the
+ * first TTL at most. Line entries expire `QUEUE_ENTRY_TTL_MS` after their owner's latest attempt
+ * (a waiter that vanished blocks the others that long at most); a waiter that gives up is taken
+ * out at once, and a key handed to it meanwhile is handed on. Pub/sub is lossy, so the core also
+ * polls, every `LINE_RECHECK_MS` at most: the attempt of a waiter whose message was lost is
+ * answered with the grant handed to it (the first TTL, 2 s at most, outlasts the 0.5 s poll). With `notifications: false` waiters still
  * stand in line and only poll (every `LINE_RECHECK_MS` at most), so that polling and notified
  * waiters of one key are served in one order.
  *
@@ -29,6 +34,7 @@ import type {
   AttemptResult,
   Backend,
   BackendCapabilities,
+  Granted,
   LeaseRef,
   LockInfo,
   ReleaseOutcome,
@@ -41,7 +47,7 @@ import { MAX_TIMER_MS } from '../../options.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { isClusterClient, RedisConnection } from './connection.js';
 import { composeToken, counterOf, type FailoverEpoch } from './failover-epoch.js';
-import { fenceTtlMs } from './fence-counter.js';
+import { FENCE_GRACE_MS, fenceTtlMs } from './fence-counter.js';
 import type { NodeRedisClientLike } from './node-redis.js';
 import { ReleaseWaiters } from './release-waiters.js';
 import {
@@ -82,6 +88,14 @@ export interface RedisBackendOptions {
 
 /** Most renewals sent in one script call (one round trip). */
 const RENEW_BATCH_LIMIT = 1_000;
+
+/**
+ * The last arguments of the scripts that may hand a key to the head of its line (release,
+ * abandon): the longest first TTL of a handed grant (`QUEUE_ENTRY_TTL_MS`: more than the
+ * `LINE_RECHECK_MS` after which a waiter whose message was lost attempts again), and how long the
+ * fence counter outlives a grant's TTL.
+ */
+const HAND_OFF_ARGS = [QUEUE_ENTRY_TTL_MS, FENCE_GRACE_MS] as const;
 
 /** The Redis backend. Build it with `createRedisBackend`. */
 export class RedisBackend implements Backend {
@@ -143,7 +157,8 @@ export class RedisBackend implements Backend {
 
   /**
    * The Redis keys of a lock, all in one hash slot: its lease, its fencing counter, its release
-   * channel, and its line of waiters (a list of owners and a hash of their entries' expiry).
+   * channel, and its line of waiters (a list of owners and a hash of their entries' expiry and
+   * requested TTL).
    * Each expires: the lease with its TTL, the counter `FENCE_GRACE_MS` after the TTL of its last
    * grant, the line `QUEUE_ENTRY_TTL_MS` after its newest entry.
    */
@@ -216,7 +231,6 @@ export class RedisBackend implements Backend {
       return { granted: true, token, ttlMs: request.ttlMs };
     }
     const holderTtlMs = Math.max(reply[1], 0);
-    const { owner } = request;
     return {
       granted: false,
       holderTtlMs,
@@ -226,8 +240,37 @@ export class RedisBackend implements Backend {
       queued: queue,
       // Without notifications a waiter still stands in line; it only polls.
       waitForChange: this.#notifications
-        ? (signal, maxMs) => this.#waiters.wait(k.channel, owner, signal, maxMs)
+        ? (signal, maxMs) => this.#waitForTurn(k.channel, request, epoch, signal, maxMs)
         : (signal, maxMs) => sleep(maxMs, signal),
+    };
+  }
+
+  /**
+   * Wait for the release message that names this waiter, and take the grant it hands over: its
+   * token (on Sentinel with the failover epoch of the waiter's last attempt, while the connection
+   * has not changed since) for its first TTL. Not with `minReplicas`, nor on Sentinel across a
+   * reconnection: the attempt that follows is then answered with the handed grant ("the same
+   * owner asks again" in queued-acquire.lua) and checked as any attempt's.
+   */
+  async #waitForTurn(
+    channel: string,
+    request: AttemptRequest,
+    epoch: Awaited<ReturnType<FailoverEpoch['current']>> | undefined,
+    signal: AbortSignal,
+    maxMs: number,
+  ): Promise<Granted | undefined> {
+    const handoff = await this.#waiters.wait(channel, request.owner, signal, maxMs);
+    if (handoff === undefined || this.#minReplicas > 0) return undefined;
+    if (this.#epochs !== undefined && this.#epochs.generation !== epoch?.generation) {
+      return undefined;
+    }
+    this.#waiters.leftLine(channel, request.owner);
+    const counter = BigInt(handoff.counter);
+    return {
+      granted: true,
+      token: epoch === undefined ? counter : composeToken(epoch.epoch, counter),
+      ttlMs: handoff.ttlMs,
+      handedAt: handoff.receivedAt,
     };
   }
 
@@ -250,8 +293,8 @@ export class RedisBackend implements Backend {
       .call('acquire (release after WAIT)', () =>
         queuedReleaseScript.run(
           this.#connection.client,
-          [k.lock, k.channel, k.queue, k.waiters],
-          [request.owner, String(token)],
+          [k.lock, k.fence, k.channel, k.queue, k.waiters],
+          [request.owner, String(token), ...HAND_OFF_ARGS],
         ),
       )
       .catch(() => undefined);
@@ -305,24 +348,25 @@ export class RedisBackend implements Backend {
   }
 
   /**
-   * Compare-and-delete by owner and token, then wake the head of the key's line (its owner id
-   * goes out on the key's release channel).
+   * Compare-and-delete by owner and token, then hand the key to the head of its line (granted in
+   * the same script; its owner, token and first TTL go out on the key's release channel).
    */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const k = this.keysOf(lease.key);
     const reply = await this.#connection.call('release', () =>
       queuedReleaseScript.run(
         this.#connection.client,
-        [k.lock, k.channel, k.queue, k.waiters],
-        [lease.owner, this.#counterOf(lease)],
+        [k.lock, k.fence, k.channel, k.queue, k.waiters],
+        [lease.owner, this.#counterOf(lease), ...HAND_OFF_ARGS],
       ),
     );
     return reply === 1 ? 'released' : reply === 0 ? 'not-held' : 'not-owner';
   }
 
   /**
-   * Delete the key if this owner holds it, whatever the token, and take the owner out of the
-   * key's line (waking the next in line when that frees the key or removes the head).
+   * Delete the key if this owner holds it, whatever the token (also a grant a release handed to
+   * it meanwhile), and take the owner out of the key's line (handing the key to the next in line
+   * when that frees it, or removes the head while it is free).
    */
   async abandon(request: AttemptRequest): Promise<void> {
     await this.#withdraw(request, 'abandon');
@@ -340,8 +384,8 @@ export class RedisBackend implements Backend {
     await this.#connection.call(operation, () =>
       queuedAbandonScript.run(
         this.#connection.client,
-        [k.lock, k.channel, k.queue, k.waiters],
-        [request.owner, operation === 'leave the line' ? '1' : '0'],
+        [k.lock, k.fence, k.channel, k.queue, k.waiters],
+        [request.owner, operation === 'leave the line' ? '1' : '0', ...HAND_OFF_ARGS],
       ),
     );
   }

@@ -20,13 +20,19 @@ export interface Script<K extends readonly string[], A extends readonly (string 
 /** This module's folder of scripts. */
 const SCRIPTS = new URL('./scripts/', import.meta.url);
 
-/** Load `<name>.lua` from `folder` (a `file:` URL ending in `/`; default: this module's `scripts/`). */
+/**
+ * Load `<name>.lua` from `folder` (a `file:` URL ending in `/`; default: this module's
+ * `scripts/`), after the fragments named in `preludes` (`<prelude>.lua` from the same folder:
+ * local functions several scripts share), so that one script is sent and hashed.
+ */
 export function defineScript<
   K extends readonly string[],
   A extends readonly (string | number)[],
   R,
->(name: string, folder: URL = SCRIPTS): Script<K, A, R> {
-  const source = readFileSync(new URL(`${name}.lua`, folder), 'utf8');
+>(name: string, folder: URL = SCRIPTS, preludes: readonly string[] = []): Script<K, A, R> {
+  const source = [...preludes, name]
+    .map((file) => readFileSync(new URL(`${file}.lua`, folder), 'utf8'))
+    .join('\n');
   const sha1 = createHash('sha1').update(source).digest('hex');
   return {
     name,
@@ -75,21 +81,35 @@ export const queuedAcquireScript = defineScript<
   readonly [owner: string, ttlMs: number, waiterTtlMs: number, fenceTtlMs: number],
   [1, string] | [0, number]
 >('queued-acquire');
-/** Release (single node, queued): 1 released, 0 not held, -1 not owner; wakes the queue head. */
+/** The keys of the scripts that may hand a free key to the head of its line. */
+type HandOffKeys = readonly [
+  lockKey: string,
+  fenceKey: string,
+  channel: string,
+  queueKey: string,
+  waitersKey: string,
+];
+
+/**
+ * Release (single node, queued): 1 released, 0 not held, -1 not owner. The key is then handed to
+ * the head of the line (`line-handoff.lua`): granted for a first TTL of min(its ttlMs,
+ * `firstTtlCapMs`), and `<owner>:<token>:<first TTL>` published on the key's channel.
+ */
 export const queuedReleaseScript = defineScript<
-  readonly [lockKey: string, channel: string, queueKey: string, waitersKey: string],
-  readonly [owner: string, token: string],
+  HandOffKeys,
+  readonly [owner: string, token: string, firstTtlCapMs: number, fenceGraceMs: number],
   1 | 0 | -1
->('queued-release');
+>('queued-release', SCRIPTS, ['line-handoff']);
 /**
  * Abandon (single node, queued): leave the line and, unless `keepGrant` is '1', delete this
- * owner's key; 1 deleted this owner's key, 0 nothing deleted.
+ * owner's key; 1 deleted this owner's key, 0 nothing deleted. A key this frees (or left free by
+ * the head that leaves) is handed to the next in line as `queuedReleaseScript` does.
  */
 export const queuedAbandonScript = defineScript<
-  readonly [lockKey: string, channel: string, queueKey: string, waitersKey: string],
-  readonly [owner: string, keepGrant: '0' | '1'],
+  HandOffKeys,
+  readonly [owner: string, keepGrant: '0' | '1', firstTtlCapMs: number, fenceGraceMs: number],
   1 | 0
->('queued-abandon');
+>('queued-abandon', SCRIPTS, ['line-handoff']);
 /** Inspect: `[value | null, PTTL, last token | null]` (null once the fence counter expired). */
 export const inspectScript = defineScript<
   LockKeys,

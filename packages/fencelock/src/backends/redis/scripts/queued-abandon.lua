@@ -1,13 +1,18 @@
 -- Withdraw a contender (single node, with a line of waiters): delete the key if this owner holds
 -- it, whatever its token (unless keepGrant), and take the owner out of the line. When that frees
--- the key or removes the head of the line, wake the (new) head by publishing its owner id.
+-- the key or removes the head of the line while the key is free, the key is handed to the (new)
+-- head of the line (handOff, line-handoff.lua, which precedes this script). A grant handed to
+-- this owner while it was giving up is deleted and handed on the same way.
 -- Returns 1 deleted this owner's key, 0 nothing of this owner's held the key (or keepGrant).
 local lockKey = KEYS[1]
-local channel = KEYS[2]
-local queueKey = KEYS[3]
-local waitersKey = KEYS[4]
+local fenceKey = KEYS[2]
+local channel = KEYS[3]
+local queueKey = KEYS[4]
+local waitersKey = KEYS[5]
 local owner = ARGV[1]
 local keepGrant = ARGV[2] == '1' -- '1': leave the line only, never delete a grant
+local capMs = tonumber(ARGV[3])          -- longest first TTL of a handed grant, ms
+local fenceGraceMs = tonumber(ARGV[4])   -- the fence counter outlives a grant's TTL this long
 
 local deleted = 0
 local current = redis.call('GET', lockKey)
@@ -21,25 +26,11 @@ if current and not keepGrant then
 end
 
 local wasHead = redis.call('LINDEX', queueKey, 0) == owner
-if redis.call('HDEL', waitersKey, owner) == 1 then
+if redis.call('HDEL', waitersKey, owner, owner .. ':ttl') > 0 then
   redis.call('LREM', queueKey, 1, owner)
 end
 
 if not current and (deleted == 1 or wasHead) then
-  local now
-  while true do
-    local first = redis.call('LINDEX', queueKey, 0)
-    if not first then break end
-    if not now then
-      local time = redis.call('TIME')
-      now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-    end
-    if tonumber(redis.call('HGET', waitersKey, first) or '0') > now then
-      redis.call('PUBLISH', channel, first)
-      break
-    end
-    redis.call('LPOP', queueKey)
-    redis.call('HDEL', waitersKey, first)
-  end
+  handOff(lockKey, fenceKey, channel, queueKey, waitersKey, capMs, fenceGraceMs)
 end
 return deleted

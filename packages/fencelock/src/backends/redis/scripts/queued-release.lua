@@ -1,12 +1,16 @@
--- Compare-and-delete by owner and token (single node, with a line of waiters), then wake the
--- head of the line: its owner id is published on the key's release channel, so exactly that
--- waiter attempts (no herd). Expired entries at the head are dropped first.
+-- Compare-and-delete by owner and token (single node, with a line of waiters), then hand the key
+-- to the first live entry of the line (handOff, line-handoff.lua, which precedes this script):
+-- that waiter is granted in this script and told on the key's release channel, so it holds the
+-- key one message after the release, with no attempt of its own (and nobody else wakes).
 -- Returns 1 released, 0 not held (key gone), -1 held by another owner or token (left untouched).
 local lockKey = KEYS[1]
-local channel = KEYS[2]                     -- release notifications for this key
-local queueKey = KEYS[3]                    -- list of waiting owners, head first
-local waitersKey = KEYS[4]                  -- hash: waiting owner -> entry expiry (ms)
+local fenceKey = KEYS[2]                    -- the key's last token (see queued-acquire.lua)
+local channel = KEYS[3]                     -- release notifications for this key
+local queueKey = KEYS[4]                    -- list of waiting owners, head first
+local waitersKey = KEYS[5]                  -- hash: entry expiry (ms) and ttlMs per owner
 local expected = ARGV[1] .. ':' .. ARGV[2]  -- "<owner>:<token>"
+local capMs = tonumber(ARGV[3])             -- longest first TTL of a handed grant, ms
+local fenceGraceMs = tonumber(ARGV[4])      -- the fence counter outlives a grant's TTL this long
 
 local current = redis.call('GET', lockKey)
 if not current then
@@ -16,21 +20,5 @@ if current ~= expected then
   return -1
 end
 redis.call('DEL', lockKey)
-
--- Wake the first live entry of the line, dropping expired ones (Redis TIME, read only if needed).
-local now
-while true do
-  local first = redis.call('LINDEX', queueKey, 0)
-  if not first then break end
-  if not now then
-    local time = redis.call('TIME')
-    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  end
-  if tonumber(redis.call('HGET', waitersKey, first) or '0') > now then
-    redis.call('PUBLISH', channel, first)
-    break
-  end
-  redis.call('LPOP', queueKey)
-  redis.call('HDEL', waitersKey, first)
-end
+handOff(lockKey, fenceKey, channel, queueKey, waitersKey, capMs, fenceGraceMs)
 return 1
