@@ -30,15 +30,26 @@ describe('openRedisClient', () => {
       expect(client).toBeInstanceOf(Redis);
       expect(isClusterClient(client)).toBe(false);
       expect(client.status).toBe('wait');
-      const { host, port, db, commandTimeout, connectTimeout } = (client as Redis).options;
+      const { host, port, db, commandTimeout, connectTimeout, enableAutoPipelining } = (
+        client as Redis
+      ).options;
       // The command timeout is kept by the backend's connection (one timer for all commands),
-      // not by ioredis (a timer per command).
-      expect({ host, port, db, commandTimeout, connectTimeout, boundsCommands }).toEqual({
+      // not by ioredis (a timer per command); commands of one turn go out in one write.
+      expect({
+        host,
+        port,
+        db,
+        commandTimeout,
+        connectTimeout,
+        enableAutoPipelining,
+        boundsCommands,
+      }).toEqual({
         host: '10.1.2.3',
         port: 6390,
         db: 2,
         commandTimeout: undefined,
         connectTimeout: 1234,
+        enableAutoPipelining: true,
         boundsCommands: true,
       });
       expect(epochs).toBeUndefined();

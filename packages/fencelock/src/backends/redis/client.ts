@@ -60,9 +60,15 @@ export function openRedisClient(config: RedisUrlConfig): OpenedRedisClient {
     if (config.url === undefined)
       throw new InvalidArgumentError('url', 'a redis:// URL', undefined);
     // No `commandTimeout`: ioredis would arm and clear a timer per command; the connection
-    // keeps the same bound with one timer (`boundsCommands`).
+    // keeps the same bound with one timer (`boundsCommands`). Auto-pipelining: the commands
+    // sent in one turn of the event loop (acquires and releases of many callers) go out in one
+    // socket write instead of one each.
     const { commandTimeout: _perCommandTimer, ...single } = options;
-    return { client: new Redis(config.url, single), epochs: undefined, boundsCommands: true };
+    return {
+      client: new Redis(config.url, { ...single, enableAutoPipelining: true }),
+      epochs: undefined,
+      boundsCommands: true,
+    };
   }
   const client = new Redis({
     ...options,
