@@ -22,20 +22,35 @@ import {
 import { BackendError, InvalidArgumentError } from '../../packages/fencelock/src/errors.js';
 
 describe('openRedisClient', () => {
-  it('opens a lazy single-node client on the URL, with the command timeout, and no epoch', () => {
-    const { client, epochs } = openRedisClient(
+  it('opens a lazy single-node client on the URL, its commands bounded by the backend, and no epoch', () => {
+    const { client, epochs, boundsCommands } = openRedisClient(
       parseRedisUrl(new URL('redis://10.1.2.3:6390/2?commandTimeoutMs=1234')),
     );
     try {
       expect(client).toBeInstanceOf(Redis);
       expect(isClusterClient(client)).toBe(false);
       expect(client.status).toBe('wait');
-      const { host, port, db, commandTimeout } = (client as Redis).options;
-      expect({ host, port, db, commandTimeout }).toEqual({
+      const { host, port, db, commandTimeout, connectTimeout, enableAutoPipelining } = (
+        client as Redis
+      ).options;
+      // The command timeout is kept by the backend's connection (one timer for all commands),
+      // not by ioredis (a timer per command); commands of one turn go out in one write.
+      expect({
+        host,
+        port,
+        db,
+        commandTimeout,
+        connectTimeout,
+        enableAutoPipelining,
+        boundsCommands,
+      }).toEqual({
         host: '10.1.2.3',
         port: 6390,
         db: 2,
-        commandTimeout: 1234,
+        commandTimeout: undefined,
+        connectTimeout: 1234,
+        enableAutoPipelining: true,
+        boundsCommands: true,
       });
       expect(epochs).toBeUndefined();
     } finally {
@@ -55,6 +70,8 @@ describe('openRedisClient', () => {
         { host: '10.0.0.2', port: 26379 },
       ]);
       expect(epochs).toBeInstanceOf(FailoverEpoch);
+      // A Sentinel client keeps ioredis' own command timeout (it bounds each retry after a failover).
+      expect((client as Redis).options.commandTimeout).toBe(5000);
     } finally {
       client.disconnect();
     }

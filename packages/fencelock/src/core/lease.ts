@@ -14,7 +14,7 @@ import { LockLostError, type LockLostReason, NotLockOwnerError } from '../errors
 import { validateTtl } from '../options.js';
 import type { Backend, LeaseRef, ReleaseOutcome } from './backend.js';
 import { driftMs, monotonicNow } from './clock.js';
-import { publish } from './events.js';
+import { isObserved, publish } from './events.js';
 import type { Watchdog, WatchdogTask } from './watchdog.js';
 
 /** Shortest wait before a renewal or its retry, ms. */
@@ -226,18 +226,29 @@ export class Lease implements LeaseRef, AsyncDisposable {
     // Let a renewal in flight land first so it cannot extend a key after its release; a lost
     // lease has nothing to protect, so its release does not wait on a stuck engine call.
     if (wasHeld && this.#renewing !== undefined) await this.#renewing;
-    const { backend } = this.#ctx;
-    const holdMs = monotonicNow() - this.#grantedAt;
+    const releasedAt = monotonicNow();
     try {
-      const outcome = await backend.release(this);
+      const outcome = await this.#ctx.backend.release(this);
       this.#releaseInDoubt = false;
-      publish('release', () => ({ ...this.#eventBase(), outcome, holdMs }));
+      // Checked first: a payload closure would be made on every release, observed or not.
+      if (isObserved('release')) this.#releaseEvent(outcome, releasedAt);
       return outcome;
     } catch (error) {
       this.#releaseInDoubt = true;
-      publish('release', () => ({ ...this.#eventBase(), outcome: 'error', holdMs, error }));
+      this.#releaseEvent('error', releasedAt, error);
       throw error;
     }
+  }
+
+  /** Publish the `release` event; `releasedAt` is when the engine call started. */
+  #releaseEvent(outcome: ReleaseOutcome | 'error', releasedAt: number, error?: unknown): void {
+    const holdMs = releasedAt - this.#grantedAt;
+    publish('release', () => ({
+      ...this.#eventBase(),
+      outcome,
+      holdMs,
+      ...(outcome === 'error' ? { error } : {}),
+    }));
   }
 
   /** `await using lease = await lock.acquire()` releases one hold at scope exit. */

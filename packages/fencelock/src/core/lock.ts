@@ -36,6 +36,8 @@ export interface LockContext extends Omit<LeaseContext, 'backend'> {
   readonly onGrant: (lease: Lease) => void;
   /** Prefix that makes reentrancy scopes per locker. */
   readonly scopePrefix: string;
+  /** The context of leases on `backend`: one object shared by all of them, not one per lease. */
+  readonly leaseContext: (backend: Backend) => LeaseContext;
 }
 
 /** Bytes of CSPRNG output fetched at once for owner ids (256 ids per fill). */
@@ -270,23 +272,20 @@ export class Lock {
     renewTtlMs: number,
     attemptStartedAt: number,
   ): Lease {
-    const lease = new Lease(
-      { ...this.#ctx, backend },
-      {
-        key: this.key,
-        owner: request.owner,
-        fencingToken: result.token,
-        ttlMs: result.ttlMs,
-        renewTtlMs,
-        attemptStartedAt,
-        autoRenew: this.options.autoRenew,
-        maxHoldMs: this.options.maxHoldMs,
-        lost: result.lost,
-        validUntil: result.validUntil,
-        atRisk: result.atRisk,
-        handedOver: result.handedAt !== undefined,
-      },
-    );
+    const lease = new Lease(this.#ctx.leaseContext(backend), {
+      key: this.key,
+      owner: request.owner,
+      fencingToken: result.token,
+      ttlMs: result.ttlMs,
+      renewTtlMs,
+      attemptStartedAt,
+      autoRenew: this.options.autoRenew,
+      maxHoldMs: this.options.maxHoldMs,
+      lost: result.lost,
+      validUntil: result.validUntil,
+      atRisk: result.atRisk,
+      handedOver: result.handedAt !== undefined,
+    });
     this.#lease = lease;
     this.#ctx.onGrant(lease);
     return lease;

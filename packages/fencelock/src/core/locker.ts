@@ -11,7 +11,7 @@ import {
   validateTtl,
 } from '../options.js';
 import type { Backend, LeaseRef, LockInfo, ReleaseOutcome } from './backend.js';
-import type { Lease } from './lease.js';
+import type { Lease, LeaseContext } from './lease.js';
 import { Lock, type LockContext } from './lock.js';
 import {
   type OwnerAcquireOptions,
@@ -54,6 +54,8 @@ export class Locker implements AsyncDisposable {
   readonly #defaults: ResolvedLockOptions;
   readonly #ctx: LockContext;
   readonly #ownerCtx: OwnerGrantContext;
+  /** What every lease of this locker shares (made once the backend is known). */
+  #leaseCtx: LeaseContext | undefined;
   readonly #watchdog = new Watchdog();
   readonly #leases = new Set<Lease>();
   /** Sessions opened by `openSession` and not yet ended. */
@@ -104,6 +106,13 @@ export class Locker implements AsyncDisposable {
       },
       onGrant: (lease) => this.#leases.add(lease),
       onEnd: (lease) => this.#leases.delete(lease),
+      leaseContext: (loaded) => {
+        if (this.#leaseCtx?.backend !== loaded) {
+          const { watchdog, onEnd } = this.#ctx;
+          this.#leaseCtx = { backend: loaded, store, watchdog, driftFactor, onEnd };
+        }
+        return this.#leaseCtx;
+      },
     };
     this.#ownerCtx = { backend: () => this.#getBackend(), store, driftFactor };
   }

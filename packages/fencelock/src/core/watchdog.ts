@@ -55,8 +55,8 @@ export class Watchdog {
     this.#generation.delete(task);
     if (this.#generation.size === 0) {
       // The timer stays armed (it is unref'd, and finds nothing to run): one lease after another
-      // then costs no timer of its own. `stop()` clears it.
-      this.#heap = [];
+      // then costs no timer of its own. `stop()` clears it. Emptied in place: no new array.
+      this.#heap.length = 0;
     } else if (this.#heap.length > 64 && this.#heap.length > 4 * this.#generation.size) {
       // Cancelled items leave the heap only when they reach its top (a lease's renewal is due
       // ttl/3 later): without this, a steady flow of short leases grows it by thousands a second.

@@ -131,6 +131,8 @@ export class RedisBackend implements Backend {
       readonly commandTimeoutMs: number;
       /** The servers' address for errors (`host:port`…), when the backend opened the client. */
       readonly address?: string;
+      /** The client has no command timeout: the connection bounds each command itself. */
+      readonly boundsCommands?: boolean;
     },
     epochs?: FailoverEpoch,
   ) {
@@ -140,6 +142,7 @@ export class RedisBackend implements Backend {
       this.name,
       settings.commandTimeoutMs,
       settings.address,
+      settings.boundsCommands,
     );
     this.#waiters = new ReleaseWaiters(client);
     this.#epochs = epochs;
@@ -182,53 +185,68 @@ export class RedisBackend implements Backend {
   /**
    * Run the acquire script: grant with a fresh token (max(last token + 1, server clock in µs)),
    * or report the holder's PTTL. On Sentinel the token is `failover epoch × 2^53 + counter` (see
-   * failover-epoch.ts).
+   * failover-epoch.ts). Not an async function: on a single node the answer is the script's
+   * promise and one reaction (the acquire path of every lease).
    */
-  async attempt(request: AttemptRequest): Promise<AttemptResult> {
+  attempt(request: AttemptRequest): Promise<AttemptResult> {
+    if (this.#epochs !== undefined) return this.#attemptWithEpoch(request, this.#epochs);
     const k = this.keysOf(request.key);
+    const queue = this.#enterLine(request, k);
+    const keys = [k.lock, k.fence, k.queue, k.waiters] as const;
+    const args = this.#acquireArgs(request, queue);
+    return this.#connection
+      .call('acquire', () => queuedAcquireScript.run(this.#connection.client, keys, args))
+      .then((reply) => this.#answer(request, k, queue, reply, undefined));
+  }
+
+  /** The acquire on Sentinel: the failover epoch is read before the script, on one connection. */
+  async #attemptWithEpoch(request: AttemptRequest, epochs: FailoverEpoch): Promise<AttemptResult> {
+    const k = this.keysOf(request.key);
+    const queue = this.#enterLine(request, k);
+    const keys = [k.lock, k.fence, k.queue, k.waiters] as const;
+    const args = this.#acquireArgs(request, queue);
+    const [epoch, reply] = await this.#connection.call('acquire', async () => {
+      const before = await epochs.current();
+      return [before, await queuedAcquireScript.run(this.#connection.client, keys, args)] as const;
+    });
+    return this.#answer(request, k, queue, reply, epoch);
+  }
+
+  /**
+   * Whether the attempt stands in the key's line (it will wait). A wake-up that names this owner
+   * while the attempt is in flight must not be lost: it is kept (`missed`) for the wait that
+   * follows, as between any attempt and its wait.
+   */
+  #enterLine(request: AttemptRequest, k: { readonly channel: string }): boolean {
     const queue = request.willWait !== false;
-    // A wake-up that names this owner while the attempt is in flight must not be lost: it is
-    // kept (`missed`) for the wait that follows, as between any attempt and its wait.
     if (queue) this.#waiters.inLine(k.channel, request.owner);
-    const args = [
+    return queue;
+  }
+
+  #acquireArgs(request: AttemptRequest, queue: boolean): readonly [string, number, number, number] {
+    return [
       request.owner,
       request.ttlMs,
       queue ? QUEUE_ENTRY_TTL_MS : 0,
       fenceTtlMs(request.ttlMs),
     ] as const;
-    const keys = [k.lock, k.fence, k.queue, k.waiters] as const;
-    let epoch: Awaited<ReturnType<FailoverEpoch['current']>> | undefined;
-    let reply: [1, string] | [0, number];
-    if (this.#epochs === undefined) {
-      reply = await this.#connection.call('acquire', () =>
-        queuedAcquireScript.run(this.#connection.client, keys, args),
-      );
-    } else {
-      const epochs = this.#epochs;
-      [epoch, reply] = await this.#connection.call('acquire', async () => {
-        const before = await epochs.current();
-        return [
-          before,
-          await queuedAcquireScript.run(this.#connection.client, keys, args),
-        ] as const;
-      });
-    }
+  }
+
+  /** The contract's answer to the acquire script's reply (and, on Sentinel, the epoch read). */
+  #answer(
+    request: AttemptRequest,
+    k: { readonly channel: string },
+    queue: boolean,
+    reply: [1, string] | [0, number],
+    epoch: Awaited<ReturnType<FailoverEpoch['current']>> | undefined,
+  ): AttemptResult | Promise<AttemptResult> {
     if (reply[0] === 1) {
       if (queue) this.#waiters.leftLine(k.channel, request.owner);
       const counter = BigInt(reply[1]);
-      if (epoch !== undefined && this.#epochs?.generation !== epoch.generation) {
-        // The connection changed while the script ran: the grant may sit on another primary
-        // than the epoch read names. Withdraw it; the next attempt reads the epoch again.
-        await this.abandon(request).catch(() => undefined);
-        throw new BackendError(
-          this.name,
-          `acquire of "${request.key}"`,
-          new Error('the connection to the primary changed during the grant (a failover?)'),
-        );
+      if (epoch === undefined && this.#minReplicas === 0) {
+        return { granted: true, token: counter, ttlMs: request.ttlMs };
       }
-      if (this.#minReplicas > 0) await this.#awaitReplicas(request, counter);
-      const token = epoch === undefined ? counter : composeToken(epoch.epoch, counter);
-      return { granted: true, token, ttlMs: request.ttlMs };
+      return this.#checkedGrant(request, counter, epoch);
     }
     const holderTtlMs = Math.max(reply[1], 0);
     return {
@@ -272,6 +290,31 @@ export class RedisBackend implements Backend {
       ttlMs: handoff.ttlMs,
       handedAt: handoff.receivedAt,
     };
+  }
+
+  /**
+   * A grant on Sentinel (the epoch must not have changed under the script) or with
+   * `minReplicas` (the replicas must have it).
+   * @throws BackendError when either check fails (the grant is withdrawn first).
+   */
+  async #checkedGrant(
+    request: AttemptRequest,
+    counter: bigint,
+    epoch: Awaited<ReturnType<FailoverEpoch['current']>> | undefined,
+  ): Promise<AttemptResult> {
+    if (epoch !== undefined && this.#epochs?.generation !== epoch.generation) {
+      // The connection changed while the script ran: the grant may sit on another primary
+      // than the epoch read names. Withdraw it; the next attempt reads the epoch again.
+      await this.abandon(request).catch(() => undefined);
+      throw new BackendError(
+        this.name,
+        `acquire of "${request.key}"`,
+        new Error('the connection to the primary changed during the grant (a failover?)'),
+      );
+    }
+    if (this.#minReplicas > 0) await this.#awaitReplicas(request, counter);
+    const token = epoch === undefined ? counter : composeToken(epoch.epoch, counter);
+    return { granted: true, token, ttlMs: request.ttlMs };
   }
 
   /** The counter part of a lease's token, as the scripts store it. */
@@ -351,16 +394,17 @@ export class RedisBackend implements Backend {
    * Compare-and-delete by owner and token, then hand the key to the head of its line (granted in
    * the same script; its owner, token and first TTL go out on the key's release channel).
    */
-  async release(lease: LeaseRef): Promise<ReleaseOutcome> {
+  release(lease: LeaseRef): Promise<ReleaseOutcome> {
     const k = this.keysOf(lease.key);
-    const reply = await this.#connection.call('release', () =>
-      queuedReleaseScript.run(
-        this.#connection.client,
-        [k.lock, k.fence, k.channel, k.queue, k.waiters],
-        [lease.owner, this.#counterOf(lease), ...HAND_OFF_ARGS],
-      ),
-    );
-    return reply === 1 ? 'released' : reply === 0 ? 'not-held' : 'not-owner';
+    return this.#connection
+      .call('release', () =>
+        queuedReleaseScript.run(
+          this.#connection.client,
+          [k.lock, k.fence, k.channel, k.queue, k.waiters],
+          [lease.owner, this.#counterOf(lease), ...HAND_OFF_ARGS],
+        ),
+      )
+      .then(releaseOutcomeOf);
   }
 
   /**
@@ -425,6 +469,11 @@ export class RedisBackend implements Backend {
     if (this.#connection.closed) return;
     await Promise.all([this.#waiters.close(), this.#connection.close()]);
   }
+}
+
+/** A release script's code (1 released, 0 not held, -1 not owner) as the core's outcome. */
+function releaseOutcomeOf(code: 1 | 0 | -1): ReleaseOutcome {
+  return code === 1 ? 'released' : code === 0 ? 'not-held' : 'not-owner';
 }
 
 /** A renew script's code (1 renewed, 0 not held, -1 not owner) as the core's result. */

@@ -17,6 +17,11 @@ export interface OpenedRedisClient {
   readonly client: Redis | Cluster;
   /** On Sentinel: the failover epoch that prefixes every token; undefined otherwise. */
   readonly epochs: FailoverEpoch | undefined;
+  /**
+   * The client has no command timeout of its own (a single node): the backend's connection
+   * bounds each command by `commandTimeoutMs` (`command-deadlines.ts`, one timer for all).
+   */
+  readonly boundsCommands: boolean;
 }
 
 /**
@@ -48,13 +53,22 @@ export function openRedisClient(config: RedisUrlConfig): OpenedRedisClient {
         redisOptions: options,
       },
     );
-    return { client, epochs: undefined };
+    return { client, epochs: undefined, boundsCommands: false };
   }
   if (sentinel === undefined) {
     // parseRedisUrl always sets `url`; never fall back to a server other than the one named.
     if (config.url === undefined)
       throw new InvalidArgumentError('url', 'a redis:// URL', undefined);
-    return { client: new Redis(config.url, options), epochs: undefined };
+    // No `commandTimeout`: ioredis would arm and clear a timer per command; the connection
+    // keeps the same bound with one timer (`boundsCommands`). Auto-pipelining: the commands
+    // sent in one turn of the event loop (acquires and releases of many callers) go out in one
+    // socket write instead of one each.
+    const { commandTimeout: _perCommandTimer, ...single } = options;
+    return {
+      client: new Redis(config.url, { ...single, enableAutoPipelining: true }),
+      epochs: undefined,
+      boundsCommands: true,
+    };
   }
   const client = new Redis({
     ...options,
@@ -70,7 +84,11 @@ export function openRedisClient(config: RedisUrlConfig): OpenedRedisClient {
     ...(sentinel.username ? { username: sentinel.username } : {}),
     ...(sentinel.password ? { password: sentinel.password } : {}),
   });
-  return { client, epochs: new FailoverEpoch(client, sentinel, config.commandTimeoutMs) };
+  return {
+    client,
+    epochs: new FailoverEpoch(client, sentinel, config.commandTimeoutMs),
+    boundsCommands: false,
+  };
 }
 
 /**

@@ -10,6 +10,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { BackendError } from '../../errors.js';
 import { unreachableAt } from '../unreachable.js';
 import { DISCONNECT_TIMEOUT_MS } from './client.js';
+import { CommandDeadlines } from './command-deadlines.js';
 
 /** Longest wait for a server's answer to QUIT on close(), ms. */
 export const CLOSE_TIMEOUT_MS = 1_000;
@@ -35,6 +36,14 @@ export class RedisConnection {
   #fatal: Error | undefined;
   /** Last connection-level error of a client this backend opened, for error messages. */
   #lastConnectionError: Error | undefined;
+  /**
+   * The commands' timeout when the connection keeps it (a client opened without ioredis'
+   * per-command timer); undefined when the client times out its commands itself.
+   */
+  readonly #deadlines: CommandDeadlines | undefined;
+  /** `#wrap` with `this` bound, made once (it maps the errors of every call). */
+  readonly #wrapError = (operation: string, error: unknown): BackendError =>
+    this.#wrap(operation, error);
 
   constructor(
     client: Redis | Cluster,
@@ -42,11 +51,13 @@ export class RedisConnection {
     backendName: string,
     connectTimeoutMs: number,
     address?: string,
+    boundsCommands = false,
   ) {
     this.client = client;
     this.#owned = owned;
     this.#backendName = backendName;
     this.#connectTimeoutMs = connectTimeoutMs;
+    this.#deadlines = boundsCommands ? new CommandDeadlines(connectTimeoutMs) : undefined;
     this.#address = address ?? addressOf(client);
     if (owned) {
       // Connection errors surface through the commands that fail; keep the last one for them.
@@ -93,8 +104,17 @@ export class RedisConnection {
     } catch (error) {
       return Promise.reject(this.#wrap(operation, error));
     }
+    return this.#bounded(pending, operation);
+  }
+
+  /** `pending` with its errors wrapped, and bounded by the command timeout if the connection keeps it. */
+  #bounded<T>(pending: Promise<T>, operation: string): Promise<T> {
+    const wrapError = this.#wrapError;
+    if (this.#deadlines !== undefined) {
+      return this.#deadlines.bound(pending, (error) => wrapError(operation, error));
+    }
     return pending.catch((error: unknown) => {
-      throw this.#wrap(operation, error);
+      throw wrapError(operation, error);
     });
   }
 
@@ -105,6 +125,7 @@ export class RedisConnection {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#deadlines?.clear();
     if (this.#owned) await quit(this.client, Math.min(CLOSE_TIMEOUT_MS, this.#connectTimeoutMs));
   }
 
@@ -128,9 +149,13 @@ export class RedisConnection {
       }
       if (this.#fatal) throw this.#fatal;
       // A Cluster still not ready queues the command with no timeout: bound it here.
-      return this.#owned && isClusterClient(this.client) && this.client.status !== 'ready'
-        ? await this.#within(run(), 'no answer')
-        : await run();
+      if (this.#owned && isClusterClient(this.client) && this.client.status !== 'ready') {
+        return await this.#within(run(), 'no answer');
+      }
+      if (this.#deadlines !== undefined) {
+        return await this.#deadlines.bound(run(), (error) => error);
+      }
+      return await run();
     } catch (error) {
       throw this.#wrap(operation, error);
     }

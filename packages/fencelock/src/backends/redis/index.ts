@@ -100,8 +100,13 @@ export function createRedisBackend(options: RedisBackendOptions | RedisUrlConfig
 
 /** A backend on a client opened for `config` (closed with the backend). */
 function createRedisBackendFromConfig(config: RedisUrlConfig): RedisBackend {
-  const { client, epochs } = openRedisClient(config);
-  return new RedisBackend(client, true, { ...config, address: addressOfConfig(config) }, epochs);
+  const { client, epochs, boundsCommands } = openRedisClient(config);
+  return new RedisBackend(
+    client,
+    true,
+    { ...config, address: addressOfConfig(config), boundsCommands },
+    epochs,
+  );
 }
 
 /** `url` with `params` added to its query string. */
