@@ -48,6 +48,7 @@ import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { isClusterClient, RedisConnection } from './connection.js';
 import { composeToken, counterOf, type FailoverEpoch } from './failover-epoch.js';
 import { FENCE_GRACE_MS, fenceTtlMs } from './fence-counter.js';
+import { type LockKeys, lockKeys } from './lock-keys.js';
 import type { NodeRedisClientLike } from './node-redis.js';
 import { ReleaseWaiters } from './release-waiters.js';
 import {
@@ -165,21 +166,8 @@ export class RedisBackend implements Backend {
    * Each expires: the lease with its TTL, the counter `FENCE_GRACE_MS` after the TTL of its last
    * grant, the line `QUEUE_ENTRY_TTL_MS` after its newest entry.
    */
-  keysOf(key: string): {
-    lock: string;
-    fence: string;
-    channel: string;
-    queue: string;
-    waiters: string;
-  } {
-    const base = `${this.#prefix}:{${key}}`;
-    return {
-      lock: `${base}:lock`,
-      fence: `${base}:fence`,
-      channel: `${base}:released`,
-      queue: `${base}:queue`,
-      waiters: `${base}:waiters`,
-    };
+  keysOf(key: string): LockKeys {
+    return lockKeys(this.#prefix, key);
   }
 
   /**

@@ -49,6 +49,7 @@ import { BackendError, QuorumError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { CLOSE_TIMEOUT_MS, quit } from '../redis/connection.js';
 import { fenceTtlMs } from '../redis/fence-counter.js';
+import { type LockKeys, lockKeys } from '../redis/lock-keys.js';
 import { inspectScript, renewManyScript } from '../redis/scripts.js';
 import { unreachableAt } from '../unreachable.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
@@ -119,21 +120,8 @@ export class RedlockBackend implements Backend {
   }
 
   /** The Redis keys of a lock on every node (as the single-node backend's). */
-  keysOf(key: string): {
-    lock: string;
-    fence: string;
-    channel: string;
-    queue: string;
-    waiters: string;
-  } {
-    const base = `${this.#prefix}:{${key}}`;
-    return {
-      lock: `${base}:lock`,
-      fence: `${base}:fence`,
-      channel: `${base}:released`,
-      queue: `${base}:queue`,
-      waiters: `${base}:waiters`,
-    };
+  keysOf(key: string): LockKeys {
+    return lockKeys(this.#prefix, key);
   }
 
   /**

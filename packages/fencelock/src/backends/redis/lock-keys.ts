@@ -1,0 +1,29 @@
+/**
+ * The Redis keys of one lock, as the single-node and Redlock backends name them on every node.
+ * They share the `{key}` hash tag, so on a Cluster they sit in one slot and a script may touch
+ * them all.
+ */
+export interface LockKeys {
+  /** The lease: `<owner>:<token>` with a PX expiry. */
+  readonly lock: string;
+  /** The key's last fencing token (its counter). */
+  readonly fence: string;
+  /** The release channel: a release names the head of the line here. */
+  readonly channel: string;
+  /** The line of waiters (a list on a single node, a sorted set on a Redlock node). */
+  readonly queue: string;
+  /** The waiters' entries: expiry (and requested TTL) by owner. */
+  readonly waiters: string;
+}
+
+/** The keys of lock `key` under `prefix`. */
+export function lockKeys(prefix: string, key: string): LockKeys {
+  const base = `${prefix}:{${key}}`;
+  return {
+    lock: `${base}:lock`,
+    fence: `${base}:fence`,
+    channel: `${base}:released`,
+    queue: `${base}:queue`,
+    waiters: `${base}:waiters`,
+  };
+}
