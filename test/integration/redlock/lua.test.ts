@@ -43,23 +43,12 @@ afterAll(async () => {
 });
 
 /**
- * The Redis keys of one lock, laid out as the backend lays them out (one hash slot): the lock,
- * its fence counter, the release channel and the line of waiters.
+ * The Redis keys of one lock, laid out as the backend lays them out (one hash slot), and the
+ * release channel of the single-node backend, on which these scripts must publish nothing.
  */
 function lockKeys(label: string) {
   const base = `${run}:{${label}:${randomBytes(4).toString('hex')}}`;
-  return {
-    lock: `${base}:lock`,
-    fence: `${base}:fence`,
-    channel: `${base}:released`,
-    queue: `${base}:queue`,
-    waiters: `${base}:waiters`,
-  };
-}
-
-/** The keys the release and withdraw scripts take. */
-function lineKeys(k: ReturnType<typeof lockKeys>) {
-  return [k.lock, k.channel, k.queue, k.waiters] as const;
+  return { lock: `${base}:lock`, fence: `${base}:fence`, channel: `${base}:released` };
 }
 
 function owner(): string {
@@ -80,16 +69,9 @@ async function listen(channel: string): Promise<string[]> {
 /** Lifetime of the fence counter the tests give the grant and settle scripts, ms. */
 const FENCE_TTL_MS = 20_000;
 
-/**
- * Grant on the node: `[1, token]` or `[0, ms]`; a single attempt (never queued) unless a place
- * in line is given.
- */
-function grant(k: ReturnType<typeof lockKeys>, who: string, ttlMs: number, place?: number) {
-  return grantOnNodeScript.run(
-    client,
-    [k.lock, k.fence, k.queue, k.waiters],
-    [who, ttlMs, FENCE_TTL_MS, place === undefined ? 0 : 2_000, place ?? 0],
-  );
+/** Grant on the node: `[1, token]` or `[0, holder PTTL]`. */
+function grant(k: ReturnType<typeof lockKeys>, who: string, ttlMs: number) {
+  return grantOnNodeScript.run(client, [k.lock, k.fence], [who, ttlMs, FENCE_TTL_MS]);
 }
 
 /** Settle `token` on the node: 1 settled, 0 not this owner's key. */
@@ -135,7 +117,7 @@ describe('grant-on-node.lua', () => {
     expect(await client.pttl(k.fence)).toBeLessThanOrEqual(FENCE_TTL_MS);
 
     // While the counter lives, the next token is the next integer (nodes of a quorum agree).
-    expect(await releaseOnNodeScript.run(client, lineKeys(k), [first, token])).toBe(1);
+    expect(await releaseOnNodeScript.run(client, [k.lock], [first, token])).toBe(1);
     const second = owner();
     const next = tokenOf(await grant(k, second, 2_000));
     expect(next).toBe(String(BigInt(token) + 1n));
@@ -156,7 +138,7 @@ describe('grant-on-node.lua', () => {
     expect(tokenOf(await grant(legacy, holder, 1_000))).toBe('42');
     expect(await client.pttl(legacy.fence)).toBeGreaterThan(0);
     // Once that counter is gone (expired, or the node restarted empty), the clock takes over.
-    expect(await releaseOnNodeScript.run(client, lineKeys(legacy), [holder, '42'])).toBe(1);
+    expect(await releaseOnNodeScript.run(client, [legacy.lock], [holder, '42'])).toBe(1);
     await client.del(legacy.fence);
     expect(BigInt(tokenOf(await grant(legacy, owner(), 1_000)))).toBeGreaterThanOrEqual(
       (await nodeClockUs()) - 60_000_000n,
@@ -197,133 +179,50 @@ describe('grant-on-node.lua', () => {
 });
 
 describe('release-on-node.lua', () => {
-  it('compare-and-deletes by owner and token, and publishes nothing without a line', async () => {
+  it('compare-and-deletes by owner and token, and publishes nothing', async () => {
     const k = lockKeys('release');
     const messages = await listen(k.channel);
     const me = owner();
     const token = tokenOf(await grant(k, me, 10_000));
 
-    expect(
-      await releaseOnNodeScript.run(client, lineKeys(k), [me, String(BigInt(token) + 1n)]),
-    ).toBe(-1);
-    expect(await releaseOnNodeScript.run(client, lineKeys(k), [owner(), token])).toBe(-1);
+    expect(await releaseOnNodeScript.run(client, [k.lock], [me, String(BigInt(token) + 1n)])).toBe(
+      -1,
+    );
+    expect(await releaseOnNodeScript.run(client, [k.lock], [owner(), token])).toBe(-1);
     expect(await client.get(k.lock)).toBe(`${me}:${token}`);
 
-    expect(await releaseOnNodeScript.run(client, lineKeys(k), [me, token])).toBe(1);
+    expect(await releaseOnNodeScript.run(client, [k.lock], [me, token])).toBe(1);
     expect(await client.exists(k.lock)).toBe(0);
     expect(await client.get(k.fence)).toBe(token);
 
     // Missing key: not held, nothing created.
-    expect(await releaseOnNodeScript.run(client, lineKeys(k), [me, token])).toBe(0);
+    expect(await releaseOnNodeScript.run(client, [k.lock], [me, token])).toBe(0);
     expect(await client.exists(k.lock)).toBe(0);
 
-    // Nobody waits in line: a release or withdrawal announces nothing.
+    // Nobody waits on a Redlock node's channel: a release or withdrawal announces nothing.
     await settle(messages, 1);
     expect(messages).toEqual([]);
   });
 });
 
 describe('withdraw-on-node.lua', () => {
-  it("deletes only the given owner's key, whatever its token; nothing published without a line", async () => {
+  it("deletes only the given owner's key, whatever its token, and publishes nothing", async () => {
     const k = lockKeys('abandon');
     const messages = await listen(k.channel);
     const holder = owner();
     const token = tokenOf(await grant(k, holder, 10_000));
 
-    expect(await withdrawOnNodeScript.run(client, lineKeys(k), [owner(), 'all', 0, 0])).toBe(0);
+    expect(await withdrawOnNodeScript.run(client, [k.lock], [owner()])).toBe(0);
     expect(await client.get(k.lock)).toBe(`${holder}:${token}`);
 
-    expect(await withdrawOnNodeScript.run(client, lineKeys(k), [holder, 'all', 0, 0])).toBe(1);
+    expect(await withdrawOnNodeScript.run(client, [k.lock], [holder])).toBe(1);
     expect(await client.exists(k.lock)).toBe(0);
     expect(await client.get(k.fence)).toBe(token);
-    expect(await withdrawOnNodeScript.run(client, lineKeys(k), [holder, 'all', 0, 0])).toBe(0);
+    expect(await withdrawOnNodeScript.run(client, [k.lock], [holder])).toBe(0);
 
-    // Nobody waits in line: a release or withdrawal announces nothing.
+    // Nobody waits on a Redlock node's channel: a release or withdrawal announces nothing.
     await settle(messages, 1);
     expect(messages).toEqual([]);
-  });
-});
-
-describe('the line of waiters (grant, release and withdraw scripts)', () => {
-  it('orders waiters by place, grants the head only, and publishes the head on release', async () => {
-    const k = lockKeys('line');
-    const messages = await listen(k.channel);
-    const [holder, early, late] = [owner(), owner(), owner()];
-    const held = tokenOf(await grant(k, holder, 10_000, 100));
-    // `late` arrives first, but `early`'s place is before it: the line follows the places.
-    expect((await grant(k, late, 10_000, 300))[0]).toBe(0);
-    const busy = await grant(k, early, 10_000, 200);
-    expect(busy[0]).toBe(0);
-    expect(busy[1]).toBeGreaterThan(9_000);
-    expect(await client.zrange(k.queue, '0', '-1')).toEqual([early, late]);
-    expect(await client.pttl(k.queue)).toBeLessThanOrEqual(2_000);
-    // A single attempt never joins.
-    expect((await grant(k, owner(), 10_000))[0]).toBe(0);
-    expect(await client.zcard(k.queue)).toBe(2);
-
-    expect(await releaseOnNodeScript.run(client, lineKeys(k), [holder, held])).toBe(1);
-    await settle(messages, 1);
-    expect(messages).toEqual([early]);
-    // Free, but `late` is not the head, and a single attempt does not take it either.
-    const notYet = await grant(k, late, 10_000, 300);
-    expect(notYet[0]).toBe(0);
-    expect(notYet[1]).toBeGreaterThan(0);
-    expect(notYet[1]).toBeLessThanOrEqual(2_000);
-    expect((await grant(k, owner(), 10_000))[0]).toBe(0);
-    const second = tokenOf(await grant(k, early, 10_000, 200));
-    expect(BigInt(second)).toBe(BigInt(held) + 1n);
-    expect(await client.zrange(k.queue, '0', '-1')).toEqual([late]);
-    expect(await client.hkeys(k.waiters)).toEqual([late]);
-  });
-
-  it("withdraws a lost vote's grant back to the owner's place, or leaves the line only", async () => {
-    const k = lockKeys('withdraw-line');
-    const messages = await listen(k.channel);
-    const [first, second] = [owner(), owner()];
-    const token = tokenOf(await grant(k, first, 10_000, 100));
-    expect((await grant(k, second, 10_000, 200))[0]).toBe(0);
-    // 'grant': the key goes, `first` stands at its place again, ahead of `second`, and as the
-    // head it is the one woken.
-    expect(await withdrawOnNodeScript.run(client, lineKeys(k), [first, 'grant', 100, 2_000])).toBe(
-      1,
-    );
-    expect(await client.exists(k.lock)).toBe(0);
-    expect(await client.zrange(k.queue, '0', '-1', 'WITHSCORES')).toEqual([
-      first,
-      '100',
-      second,
-      '200',
-    ]);
-    await settle(messages, 1);
-    expect(messages).toEqual([first]);
-    // 'line': out of the line, a grant stays; the new head is woken when the key is free.
-    const again = tokenOf(await grant(k, first, 10_000, 100));
-    expect(BigInt(again)).toBe(BigInt(token) + 1n);
-    expect((await grant(k, second, 10_000, 200))[0]).toBe(0);
-    expect(await withdrawOnNodeScript.run(client, lineKeys(k), [second, 'line', 0, 0])).toBe(0);
-    expect(await client.get(k.lock)).toBe(`${first}:${again}`);
-    expect(await client.exists(k.queue, k.waiters)).toBe(0);
-    // 'all' frees the key and takes the entry out.
-    expect((await grant(k, second, 10_000, 200))[0]).toBe(0);
-    expect(await withdrawOnNodeScript.run(client, lineKeys(k), [first, 'all', 0, 0])).toBe(1);
-    await settle(messages, 2);
-    expect(messages).toEqual([first, second]);
-  });
-
-  it('drops an expired head and grants the next in line (node clock only)', async () => {
-    const k = lockKeys('line-expired');
-    const [holder, ghost, live] = [owner(), owner(), owner()];
-    const held = tokenOf(await grant(k, holder, 10_000));
-    await grantOnNodeScript.run(
-      client,
-      [k.lock, k.fence, k.queue, k.waiters],
-      [ghost, 10_000, FENCE_TTL_MS, 50, 100],
-    );
-    expect((await grant(k, live, 10_000, 200))[0]).toBe(0);
-    await client.del(k.lock);
-    await delay(80);
-    expect(BigInt(tokenOf(await grant(k, live, 10_000, 200)))).toBe(BigInt(held) + 1n);
-    expect(await client.hexists(k.waiters, ghost)).toBe(0);
   });
 });
 
@@ -349,7 +248,7 @@ describe('settle-token.lua', () => {
     const lower = String(granted + 1n);
     expect(await settleToken(k, me, lower)).toBe(1);
     expect(await client.get(k.fence)).toBe(combined);
-    expect(await releaseOnNodeScript.run(client, lineKeys(k), [me, lower])).toBe(1);
+    expect(await releaseOnNodeScript.run(client, [k.lock], [me, lower])).toBe(1);
     expect(tokenOf(await grant(k, owner(), 5_000))).toBe(String(BigInt(combined) + 1n));
   });
 

@@ -6,19 +6,8 @@
  * - Acquire runs the grant script on every node at once, each bounded by the per-node timeout.
  *   Granted when a majority (N/2+1) granted; the core then believes the lease valid until
  *   `start of the attempt + ttlMs − drift`, on the monotonic clock, so the time the vote took is
- *   charged to the lease. Otherwise the grants are withdrawn where a node granted (or its reply
- *   was lost) before the core tries again.
- * - Waiting is fair: each node keeps a line of the key's waiters, and a free key goes to the head
- *   of the line on that node. The line is ordered by a place each contender chooses once for its
- *   whole acquire (its wall clock at the first attempt, ties broken by owner id) and sends with
- *   every attempt, so every node that has the same entries names the same head: the earliest
- *   live waiter is head on every node it reached, and a vote cannot stay split between heads
- *   (a contender that lost a vote goes back to its place, it does not join at the tail). A
- *   release, or a withdrawal that frees the key, publishes the head on the node's release
- *   channel (`release-watch.ts`). Entries live `QUEUE_ENTRY_TTL_MS` past their owner's latest
- *   attempt; a waiter that gives up is taken out at once. Places come from the contenders'
- *   clocks: a host whose clock is behind the others' by more than the time a waiter waits is
- *   served ahead of them (fairness only; grants and tokens do not depend on it).
+ *   charged to the lease. Otherwise the key is withdrawn on every node (also where the reply was
+ *   lost) before the core retries with jitter.
  * - Fencing token: each node's grant script issues its last token for the key + 1, or, where its
  *   counter is gone, its clock (whole ms, in µs); the token is the highest among the granting
  *   nodes. When fewer than a majority of them agree on it, a second round (`settle-token.lua`)
@@ -52,16 +41,13 @@ import { fenceTtlMs } from '../redis/fence-counter.js';
 import { type LockKeys, lockKeys } from '../redis/lock-keys.js';
 import { inspectScript, renewManyScript } from '../redis/scripts.js';
 import { unreachableAt } from '../unreachable.js';
-import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import type { RedlockNode } from './node.js';
 import { type NodeResult, outcomesOf, quorumOf, vote } from './quorum.js';
-import { ReleaseWatch } from './release-watch.js';
 import { RestartWatch } from './restarts.js';
 import {
   grantOnNodeScript,
   releaseOnNodeScript,
   settleTokenScript,
-  type Withdrawn,
   withdrawOnNodeScript,
 } from './scripts.js';
 
@@ -79,7 +65,7 @@ export class RedlockBackend implements Backend {
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write'] as const),
     sessions: false,
-    queue: true,
+    queue: false,
     batchRenew: true,
   });
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
@@ -90,9 +76,6 @@ export class RedlockBackend implements Backend {
   readonly #nodeTimeoutMs: number;
   readonly #connecting = new Map<RedlockNode, Promise<void>>();
   readonly #restarts: RestartWatch;
-  readonly #releases: ReleaseWatch;
-  /** Place in line of each waiting contender of this backend (see `#placeOf`). */
-  readonly #places = new Map<string, number>();
   /** Last connection error of each node since it was last ready, for the nodes' errors. */
   readonly #lastErrors = new Map<RedlockNode, Error>();
   #closed = false;
@@ -107,7 +90,6 @@ export class RedlockBackend implements Backend {
     this.#nodeTimeoutMs = nodeTimeoutMs;
     this.quorum = quorumOf(nodes.length);
     this.#restarts = new RestartWatch(nodes);
-    this.#releases = new ReleaseWatch(nodes.map((n) => n.client));
     for (const node of nodes) {
       node.client.on('error', (error: Error) => this.#lastErrors.set(node, error));
       node.client.on('ready', () => this.#lastErrors.delete(node));
@@ -125,17 +107,12 @@ export class RedlockBackend implements Backend {
   }
 
   /**
-   * Acquire on every node; granted on a majority. A vote lost to a holder withdraws the grants it
-   * won (where a node granted, or did not answer) and keeps the contender's place in every line;
-   * when fewer than a majority of the nodes answered (or the token could not be settled on a
-   * majority), the answer is `{ granted: false, reason: 'no-quorum', error: QuorumError }`.
+   * Acquire on every node; granted on a majority, else withdrawn everywhere. When fewer than a
+   * majority of the nodes answered (or the token could not be settled on a majority), the answer
+   * is `{ granted: false, reason: 'no-quorum', error: QuorumError }`.
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     const k = this.keysOf(request.key);
-    const waits = request.willWait !== false;
-    const place = waits ? this.#placeOf(request.owner) : 0;
-    // A wake-up that names this owner while the attempt is in flight must not be lost.
-    if (waits) this.#releases.inLine(k.channel, request.owner);
     const isGrant = (r: NodeResult<[1, string] | [0, number]>) =>
       r.status === 'ok' && r.value[0] === 1;
     const acquiring = this.#vote(
@@ -143,14 +120,8 @@ export class RedlockBackend implements Backend {
       (client) =>
         grantOnNodeScript.run(
           client,
-          [k.lock, k.fence, k.queue, k.waiters],
-          [
-            request.owner,
-            request.ttlMs,
-            fenceTtlMs(request.ttlMs),
-            waits ? QUEUE_ENTRY_TTL_MS : 0,
-            place,
-          ],
+          [k.lock, k.fence],
+          [request.owner, request.ttlMs, fenceTtlMs(request.ttlMs)],
         ),
       (results) => this.#decided(results.filter(isGrant).length, results.length),
     );
@@ -161,23 +132,37 @@ export class RedlockBackend implements Backend {
       const agreeing = grants.filter((r) => BigInt(r.value[1]) === token).length;
       const unsettled = agreeing < this.quorum ? await this.#settle(request, token) : undefined;
       if (unsettled) return { granted: false, reason: 'no-quorum', error: unsettled };
-      if (waits) {
-        this.#places.delete(request.owner);
-        this.#releases.leftLine(k.channel, request.owner);
-      }
-      this.#restarts.granted(request.owner, request.key, request.ttlMs, nodesOf(grants));
-      void acquiring.all.then((all) => this.#afterGrant(request, token, all));
+      // Nodes that granted after the vote was decided, or did not answer in time (the script
+      // may still run there, before anything sent after it), carry their own counter: settle
+      // them in the background so that release and renew find the combined token there too.
+      // Only writes the token where this owner holds the key; never withdraws the grant.
+      void acquiring.all.then((all) => {
+        const unsettled = all.some(
+          (r) =>
+            r.status === 'timeout' ||
+            (r.status === 'ok' && r.value[0] === 1 && BigInt(r.value[1]) !== token),
+        );
+        if (!unsettled || this.#closed) return;
+        return this.#vote(
+          this.#timeoutFor(request.ttlMs),
+          (client) =>
+            settleTokenScript.run(
+              client,
+              [k.lock, k.fence],
+              [request.owner, String(token), fenceTtlMs(request.ttlMs)],
+            ),
+          () => false,
+        ).all;
+      });
+      const on = (results: readonly NodeResult<[1, string] | [0, number]>[]) =>
+        results.filter(isGrant).map((r) => r.node);
+      this.#restarts.granted(request.owner, request.key, request.ttlMs, on(early));
+      void acquiring.all.then((all) => this.#restarts.alsoOn(request.owner, on(all)));
       return { granted: true, token, ttlMs: request.ttlMs };
     }
-    // No majority. Withdraw where a node granted or may have (no answer), before the core
-    // retries: a waiter goes back to its place in line there, a single attempt leaves nothing.
+    // No majority: withdraw on every node (where the reply was lost too) before the core retries.
     const all = await acquiring.all;
-    const toWithdraw = all.filter((r) => r.status !== 'ok' || r.value[0] === 1);
-    if (toWithdraw.length > 0) {
-      await this.#withdraw(request, waits ? 'grant' : 'all', place, nodesOf(toWithdraw)).catch(
-        () => undefined,
-      );
-    }
+    await this.abandon(request).catch(() => undefined);
     const answered = all.filter((r) => r.status === 'ok').length;
     if (answered < this.quorum) {
       const error = new QuorumError(
@@ -191,68 +176,7 @@ export class RedlockBackend implements Backend {
       (max, r) => (r.status === 'ok' && r.value[0] === 0 ? Math.max(max, r.value[1]) : max),
       0,
     );
-    if (!waits) return { granted: false, holderTtlMs };
-    const { owner } = request;
-    return {
-      granted: false,
-      holderTtlMs,
-      // Waiters attempt at least this often, which keeps their line entries alive.
-      recheckAfterMs: LINE_RECHECK_MS,
-      queued: true,
-      waitForChange: (signal, maxMs) => this.#releases.wait(k.channel, owner, signal, maxMs),
-    };
-  }
-
-  /**
-   * Once every node answered a won vote: nodes that granted after it was decided, or did not
-   * answer in time (the script may still run there, before anything sent after it), carry their
-   * own counter: settle them so that release and renew find the combined token there too (only
-   * where this owner holds the key; never withdraws the grant). Nodes that did not grant keep the
-   * owner's line entry: take it out (a waiter), so that it does not stand first there.
-   */
-  #afterGrant(
-    request: AttemptRequest,
-    token: bigint,
-    all: readonly NodeResult<[1, string] | [0, number]>[],
-  ): Promise<unknown> | undefined {
-    const granting = all.filter((r) => r.status === 'ok' && r.value[0] === 1);
-    this.#restarts.alsoOn(request.owner, nodesOf(granting));
-    if (this.#closed) return undefined;
-    const k = this.keysOf(request.key);
-    const unsettled = all.some(
-      (r) =>
-        r.status === 'timeout' ||
-        (r.status === 'ok' && r.value[0] === 1 && BigInt(r.value[1]) !== token),
-    );
-    const inLine =
-      request.willWait === false ? [] : all.filter((r) => r.status !== 'ok' || r.value[0] === 0);
-    return Promise.all([
-      unsettled
-        ? this.#vote(
-            this.#timeoutFor(request.ttlMs),
-            (client) =>
-              settleTokenScript.run(
-                client,
-                [k.lock, k.fence],
-                [request.owner, String(token), fenceTtlMs(request.ttlMs)],
-              ),
-            () => false,
-          ).all
-        : undefined,
-      inLine.length > 0
-        ? this.#withdraw(request, 'line', 0, nodesOf(inLine)).catch(() => undefined)
-        : undefined,
-    ]);
-  }
-
-  /** The place in line of a waiting contender: the wall clock at its first attempt, ms. */
-  #placeOf(owner: string): number {
-    let place = this.#places.get(owner);
-    if (place === undefined) {
-      place = Date.now();
-      this.#places.set(owner, place);
-    }
-    return place;
+    return { granted: false, holderTtlMs };
   }
 
   /**
@@ -336,11 +260,7 @@ export class RedlockBackend implements Backend {
       // thousands of leases) may queue past the per-node timeout without harm.
       Math.max(this.#nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),
       (client) =>
-        releaseOnNodeScript.run(
-          client,
-          [k.lock, k.channel, k.queue, k.waiters],
-          [lease.owner, String(lease.fencingToken)],
-        ),
+        releaseOnNodeScript.run(client, [k.lock], [lease.owner, String(lease.fencingToken)]),
       // Done once a majority deleted it (the rest finish in the background); any other verdict
       // waits for every node, so that a QuorumError is only for want of answers.
       (results) => results.filter(released).length >= this.quorum,
@@ -350,55 +270,21 @@ export class RedlockBackend implements Backend {
   }
 
   /**
-   * Delete this owner's key on every node, whatever its token, and its line entries.
+   * Delete this owner's key on every node, whatever its token.
    * @throws QuorumError when no node answered.
    */
   async abandon(request: AttemptRequest): Promise<void> {
     this.#restarts.ended(request.owner);
-    await this.#withdraw(request, 'all', 0);
-  }
-
-  /**
-   * Take the owner out of the key's line on every node; a grant it holds stays.
-   * @throws QuorumError when no node answered.
-   */
-  async leaveQueue(request: AttemptRequest): Promise<void> {
-    await this.#withdraw(request, 'line', 0);
-  }
-
-  /**
-   * Run the withdraw script on `nodes` (default: all; `what`: see `Withdrawn`); a contender that leaves the line
-   * forgets its place. Wakes the (new) head of the line where that frees the key or removes the
-   * head.
-   * @throws QuorumError when none of `nodes` answered.
-   */
-  async #withdraw(
-    request: AttemptRequest,
-    what: Withdrawn,
-    place: number,
-    nodes?: readonly string[],
-  ): Promise<void> {
     const k = this.keysOf(request.key);
-    if (what !== 'grant') {
-      this.#places.delete(request.owner);
-      this.#releases.leftLine(k.channel, request.owner);
-    }
     const all = await this.#vote(
       this.#nodeTimeoutMs,
-      (client) =>
-        withdrawOnNodeScript.run(
-          client,
-          [k.lock, k.channel, k.queue, k.waiters],
-          [request.owner, what, place, QUEUE_ENTRY_TTL_MS],
-        ),
+      (client) => withdrawOnNodeScript.run(client, [k.lock], [request.owner]),
       () => false,
-      nodes,
     ).all;
     if (!all.some((r) => r.status === 'ok')) {
-      const operation = what === 'line' ? 'leave the line' : 'abandon';
       throw new QuorumError(
         request.key,
-        operation,
+        'abandon',
         outcomesOf(all, () => false),
       );
     }
@@ -462,11 +348,9 @@ export class RedlockBackend implements Backend {
     if (this.#closed) return;
     this.#closed = true;
     this.#restarts.close();
-    this.#places.clear();
-    await Promise.all([
-      this.#releases.close(),
-      ...this.#nodes.filter((n) => n.owned).map((n) => quit(n.client, CLOSE_TIMEOUT_MS)),
-    ]);
+    await Promise.all(
+      this.#nodes.filter((n) => n.owned).map((n) => quit(n.client, CLOSE_TIMEOUT_MS)),
+    );
   }
 
   /**
@@ -522,27 +406,24 @@ export class RedlockBackend implements Backend {
   }
 
   /**
-   * Run a script on every node (or the nodes named `only`), each bounded by `timeoutMs`. A
-   * node's failure is a `BackendError` naming the node (an unreachable one in the one form:
-   * `host:port unreachable: connection refused`).
+   * Run a script on every node, each bounded by `timeoutMs`. A node's failure is a
+   * `BackendError` naming the node (an unreachable one in the one form: `host:port unreachable:
+   * connection refused`).
    */
   #vote<T>(
     timeoutMs: number,
     run: (client: Redis) => Promise<T>,
     decided: (results: readonly NodeResult<T>[]) => boolean,
-    only?: readonly string[],
   ) {
     if (this.#closed) throw new BackendError(this.name, 'use', new Error('backend is closed'));
-    const nodes = only ? this.#nodes.filter((n) => only.includes(n.name)) : this.#nodes;
     return vote(
-      nodes,
+      this.#nodes,
       (node) => node.name,
-      (node) => {
-        // No async frame per node: one reaction for the answer, one for a failure.
-        const connecting = this.#connect(node);
-        const answer =
-          connecting === undefined ? run(node.client) : connecting.then(() => run(node.client));
-        return answer.catch((error: unknown) => {
+      async (node) => {
+        try {
+          await this.#connect(node);
+          return await run(node.client);
+        } catch (error) {
           // A node still connecting (its socket accepted, no answer to the ready check) refuses
           // commands (no offline queue): it has not answered, which says more than the refusal.
           const status = node.client.status;
@@ -553,7 +434,7 @@ export class RedlockBackend implements Backend {
             timeoutMs,
           );
           throw new BackendError(this.name, `vote on ${node.name}`, error, unreachable);
-        });
+        }
       },
       timeoutMs,
       decided,
@@ -581,11 +462,6 @@ function majorityToken(values: readonly bigint[], quorum: number): bigint | unde
   for (const value of values) counts.set(value, (counts.get(value) ?? 0) + 1);
   for (const [value, count] of counts) if (count >= quorum) return value;
   return undefined;
-}
-
-/** The names of the nodes of `results`. */
-function nodesOf(results: readonly { readonly node: string }[]): string[] {
-  return results.map((r) => r.node);
 }
 
 /** The largest of `values` (0n for none). */

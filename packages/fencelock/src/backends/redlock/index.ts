@@ -92,9 +92,6 @@ function toNode(node: unknown, index: number, nodeTimeoutMs: number): RedlockNod
       // would set a key nobody waits for. The vote's per-node timeout bounds a silent node.
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
-      // Commands sent to a node in one turn of the event loop (the votes of concurrent acquires
-      // and releases) go out in one write: a write per command was the largest cost of a vote.
-      enableAutoPipelining: true,
       // Votes are bounded by their own per-node timeout; this only ends a command nobody waits
       // for, after the longest a vote waits (inspect's).
       commandTimeout: Math.max(nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),

@@ -21,8 +21,7 @@ export interface Vote<T> {
 
 /**
  * Run `op` on every node; a node that does not answer within `timeoutMs` counts as `timeout`
- * (its late answer is ignored). One timer for the whole vote, and one reaction per node: a vote
- * runs twice per acquire + release pair, so this is the backend's hot path.
+ * (its late answer is ignored).
  * @param decided called with the results so far after each one arrives.
  */
 export function vote<N, T>(
@@ -33,50 +32,29 @@ export function vote<N, T>(
   decided: (results: readonly NodeResult<T>[]) => boolean,
 ): Vote<T> {
   const results: NodeResult<T>[] = [];
-  const byNode: (NodeResult<T> | undefined)[] = new Array(nodes.length);
   let resolveEarly!: (results: readonly NodeResult<T>[]) => void;
-  let resolveAll!: (results: readonly NodeResult<T>[]) => void;
   const early = new Promise<readonly NodeResult<T>[]>((resolve) => {
     resolveEarly = resolve;
   });
-  const all = new Promise<readonly NodeResult<T>[]>((resolve) => {
-    resolveAll = resolve;
-  });
-  if (nodes.length === 0) {
-    resolveEarly(results);
-    resolveAll(results);
-    return { early, all };
-  }
-  let isDecided = false;
-  const settle = (i: number, result: NodeResult<T>) => {
-    if (byNode[i] !== undefined) return;
-    byNode[i] = result;
-    results.push(result);
-    if (!isDecided && (results.length === nodes.length || decided(results))) {
-      isDecided = true;
-      resolveEarly(results.slice());
-    }
-    if (results.length === nodes.length) {
-      clearTimeout(timer);
-      resolveAll(byNode as NodeResult<T>[]);
-    }
-  };
-  const timer = setTimeout(() => {
-    nodes.forEach((node, i) => {
-      settle(i, { node: nameOf(node), status: 'timeout' });
+  const each = nodes.map(async (node) => {
+    const name = nameOf(node);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<NodeResult<T>>((resolve) => {
+      timer = setTimeout(() => resolve({ node: name, status: 'timeout' }), timeoutMs);
     });
-  }, timeoutMs);
-  nodes.forEach((node, i) => {
-    let pending: Promise<T>;
-    try {
-      pending = op(node);
-    } catch (error) {
-      pending = Promise.reject(error);
-    }
-    pending.then(
-      (value) => settle(i, { node: nameOf(node), status: 'ok', value }),
-      (error: unknown) => settle(i, { node: nameOf(node), status: 'error', error }),
+    const answered = op(node).then(
+      (value): NodeResult<T> => ({ node: name, status: 'ok', value }),
+      (error: unknown): NodeResult<T> => ({ node: name, status: 'error', error }),
     );
+    const result = await Promise.race([answered, timeout]);
+    clearTimeout(timer);
+    results.push(result);
+    if (decided(results)) resolveEarly([...results]);
+    return result;
+  });
+  const all = Promise.all(each).then((list) => {
+    resolveEarly([...results]);
+    return list;
   });
   return { early, all };
 }
