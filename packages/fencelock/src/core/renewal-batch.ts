@@ -32,19 +32,12 @@ interface Pending extends RenewalRequest {
 export class RenewalBatcher {
   readonly #send: SendRenewals;
   readonly #maxBatch: number;
-  readonly #inFlight: number;
   #pending: Pending[] = [];
 
-  /**
-   * @param maxBatch most renewals per batch; more go in further batches.
-   * @param inFlight most batches of one turn sent at once (default 1: one after another). A
-   *   backend whose batches are separate requests (etcd transactions) sends several at once, so
-   *   that the last of a turn with thousands of renewals does not wait for all the others.
-   */
-  constructor(send: SendRenewals, maxBatch: number, inFlight = 1) {
+  /** @param maxBatch most renewals per batch; more go in further batches, one after another. */
+  constructor(send: SendRenewals, maxBatch: number) {
     this.#send = send;
     this.#maxBatch = maxBatch;
-    this.#inFlight = Math.max(1, Math.floor(inFlight));
   }
 
   /** Queue a renewal; settles with its own result once its batch has been answered. */
@@ -64,18 +57,11 @@ export class RenewalBatcher {
       if (renewal.lease.isHeld === false) renewal.reject(new Error(NOT_SENT));
       else live.push(renewal);
     }
-    // Round after round: the renewals of one lease asked for twice in a turn (an `extend()`
-    // beside the watchdog's) go in separate rounds, applied in the order asked. Within a round
-    // every lease appears once, so its batches may be sent `inFlight` at a time.
+    const batches = batchesOf(live, this.#maxBatch);
+    // One batch after another: the renewals of one lease asked for twice in a turn (an
+    // `extend()` beside the watchdog's) go in separate batches, applied in the order asked.
     void (async () => {
-      for (const round of roundsOf(live)) {
-        const batches = batchesOf(round, this.#maxBatch);
-        let next = 0;
-        const worker = async () => {
-          while (next < batches.length) await this.#sendBatch(batches[next++]!);
-        };
-        await Promise.all(Array.from({ length: Math.min(this.#inFlight, batches.length) }, worker));
-      }
+      for (const batch of batches) await this.#sendBatch(batch);
     })();
   }
 
@@ -98,27 +84,19 @@ export class RenewalBatcher {
 const NOT_SENT = 'renewal not sent: the lease was no longer held when its batch went out';
 
 /**
- * Split `renewals` into rounds in which each lease appears at most once: a lease's first request
- * in round 0, its second (asked for later in the same turn) in round 1, and so on.
+ * Split `renewals` into batches of at most `maxBatch`, each naming a lease at most once (a lease
+ * asked for again goes to a later batch than its earlier request).
  */
-function roundsOf(renewals: readonly Pending[]): Pending[][] {
-  const rounds: Pending[][] = [];
-  const seen = new Map<string, number>();
-  for (const renewal of renewals) {
-    const id = `${renewal.lease.key}\0${renewal.lease.owner}`;
-    const index = seen.get(id) ?? 0;
-    seen.set(id, index + 1);
-    if (index === rounds.length) rounds.push([]);
-    rounds[index]!.push(renewal);
-  }
-  return rounds;
-}
-
-/** Split `renewals` into batches of at most `maxBatch`, in order. */
 function batchesOf(renewals: readonly Pending[], maxBatch: number): Pending[][] {
   const batches: Pending[][] = [];
-  for (let i = 0; i < renewals.length; i += maxBatch) {
-    batches.push(renewals.slice(i, i + maxBatch));
+  const lastBatchOf = new Map<string, number>();
+  for (const renewal of renewals) {
+    const id = `${renewal.lease.key}\0${renewal.lease.owner}`;
+    let index = Math.max(0, (lastBatchOf.get(id) ?? -1) + 1);
+    while (index < batches.length && batches[index]!.length >= maxBatch) index += 1;
+    if (index === batches.length) batches.push([]);
+    batches[index]!.push(renewal);
+    lastBatchOf.set(id, index);
   }
   return batches;
 }

@@ -12,9 +12,9 @@
  *   The rule is `queueVerdict` (src/core/predecessor.ts), shared with the ZooKeeper backend.
  * - Release deletes the contender's key only if its create revision still equals the token.
  * - Renewal confirms that the key still has that create revision (the session's keepalive keeps
- *   the lease itself alive). The renewals of one turn are confirmed together, comparing every
- *   key's create revision in one transaction (a few of them in flight at once): a process
- *   holding 10,000 leases sends a few dozen requests per renew interval, not 10,000.
+ *   the lease itself alive). The renewals of one turn are confirmed together, reading every key
+ *   in one transaction: a process holding 10,000 leases sends a few dozen requests per renew
+ *   interval, not 10,000.
  *
  * The owner id is part of the key (not only the lease id, as in etcd's `Mutex`), so two handles
  * in one process never share a lock by accident. Keys under the lock's folder that this backend
@@ -72,16 +72,6 @@ function renewTryMs(ttlMs: number, timeoutMs: number): number {
  */
 const RENEW_BATCH_LIMIT = 128;
 
-/**
- * Renewal transactions of one turn in flight at once. One after another, a turn of 2,000
- * renewals (16 transactions, the watchdog gathers those due within ttl/12) took 6-12 s on a
- * loaded machine, and the leases at its tail were past their validity when their answer came.
- * Not all at once: 16 in flight behind a slow link ran past their per-try deadline together, and
- * three such failures in a row open the etcd3 client's circuit breaker for that member, which
- * the session's keepalives go through too.
- */
-const RENEW_BATCHES_IN_FLIGHT = 4;
-
 interface Contender {
   readonly key: string;
   /** The session whose lease carries the key now (a renewal may move the key to another). */
@@ -115,11 +105,7 @@ export class EtcdBackend implements Backend {
   readonly #userSessions = new Set<EtcdSession>();
   /** Keys this backend wrote, by owner. */
   readonly #contenders = new Map<string, Contender>();
-  readonly #renewals = new RenewalBatcher(
-    (batch) => this.#sendRenewals(batch),
-    RENEW_BATCH_LIMIT,
-    RENEW_BATCHES_IN_FLIGHT,
-  );
+  readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   #closed = false;
 
   readonly #route: KeepaliveRoute;
@@ -334,7 +320,7 @@ export class EtcdBackend implements Backend {
   }
 
   /**
-   * Renewals asked for in one turn: the keys that stay on their session are compared in one
+   * Renewals asked for in one turn: the keys that stay on their session are read in one
    * transaction and confirmed when their create revision is still the lease's token; any other
    * (its key gone or rewritten, moved since it was asked for, or alone) takes the single path,
    * which also tells `not-held` from `not-owner`.
@@ -342,17 +328,14 @@ export class EtcdBackend implements Backend {
    */
   async #sendRenewals(batch: readonly RenewalRequest[]): Promise<(RenewResult | Error)[]> {
     const staying = batch.map((r) => this.#staysOnSession(r.lease.owner, r.ttlMs));
-    const expected = new Map<string, bigint>();
-    staying.forEach((c, i) => {
-      if (c !== undefined) expected.set(c.key, batch[i]!.lease.fencingToken);
-    });
+    const keys = staying.flatMap((c) => (c === undefined ? [] : [c.key]));
     let revisions = new Map<string, bigint>();
-    if (expected.size > 1) {
+    if (keys.length > 1) {
       const shortestTtlMs = Math.min(
         ...staying.flatMap((c) => (c === undefined ? [] : [c.session.grantedTtlMs])),
       );
       try {
-        revisions = await this.#createRevisions(expected, shortestTtlMs);
+        revisions = await this.#createRevisions(keys, shortestTtlMs);
       } catch (error) {
         // A server whose --max-txn-ops is below the batch: confirm these one by one.
         if (!/too many operations/i.test(String((error as BackendError).cause))) throw error;
@@ -375,34 +358,17 @@ export class EtcdBackend implements Backend {
     );
   }
 
-  /**
-   * The create revision of each key of `expected` that exists, in one transaction: it compares
-   * every key's create revision with the one expected and reads the keys only when one differs.
-   * The usual answer (every key still there) is then a few bytes instead of a name per key: less
-   * for a loaded server and client to encode, send and decode, thousands of times per interval.
-   */
-  async #createRevisions(
-    expected: ReadonlyMap<string, bigint>,
-    ttlMs: number,
-  ): Promise<Map<string, bigint>> {
-    const keys = [...expected.keys()];
+  /** The create revision of each of `keys` that exists, read in one transaction. */
+  async #createRevisions(keys: readonly string[], ttlMs: number): Promise<Map<string, bigint>> {
     const txn = await this.#call('renew', () =>
       this.#viaRoute(renewTryMs(ttlMs, this.#timeoutMs), (via) =>
         via.kv.txn({
-          compare: keys.map((key) => ({
-            key: Buffer.from(key),
-            target: 'Create',
-            result: 'Equal',
-            create_revision: String(expected.get(key)),
-          })),
-          success: [],
-          failure: keys.map((key) => ({
+          success: keys.map((key) => ({
             request_range: { key: Buffer.from(key), keys_only: true },
           })),
         }),
       ),
     );
-    if (txn.succeeded) return new Map(expected);
     const revisions = new Map<string, bigint>();
     txn.responses.forEach((response) => {
       const kv = response.response_range?.kvs[0];
