@@ -34,7 +34,8 @@ describe('openRedisClient', () => {
         client as Redis
       ).options;
       // The command timeout is kept by the backend's connection (one timer for all commands),
-      // not by ioredis (a timer per command); commands of one turn go out in one write.
+      // not by ioredis (a timer per command); no auto-pipelining (it would hold each command
+      // until the next turn of the event loop).
       expect({
         host,
         port,
@@ -49,7 +50,7 @@ describe('openRedisClient', () => {
         db: 2,
         commandTimeout: undefined,
         connectTimeout: 1234,
-        enableAutoPipelining: true,
+        enableAutoPipelining: false,
         boundsCommands: true,
       });
       expect(epochs).toBeUndefined();

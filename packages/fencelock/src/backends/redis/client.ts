@@ -60,12 +60,13 @@ export function openRedisClient(config: RedisUrlConfig): OpenedRedisClient {
     if (config.url === undefined)
       throw new InvalidArgumentError('url', 'a redis:// URL', undefined);
     // No `commandTimeout`: ioredis would arm and clear a timer per command; the connection
-    // keeps the same bound with one timer (`boundsCommands`). Auto-pipelining: the commands
-    // sent in one turn of the event loop (acquires and releases of many callers) go out in one
-    // socket write instead of one each.
+    // keeps the same bound with one timer (`boundsCommands`). No auto-pipelining: it holds each
+    // command until the next turn of the event loop (setImmediate), so a renewal asked for just
+    // before the loop stalls would reach the server only after the stall, when the lease may
+    // already be counted lost (test/integration/handed/t02-renew-after-vanish.test.ts).
     const { commandTimeout: _perCommandTimer, ...single } = options;
     return {
-      client: new Redis(config.url, { ...single, enableAutoPipelining: true }),
+      client: new Redis(config.url, single),
       epochs: undefined,
       boundsCommands: true,
     };
