@@ -7,8 +7,9 @@
  * `drift = ttlMs × driftFactor + 2 ms`, all on `performance.now()`. Renewals move that bound
  * the same way from the start of the renewal. A grant handed over on a release (Redis, see
  * `Granted.handedAt`) counts from the receipt of its message with its short first TTL, and is
- * renewed to the requested TTL at once (the confirmation), with or without the watchdog. Loss is reported through `signal`, never by a
- * throw from a timer (node-redlock's `using()` idea, with `AbortSignal.reason` as the error).
+ * renewed to the requested TTL at once (the confirmation), with or without the watchdog. Loss
+ * is reported through `signal`, never by a throw from a timer (node-redlock's `using()` idea,
+ * with `AbortSignal.reason` as the error).
  */
 import { LockLostError, type LockLostReason, NotLockOwnerError } from '../errors.js';
 import { validateTtl } from '../options.js';

@@ -3,9 +3,10 @@
  * acquire and release each take one round trip; the fencing token is computed in the granting
  * script as the larger of the key's last token + 1 and the server's clock in microseconds, so it
  * keeps rising after the per-key counter expired or the server restarted empty
- * (fence-counter.ts). Every key of a lock expires: nothing stays once it is idle. Keys of one lock share a hash slot (`<prefix>:{<key>}:…`) so the
- * scripts also run on Cluster. The client and its errors are `connection.ts`'s job, the release
- * notifications `release-waiters.ts`'s, opening a client for a URL `client.ts`'s.
+ * (fence-counter.ts). Every key of a lock expires: nothing stays once it is idle. Keys of one
+ * lock share a hash slot (`<prefix>:{<key>}:…`, lock-keys.ts) so the scripts also run on
+ * Cluster. The client and its errors are `connection.ts`'s job, the release notifications
+ * `release-waiters.ts`'s, opening a client for a URL `client.ts`'s.
  *
  * Waiting is fair (first come, first served): a contender that will wait joins a FIFO line of
  * the key's waiters kept in the acquire script, with the TTL it asked for, and a free key goes to
@@ -18,9 +19,10 @@
  * (a waiter that vanished blocks the others that long at most); a waiter that gives up is taken
  * out at once, and a key handed to it meanwhile is handed on. Pub/sub is lossy, so the core also
  * polls, every `LINE_RECHECK_MS` at most: the attempt of a waiter whose message was lost is
- * answered with the grant handed to it (the first TTL, 2 s at most, outlasts the 0.5 s poll). With `notifications: false` waiters still
- * stand in line and only poll (every `LINE_RECHECK_MS` at most), so that polling and notified
- * waiters of one key are served in one order.
+ * answered with the grant handed to it (the first TTL, 2 s at most, outlasts the 0.5 s poll).
+ * With `notifications: false` waiters still stand in line and only poll (every
+ * `LINE_RECHECK_MS` at most), so that polling and notified waiters of one key are served in one
+ * order.
  *
  * Failover caveat (the Redis documentation, "Distributed locks with Redis"): replication is
  * asynchronous, so a promoted replica may not have the key and grant it again. The fence counter
