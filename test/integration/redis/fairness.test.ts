@@ -13,6 +13,7 @@ import {
   createRedisBackend,
   type RedisBackend,
 } from '../../../packages/fencelock/src/backends/redis/index.js';
+import { lockKeys } from '../../../packages/fencelock/src/backends/redis/lock-keys.js';
 import {
   queuedAbandonScript,
   queuedAcquireScript,
@@ -175,16 +176,7 @@ describe('fair waiting (Redis, single node)', () => {
 });
 
 describe('queued scripts, run directly', () => {
-  function keys() {
-    const base = `${prefix}:{direct-${randomBytes(4).toString('hex')}}`;
-    return {
-      lock: `${base}:lock`,
-      fence: `${base}:fence`,
-      channel: `${base}:released`,
-      queue: `${base}:queue`,
-      waiters: `${base}:waiters`,
-    };
-  }
+  const keys = () => lockKeys(prefix, `direct-${randomBytes(4).toString('hex')}`);
   const owner = () => randomBytes(16).toString('hex');
   /** The token of a granting reply (fails on a refusal). */
   const tokenOf = (reply: [1, string] | [0, number]): bigint => {

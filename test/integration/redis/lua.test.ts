@@ -14,6 +14,10 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
+  type LockKeys,
+  lockKeys,
+} from '../../../packages/fencelock/src/backends/redis/lock-keys.js';
+import {
   inspectScript,
   queuedAcquireScript,
   queuedReleaseScript,
@@ -39,23 +43,16 @@ afterAll(async () => {
   await client.quit();
 });
 
-/** The Redis keys of one lock, laid out as the backend lays them out (one hash slot). */
-function lockKeys(label: string) {
-  const base = `${run}:{${label}:${randomBytes(4).toString('hex')}}`;
-  return {
-    lock: `${base}:lock`,
-    fence: `${base}:fence`,
-    channel: `${base}:released`,
-    queue: `${base}:queue`,
-    waiters: `${base}:waiters`,
-  };
+/** The Redis keys of a fresh lock, laid out by the backend's own `lockKeys` (one hash slot). */
+function keysFor(label: string) {
+  return lockKeys(run, `${label}:${randomBytes(4).toString('hex')}`);
 }
 
 /** Lifetime of the fence counter the tests give the acquire script, ms. */
 const FENCE_TTL_MS = 20_000;
 
 /** A single attempt (never queued) by `who`, for `ttlMs`: `[1, token]` or `[0, ms]`. */
-function grant(k: ReturnType<typeof lockKeys>, who: string, ttlMs: number) {
+function grant(k: LockKeys, who: string, ttlMs: number) {
   return queuedAcquireScript.run(
     client,
     [k.lock, k.fence, k.queue, k.waiters],
@@ -76,7 +73,7 @@ async function serverClockUs(): Promise<bigint> {
 }
 
 /** Release by owner and token: 1 released, 0 not held, -1 not owner. */
-function release(k: ReturnType<typeof lockKeys>, who: string, token: string) {
+function release(k: LockKeys, who: string, token: string) {
   return queuedReleaseScript.run(
     client,
     [k.lock, k.fence, k.channel, k.queue, k.waiters],
@@ -90,7 +87,7 @@ function owner(): string {
 
 describe('queued-acquire.lua (a single attempt)', () => {
   it('is freed by Redis expiry alone; the next grant gets a higher token', async () => {
-    const k = lockKeys('acquire-expired');
+    const k = keysFor('acquire-expired');
     const first = tokenOf(await grant(k, owner(), 50));
     await delay(150);
     expect(await client.exists(k.lock)).toBe(0);
@@ -99,7 +96,7 @@ describe('queued-acquire.lua (a single attempt)', () => {
   });
 
   it("issues the server's clock in µs, every digit, and keeps the counter for fenceTtlMs", async () => {
-    const k = lockKeys('clock-token');
+    const k = keysFor('clock-token');
     const before = await serverClockUs();
     const token = tokenOf(await grant(k, owner(), 1_000));
     const after = await serverClockUs();
@@ -115,14 +112,14 @@ describe('queued-acquire.lua (a single attempt)', () => {
   });
 
   it('counts on from a counter ahead of the clock (the counter, not the clock, decides then)', async () => {
-    const k = lockKeys('counter-ahead');
+    const k = keysFor('counter-ahead');
     const ahead = (await serverClockUs()) + 60_000_000n;
     await client.set(k.fence, String(ahead));
     expect(tokenOf(await grant(k, owner(), 1_000))).toBe(String(ahead + 1n));
   });
 
   it('goes above a counter of an earlier version (small, no TTL) and gives it a TTL', async () => {
-    const k = lockKeys('legacy-counter');
+    const k = keysFor('legacy-counter');
     // What INCR left behind: a small count that never expires.
     await client.set(k.fence, '41');
     expect(await client.pttl(k.fence)).toBe(-1);
@@ -135,7 +132,7 @@ describe('queued-acquire.lua (a single attempt)', () => {
 
 describe('renew.lua', () => {
   it('extends only when owner and token match; never re-creates a vanished key', async () => {
-    const k = lockKeys('renew');
+    const k = keysFor('renew');
     const me = owner();
     const token = tokenOf(await grant(k, me, 1_000));
     const other = String(BigInt(token) + 1n);
@@ -158,7 +155,7 @@ describe('renew.lua', () => {
 
 describe('inspect.lua', () => {
   it('returns holder, PTTL and last token in one step', async () => {
-    const k = lockKeys('inspect');
+    const k = keysFor('inspect');
     expect(await inspectScript.run(client, [k.lock, k.fence], [])).toEqual([null, -2, null]);
 
     const me = owner();
@@ -189,7 +186,7 @@ describe('defineScript loader', () => {
 
   it('falls back from EVALSHA to EVAL after SCRIPT FLUSH, then uses EVALSHA again', async () => {
     // SCRIPT FLUSH is server-wide; every fencelock caller goes through this same fallback.
-    const k = lockKeys('fallback');
+    const k = keysFor('fallback');
     const evalsha = vi.spyOn(client, 'evalsha');
     const evalSpy = vi.spyOn(client, 'eval');
     await client.script('FLUSH');
@@ -213,7 +210,7 @@ describe('defineScript loader', () => {
   });
 
   it('surfaces script errors other than NOSCRIPT without retrying', async () => {
-    const k = lockKeys('error');
+    const k = keysFor('error');
     await client.sadd(k.fence, 'x'); // a fence key of the wrong type: GET fails in the script
     const evalSpy = vi.spyOn(client, 'eval');
     await expect(grant(k, owner(), 1_000)).rejects.toThrow(/WRONGTYPE|wrong kind/i);
