@@ -102,6 +102,18 @@ function targetsOf(summary, raw) {
       ...extra,
     });
   };
+  // Contended grants/s against the ideal 1 / (hold p50 + one round trip to the engine).
+  const idealTarget = (store, name, n, rttMs, threshold) => {
+    const hold = co(`${store}/fencelock`, n, 'holdP50Ms');
+    ratioTarget(
+      `${store}-contended-ideal-${n}`,
+      `${name} contended, ${n} clients: grants/s ≥ ${threshold}× ideal 1 / (hold + one round trip)`,
+      co(`${store}/fencelock`, n),
+      1000 / (hold + rttMs),
+      threshold,
+      { holdP50Ms: hold, rttMs },
+    );
+  };
   const levels = raw.plan.uncontended.levels;
   const clientCounts = raw.plan.contended.clients;
   const bestOf = (ids, value) =>
@@ -136,14 +148,7 @@ function targetsOf(summary, raw) {
   for (const n of clientCounts) {
     const hold = co('redis/fencelock', n, 'holdP50Ms');
     const gap = co('redis/fencelock', n, 'gapP50Ms');
-    ratioTarget(
-      `redis-contended-ideal-${n}`,
-      `Redis contended, ${n} clients: grants/s ≥ 0.8× ideal 1 / (hold + one round trip)`,
-      co('redis/fencelock', n),
-      1000 / (hold + redisRttMs),
-      0.8,
-      { holdP50Ms: hold, rttMs: redisRttMs },
-    );
+    idealTarget('redis', 'Redis', n, redisRttMs, 0.8);
     limitTarget(
       `redis-contended-gap-${n}`,
       `Redis contended, ${n} clients: handoff gap p50 ≤ 0.5 ms`,
@@ -237,15 +242,7 @@ function targetsOf(summary, raw) {
         0.9,
       );
     }
-    const pgHold = co('postgres/fencelock', n, 'holdP50Ms');
-    ratioTarget(
-      `postgres-contended-ideal-${n}`,
-      `PostgreSQL contended, ${n} clients: grants/s ≥ 0.5× ideal 1 / (hold + one round trip)`,
-      co('postgres/fencelock', n),
-      1000 / (pgHold + pgRttMs),
-      0.5,
-      { holdP50Ms: pgHold, rttMs: pgRttMs },
-    );
+    idealTarget('postgres', 'PostgreSQL', n, pgRttMs, 0.5);
   }
 
   // Many leases held: renewals batched, memory and CPU bounded (Redis), none lost anywhere.
