@@ -551,7 +551,10 @@ zk_write_config() { # zk_write_config <n>: zoo.cfg and myid of server n, in a fr
 zk_launch() { # zk_launch <n>: start server n in the background, write its PID
   local n=$1
   # setsid: its own session, as for etcd. A JVM crash report goes beside the log, not into $PWD.
+  # Its pauses (collections, safepoints) go to zk<n>-pauses.log: a test that saw the ensemble fall
+  # silent can be matched against them.
   setsid nohup java "${ZK_JVM_FLAGS[@]}" -XX:ErrorFile="$STATE/zookeeper/zk$n-hs_err_%p.log" \
+    "-Xlog:gc,safepoint:file=$STATE/zookeeper/zk$n-pauses.log:time,uptime" \
     -cp "$ZK_CLASSPATH" org.apache.zookeeper.server.quorum.QuorumPeerMain \
     "$STATE/zookeeper/zk$n/zoo.cfg" \
     </dev/null >>"$STATE/zookeeper/zk$n.log" 2>&1 &

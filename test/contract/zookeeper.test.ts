@@ -3,10 +3,11 @@
  * run uses its own namespace, so runs and other test files never share a node.
  */
 import { randomBytes } from 'node:crypto';
-import { afterAll } from 'vitest';
+import { afterAll, afterEach, beforeEach } from 'vitest';
 import { createZookeeperBackend } from '../../packages/fencelock/src/backends/zookeeper/index.js';
 import { ZK_HOSTS } from '../helpers/engines.js';
 import { openAdmin, removeTree, type ZkAdmin } from '../helpers/zookeeper.js';
+import { ensembleNotesSince } from '../helpers/zookeeper-logs.js';
 import { describeBackend } from './backend.contract.js';
 
 const namespace = `fencelock-contract-${randomBytes(4).toString('hex')}`;
@@ -14,6 +15,20 @@ const url = `zk://${ZK_HOSTS}/${namespace}`;
 
 /** Test-only client for the engine hooks (never used by a backend). */
 let admin: Promise<ZkAdmin> | undefined;
+
+let testStartedAt = 0;
+beforeEach(() => {
+  testStartedAt = Date.now();
+});
+// A failed test prints what the servers logged meanwhile: a stalled server and a lost request
+// look the same from the client ("no answer within 5000 ms").
+afterEach(({ task }) => {
+  if (task.result?.state !== 'fail') return;
+  const notes = ensembleNotesSince(testStartedAt - 1000);
+  console.error(
+    `ZooKeeper servers during "${task.name}":\n${notes || '(no warning, error or pause over 50 ms)'}`,
+  );
+});
 
 afterAll(async () => {
   if (admin === undefined) return;
