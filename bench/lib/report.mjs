@@ -494,9 +494,11 @@ function markdownOf(report, summary, byId) {
     );
     lines.push('');
     lines.push(
-      (plan.many.inFlight === 'per-engine'
-        ? `One process per contender and run. They acquire with at most ${plan.many.concurrency} acquisitions in flight per engine (shared by that engine's processes; engines in parallel), then all hold side by side and measure the same window; the time to acquire is reported, not judged.`
-        : 'One process per contender and run. They acquire one after another on each engine (engines in parallel), then all hold side by side and measure the same window; the time to acquire is reported, not judged.') +
+      (plan.many.enginesInTurn
+        ? `One process per contender and run; one engine at a time. An engine's processes acquire with at most ${plan.many.concurrency} acquisitions in flight in all, then hold side by side and measure the same window; the time to acquire is reported, not judged.`
+        : plan.many.inFlight === 'per-engine'
+          ? `One process per contender and run. They acquire with at most ${plan.many.concurrency} acquisitions in flight per engine (shared by that engine's processes; engines in parallel), then all hold side by side and measure the same window; the time to acquire is reported, not judged.`
+          : 'One process per contender and run. They acquire one after another on each engine (engines in parallel), then all hold side by side and measure the same window; the time to acquire is reported, not judged.') +
         ' Renew commands are counted at the engine where it can tell our clients apart (Redis MONITOR filtered by the run’s key prefix; PostgreSQL table statistics); elsewhere fencelock’s own renew events are counted. CPU: process time during the window over its length. Memory: RSS after GC from before acquiring to the end of the hold.',
     );
     lines.push('');
