@@ -143,16 +143,7 @@ export class RedlockBackend implements Backend {
             (r.status === 'ok' && r.value[0] === 1 && BigInt(r.value[1]) !== token),
         );
         if (!unsettled || this.#closed) return;
-        return this.#vote(
-          this.#timeoutFor(request.ttlMs),
-          (client) =>
-            settleTokenScript.run(
-              client,
-              [k.lock, k.fence],
-              [request.owner, String(token), fenceTtlMs(request.ttlMs)],
-            ),
-          () => false,
-        ).all;
+        return this.#settleVote(request, token, () => false).all;
       });
       const on = (results: readonly NodeResult<[1, string] | [0, number]>[]) =>
         results.filter(isGrant).map((r) => r.node);
@@ -358,17 +349,9 @@ export class RedlockBackend implements Backend {
    * @returns undefined when settled, else the failed vote (the key is then withdrawn everywhere).
    */
   async #settle(request: AttemptRequest, token: bigint): Promise<QuorumError | undefined> {
-    const k = this.keysOf(request.key);
     const settled = (r: NodeResult<1 | 0>) => r.status === 'ok' && r.value === 1;
-    const settling = this.#vote(
-      this.#timeoutFor(request.ttlMs),
-      (client) =>
-        settleTokenScript.run(
-          client,
-          [k.lock, k.fence],
-          [request.owner, String(token), fenceTtlMs(request.ttlMs)],
-        ),
-      (results) => this.#decided(results.filter(settled).length, results.length),
+    const settling = this.#settleVote(request, token, (results) =>
+      this.#decided(results.filter(settled).length, results.length),
     );
     const early = await settling.early;
     if (early.filter(settled).length >= this.quorum) return undefined;
@@ -378,6 +361,28 @@ export class RedlockBackend implements Backend {
       request.key,
       'acquire (settle token)',
       outcomesOf(all, (v) => v === 0),
+    );
+  }
+
+  /**
+   * Run the settle-token script on every node: it writes `token` where this owner holds the key
+   * (1), and leaves any other node alone (0).
+   */
+  #settleVote(
+    request: AttemptRequest,
+    token: bigint,
+    decided: (results: readonly NodeResult<1 | 0>[]) => boolean,
+  ) {
+    const k = this.keysOf(request.key);
+    return this.#vote(
+      this.#timeoutFor(request.ttlMs),
+      (client) =>
+        settleTokenScript.run(
+          client,
+          [k.lock, k.fence],
+          [request.owner, String(token), fenceTtlMs(request.ttlMs)],
+        ),
+      decided,
     );
   }
 
