@@ -20,12 +20,13 @@ let testStartedAt = 0;
 beforeEach(() => {
   testStartedAt = Date.now();
 });
-// A failed test prints what the servers logged meanwhile: a stalled server and a lost request
-// look the same from the client ("no answer within 5000 ms").
+// A failed test reports what the servers logged meanwhile, as an error of the test so that it
+// stands beside the failure in a CI summary: a stalled server and a lost request look the same
+// from the client ("no answer within 5000 ms").
 afterEach(({ task }) => {
   if (task.result?.state !== 'fail') return;
   const notes = ensembleNotesSince(testStartedAt - 1000);
-  console.error(
+  throw new Error(
     `ZooKeeper servers during "${task.name}":\n${notes || '(no warning, error or pause over 50 ms)'}`,
   );
 });

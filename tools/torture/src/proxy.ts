@@ -10,6 +10,9 @@
  *   a bound per connection, like a kernel buffer) and delivered in order on `restore()`; a
  *   connection whose held data passes the bound is reset instead.
  * - `delayReplies(ms)`: hold every engine→client chunk `ms` before delivering it (order kept).
+ * - `holdNextRequest()`: hold the next client→engine chunk of any connection until that client
+ *   sends another, then deliver both in order: a server that sits on a request until its next
+ *   one arrives, as ZooKeeper 3.6.0–3.8.0 can (ZOOKEEPER-4537). Other modes are unaffected.
  *
  * Loopback only: it listens on 127.0.0.1 and forwards to 127.0.0.1. Bounded: at most
  * `maxConnections` connections and `maxHeldBytes` held per direction. `close()` resets every
@@ -44,6 +47,8 @@ export interface TcpProxy {
   cut(): void;
   blackhole(): void;
   delayReplies(ms: number): void;
+  /** Hold the next client→engine chunk until its client sends another (see above). */
+  holdNextRequest(): void;
   /** Back to pass-through (listening again after a cut; held data flows). */
   restore(): Promise<void>;
   close(): Promise<void>;
@@ -115,6 +120,8 @@ class Connection {
   upstream: Socket | undefined;
   readonly up: Lane;
   readonly down: Lane;
+  /** A chunk held by `holdNextRequest()` until this client sends another. */
+  #held: Buffer | undefined;
   #closed = false;
 
   constructor(proxy: FaultProxy, client: Socket) {
@@ -132,7 +139,7 @@ class Connection {
     );
     client.on('error', () => this.close(true));
     client.on('close', () => this.close(false));
-    client.on('data', (data: Buffer) => this.up.push(data, 0));
+    client.on('data', (data: Buffer) => this.#fromClient(data));
     const upstream = createConnection({ host: '127.0.0.1', port: proxy.targetPort });
     this.upstream = upstream;
     upstream.setNoDelay(true);
@@ -141,6 +148,23 @@ class Connection {
     upstream.on('error', () => this.close(true));
     upstream.on('close', () => this.close(false));
     upstream.on('data', (data: Buffer) => this.down.push(data, proxy.replyDelayMs));
+  }
+
+  #fromClient(data: Buffer): void {
+    if (this.#held === undefined && this.proxy.holdNext) {
+      this.proxy.holdNext = false;
+      this.#held = data;
+      return;
+    }
+    this.releaseHeld();
+    this.up.push(data, 0);
+  }
+
+  /** Deliver the chunk held by `holdNextRequest()`, if any. */
+  releaseHeld(): void {
+    const held = this.#held;
+    this.#held = undefined;
+    if (held !== undefined) this.up.push(held, 0);
   }
 
   pump(): void {
@@ -154,6 +178,7 @@ class Connection {
     this.#closed = true;
     this.up.clear();
     this.down.clear();
+    this.#held = undefined;
     for (const socket of [this.client, this.upstream]) {
       if (socket === undefined || socket.destroyed) continue;
       // resetAndDestroy() on a socket whose writable side has ended leaves a handle that spins
@@ -172,6 +197,8 @@ class FaultProxy implements TcpProxy {
   readonly connections = new Set<Connection>();
   mode: ProxyMode = 'pass';
   replyDelayMs = 0;
+  /** The next client→engine chunk is to be held (`holdNextRequest()`). */
+  holdNext = false;
   accepted = 0;
   port = 0;
   #server: Server | undefined;
@@ -240,13 +267,22 @@ class FaultProxy implements TcpProxy {
     this.replyDelayMs = ms;
   }
 
+  holdNextRequest(): void {
+    this.#assertOpen();
+    this.holdNext = true;
+  }
+
   async restore(): Promise<void> {
     this.#assertOpen();
     const wasCut = this.mode === 'cut';
     this.mode = 'pass';
     this.replyDelayMs = 0;
+    this.holdNext = false;
     if (wasCut) await this.listen(this.port);
-    for (const connection of this.connections) connection.pump();
+    for (const connection of this.connections) {
+      connection.releaseHeld();
+      connection.pump();
+    }
   }
 
   async close(): Promise<void> {

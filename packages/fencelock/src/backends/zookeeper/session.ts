@@ -38,6 +38,7 @@ import {
   ZCODE,
   ZSTATE,
 } from './native.js';
+import { StallNudge } from './nudge.js';
 import { ensembleUnreachable, PROBE_MS } from './reach.js';
 
 export {
@@ -130,6 +131,10 @@ export class ZkSession implements BackendSession {
   #expiry: NodeJS.Timeout | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
   #keepingAlive = true;
+  /** Wakes a server that sits on this session's requests (nudge.ts). */
+  readonly #stallNudge = new StallNudge(() => {
+    if (this.#connected()) this.#zk.a_exists('/', false, () => undefined);
+  });
   /**
    * Waits on a node's deletion, by path: one watch set per path. `lose()` wakes them all, so a
    * wait adds no listener of its own to the session's shared `signal`.
@@ -433,6 +438,7 @@ export class ZkSession implements BackendSession {
     this.#keepingAlive = false;
     clearTimeout(this.#expiry);
     clearTimeout(this.#heartbeat);
+    this.#stallNudge.stop();
     this.#suspension.abort(cause);
     this.#notifySuspended();
     this.#lost.abort(cause);
@@ -488,16 +494,19 @@ export class ZkSession implements BackendSession {
 
   /**
    * Run one callback-API call; its success moves the validity bound. A call whose send finds the
-   * connection reset hands the session to a new client at once (`socketDropped`).
+   * connection reset hands the session to a new client at once (`socketDropped`). While it waits,
+   * a server that sits on it is nudged (nudge.ts).
    */
   #call<T>(start: (cb: Callback<T>) => unknown): Promise<T> {
     const startedAt = monotonicNow();
     const zk = this.#zk;
     const boundMs = this.#options.connectTimeoutMs;
     return new Promise<T>((resolve, reject) => {
+      const done = this.#stallNudge.begin();
       // The C client sets no deadline on a request: only its connection's receive timeout
       // (two thirds of the session timeout) ends one that a silent server never answers.
       const timer = setTimeout(() => {
+        done(false);
         reject(
           new ZooKeeperError(
             ZCODE.operationTimeout,
@@ -509,6 +518,7 @@ export class ZkSession implements BackendSession {
       timer.unref();
       const returned = start((rc, error, value) => {
         clearTimeout(timer);
+        done(true);
         if (rc === 0) {
           this.#extendFrom(startedAt);
           resolve(value);
@@ -517,6 +527,7 @@ export class ZkSession implements BackendSession {
       // The binding refuses a call synchronously (a code, no callback) once the client is closed.
       if (typeof returned === 'number' && returned !== 0) {
         clearTimeout(timer);
+        done(false);
         reject(new ZooKeeperError(returned, 'ZooKeeper client is closed or expired'));
       } else if (zk === this.#zk && socketDropped(zk)) {
         // Now, before any other socket can take the dropped one's number (see socketDropped).
