@@ -47,6 +47,21 @@ describe('StallNudge', () => {
     previous(true);
   });
 
+  it('nudges a stall that follows answers, within two intervals of the last answer', () => {
+    const send = vi.fn();
+    const nudge = new StallNudge(send);
+    const first = nudge.begin();
+    vi.advanceTimersByTime(NUDGE_AFTER_MS / 2);
+    first(true);
+    const stuck = nudge.begin();
+    // The interval in which the first request was answered sends nothing; the next one does.
+    vi.advanceTimersByTime(NUDGE_AFTER_MS / 2);
+    expect(send).not.toHaveBeenCalled();
+    vi.advanceTimersByTime(NUDGE_AFTER_MS);
+    expect(send).toHaveBeenCalledTimes(1);
+    stuck(true);
+  });
+
   it('counts a request abandoned at its bound as no answer, and each done only once', () => {
     const send = vi.fn();
     const nudge = new StallNudge(send);

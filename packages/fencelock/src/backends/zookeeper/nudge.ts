@@ -1,6 +1,7 @@
 /**
- * Wakes a ZooKeeper server that sits on a request: when a session has requests out and none of
- * them has been answered for `NUDGE_AFTER_MS`, one cheap read is sent on the same connection.
+ * Wakes a ZooKeeper server that sits on a request: when a session has requests out and a whole
+ * `NUDGE_AFTER_MS` interval of its timer passed without an answer (so 100 to 200 ms after the
+ * last answer), one cheap read is sent on the same connection.
  *
  * ZooKeeper servers 3.6.0 to 3.8.0 (Debian 12 ships 3.8.0) can miss a wakeup between the thread
  * that logs a transaction and the one that commits it: the committed request, and every later
@@ -10,7 +11,7 @@
  * package sends no ping while a request is outstanding, so without this the request would wait
  * for the session's heartbeat (a third of the timeout, 10 s for a 30 s TTL) and fail first at its
  * own bound. Measured here against Debian's 3.8.0: about one grant in 5,000 of a sequential
- * acquire/release loop stalled; with the nudge, each such stall lasts about `NUDGE_AFTER_MS`.
+ * acquire/release loop stalled; with the nudge, each such stall lasts one or two intervals.
  *
  * A session whose answers keep coming is never nudged, and at most one nudge is sent per
  * `NUDGE_AFTER_MS` while it is silent.

@@ -132,9 +132,7 @@ export class ZkSession implements BackendSession {
   #heartbeat: NodeJS.Timeout | undefined;
   #keepingAlive = true;
   /** Wakes a server that sits on this session's requests (nudge.ts). */
-  readonly #stallNudge = new StallNudge(() => {
-    if (this.#connected()) this.#zk.a_exists('/', false, () => undefined);
-  });
+  readonly #stallNudge = new StallNudge(() => this.#nudge());
   /**
    * Waits on a node's deletion, by path: one watch set per path. `lose()` wakes them all, so a
    * wait adds no listener of its own to the session's shared `signal`.
@@ -535,6 +533,19 @@ export class ZkSession implements BackendSession {
         this.#reattach();
       }
     });
+  }
+
+  /**
+   * Send the stall nudge, one `exists /` whose answer nobody waits for. Like every request's
+   * send, one that finds the connection reset hands the session to a new client at once
+   * (`socketDropped`): the nudge goes out when the server has gone quiet, so it is often the first
+   * send to meet a reset.
+   */
+  #nudge(): void {
+    if (!this.#connected()) return;
+    const zk = this.#zk;
+    zk.a_exists('/', false, () => undefined);
+    if (zk === this.#zk && socketDropped(zk)) this.#reattach();
   }
 
   /** Connected now: alive, and not suspended. */
