@@ -26,15 +26,13 @@ import {
   MAX_STORE_LABEL_CHARS,
   type PrometheusMetrics,
 } from '../../packages/fencelock/src/metrics/index.js';
+import { TIMER_EARLY_MS } from '../helpers/promises.js';
 import { MemoryBackend } from './memory-backend.js';
 
 const OWNER = 'f'.repeat(32);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-/**
- * How early a timer can fire, s: libuv schedules it on the loop's cached millisecond clock, so it
- * can run up to 1 ms before its delay has passed on a fresh clock reading.
- */
-const TIMER_EARLY_S = 0.001;
+/** How early a timer can fire, s (see TIMER_EARLY_MS). */
+const TIMER_EARLY_S = TIMER_EARLY_MS / 1000;
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {

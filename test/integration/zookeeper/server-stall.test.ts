@@ -10,14 +10,12 @@
 import { describe, expect, it } from 'vitest';
 import { NUDGE_AFTER_MS } from '../../../packages/fencelock/src/backends/zookeeper/nudge.js';
 import { BackendError } from '../../../packages/fencelock/src/index.js';
-import { useZookeeper, waitUntil } from './fault-support.js';
+import { sleep, useZookeeper, waitUntil } from './fault-support.js';
 
 const zk = useZookeeper('server-stall');
 
 /** Far below the 5 s request bound and the 10 s heartbeat of a 30 s session. */
 const WELL_BEFORE_ANY_TIMER_MS = 2_000;
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function timed<T>(run: () => Promise<T>): Promise<{ value: T; tookMs: number }> {
   const startedAt = performance.now();

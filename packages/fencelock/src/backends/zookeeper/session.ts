@@ -527,25 +527,30 @@ export class ZkSession implements BackendSession {
         clearTimeout(timer);
         done(false);
         reject(new ZooKeeperError(returned, 'ZooKeeper client is closed or expired'));
-      } else if (zk === this.#zk && socketDropped(zk)) {
-        // Now, before any other socket can take the dropped one's number (see socketDropped).
+      } else {
         // Closing the client fails this call with ZCLOSING: it may not have reached the server.
-        this.#reattach();
+        this.#reattachIfDropped(zk);
       }
     });
   }
 
   /**
-   * Send the stall nudge, one `exists /` whose answer nobody waits for. Like every request's
-   * send, one that finds the connection reset hands the session to a new client at once
-   * (`socketDropped`): the nudge goes out when the server has gone quiet, so it is often the first
-   * send to meet a reset.
+   * After a send on `zk`: when that send found the connection reset (`socketDropped`), hand the
+   * session to a new client now, before any other socket can take the dropped one's number.
+   */
+  #reattachIfDropped(zk: NativeZooKeeper): void {
+    if (zk === this.#zk && socketDropped(zk)) this.#reattach();
+  }
+
+  /**
+   * Send the stall nudge, one `exists /` whose answer nobody waits for. The nudge goes out when
+   * the server has gone quiet, so it is often the first send to meet a reset connection.
    */
   #nudge(): void {
     if (!this.#connected()) return;
     const zk = this.#zk;
     zk.a_exists('/', false, () => undefined);
-    if (zk === this.#zk && socketDropped(zk)) this.#reattach();
+    this.#reattachIfDropped(zk);
   }
 
   /** Connected now: alive, and not suspended. */
