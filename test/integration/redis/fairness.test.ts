@@ -5,6 +5,7 @@
  * briefly. Also the queued scripts run directly.
  */
 import { randomBytes } from 'node:crypto';
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,6 +21,8 @@ import {
   queuedReleaseScript,
 } from '../../../packages/fencelock/src/backends/redis/scripts.js';
 import {
+  type AcquireEvent,
+  CHANNELS,
   createLocker,
   type Lease,
   type Locker,
@@ -147,6 +150,65 @@ describe('fair waiting (Redis, single node)', () => {
     // Without the withdrawal the quitter's entry would hold the line for QUEUE_ENTRY_TTL_MS.
     expect(performance.now() - releasedAt).toBeLessThan(QUEUE_ENTRY_TTL_MS / 4);
     await lease.release();
+  });
+
+  it("waits on release messages over a user's client that queues nothing offline", async () => {
+    // The subscriber is duplicated from this client: it must still queue its SUBSCRIBE until
+    // it connects, or no release message arrives and the waiter attempts again and again.
+    const client = new Redis(REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 0 });
+    await new Promise((resolve) => client.once('ready', resolve));
+    const key = unique('offline-queue');
+    const attempts: number[] = [];
+    const onAcquire = (message: unknown) => {
+      const event = message as AcquireEvent;
+      if (event.key === key && event.outcome === 'granted') attempts.push(event.attempts);
+    };
+    subscribe(CHANNELS.acquire, onAcquire);
+    const waiter = createLocker(createRedisBackend({ client, prefix }));
+    try {
+      const held = await newLocker().locker.acquire(key);
+      const waiting = waiter.acquire(key, { waitMs: 10_000 });
+      await delay(200);
+      await held.release();
+      await (await waiting).release();
+      // Its first attempt, one when the subscription is confirmed, none while the holder held.
+      expect(attempts).toHaveLength(2);
+      expect(attempts[1]).toBeLessThanOrEqual(2);
+    } finally {
+      unsubscribe(CHANNELS.acquire, onAcquire);
+      await waiter.close();
+      client.disconnect();
+    }
+  });
+
+  it('polls, without spinning, where the server refuses SUBSCRIBE (an ACL without it)', async () => {
+    const user = unique('fencelock-no-subscribe');
+    await admin.call('ACL', 'SETUSER', user, 'on', 'nopass', '~*', '&*', '+@all', '-subscribe');
+    const client = new Redis(REDIS_URL, { username: user, password: 'unused' });
+    const key = unique('acl');
+    const attempts: number[] = [];
+    const onAcquire = (message: unknown) => {
+      const event = message as AcquireEvent;
+      if (event.key === key && event.outcome === 'granted') attempts.push(event.attempts);
+    };
+    subscribe(CHANNELS.acquire, onAcquire);
+    const waiter = createLocker(createRedisBackend({ client, prefix }));
+    try {
+      const held = await newLocker().locker.acquire(key);
+      const waiting = waiter.acquire(key, { waitMs: 10_000 });
+      await delay(200);
+      await held.release();
+      await (await waiting).release();
+      // No release message can arrive: the waiter attempts again after LINE_RECHECK_MS (before,
+      // the refused subscription ended every wait at once, hundreds of attempts in 200 ms).
+      expect(attempts).toHaveLength(2);
+      expect(attempts[1]).toBe(2);
+    } finally {
+      unsubscribe(CHANNELS.acquire, onAcquire);
+      await waiter.close();
+      client.disconnect();
+      await admin.call('ACL', 'DELUSER', user);
+    }
   });
 
   it('a waiter that vanished blocks the line for about QUEUE_ENTRY_TTL_MS at most', async () => {

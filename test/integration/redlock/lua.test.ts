@@ -42,14 +42,18 @@ afterAll(async () => {
   await client.quit();
 });
 
-/**
- * The Redis keys of one lock, laid out as the backend lays them out (one hash slot), and the
- * release channel of the single-node backend, on which these scripts must publish nothing.
- */
+/** The Redis keys of one lock, laid out as the backend lays them out (one hash slot). */
 function lockKeys(label: string) {
   const base = `${run}:{${label}:${randomBytes(4).toString('hex')}}`;
-  return { lock: `${base}:lock`, fence: `${base}:fence`, channel: `${base}:released` };
+  return {
+    lock: `${base}:lock`,
+    fence: `${base}:fence`,
+    channel: `${base}:released`,
+    queue: `${base}:queue`,
+    waiters: `${base}:waiters`,
+  };
 }
+type Keys = ReturnType<typeof lockKeys>;
 
 function owner(): string {
   return randomBytes(16).toString('hex');
@@ -69,13 +73,42 @@ async function listen(channel: string): Promise<string[]> {
 /** Lifetime of the fence counter the tests give the grant and settle scripts, ms. */
 const FENCE_TTL_MS = 20_000;
 
-/** Grant on the node: `[1, token]` or `[0, holder PTTL]`. */
-function grant(k: ReturnType<typeof lockKeys>, who: string, ttlMs: number) {
-  return grantOnNodeScript.run(client, [k.lock, k.fence], [who, ttlMs, FENCE_TTL_MS]);
+/** Lifetime of a line entry the tests give the grant script, ms. */
+const ENTRY_TTL_MS = 2_000;
+
+/**
+ * Grant on the node: `[1, token]` or `[0, ms]`; `ticket` '0' is a single attempt, any other a
+ * waiter whose entry lives `entryTtlMs`.
+ */
+function grant(k: Keys, who: string, ttlMs: number, ticket = '0', entryTtlMs = ENTRY_TTL_MS) {
+  return grantOnNodeScript.run(
+    client,
+    [k.lock, k.fence, k.queue, k.waiters],
+    [who, ttlMs, FENCE_TTL_MS, ticket, entryTtlMs],
+  );
+}
+
+/** Release on the node: 1 released, 0 not held, -1 not owner. */
+function release(k: Keys, who: string, token: string) {
+  return releaseOnNodeScript.run(client, [k.lock, k.queue, k.waiters, k.channel], [who, token]);
+}
+
+/** Withdraw on the node (`keep`: `grant` leaves the line only, `place` deletes the grant only). */
+function withdraw(k: Keys, who: string, keep?: 'grant' | 'place') {
+  return withdrawOnNodeScript.run(
+    client,
+    [k.lock, k.queue, k.waiters, k.channel],
+    [who, keep === 'grant' ? '1' : '0', keep === 'place' ? '1' : '0'],
+  );
+}
+
+/** The node's line of `k`, head first. */
+function lineOf(k: Keys): Promise<string[]> {
+  return client.zrange(k.queue, '0', '-1');
 }
 
 /** Settle `token` on the node: 1 settled, 0 not this owner's key. */
-function settleToken(k: ReturnType<typeof lockKeys>, who: string, token: string) {
+function settleToken(k: Keys, who: string, token: string) {
   return settleTokenScript.run(client, [k.lock, k.fence], [who, token, FENCE_TTL_MS]);
 }
 
@@ -117,7 +150,7 @@ describe('grant-on-node.lua', () => {
     expect(await client.pttl(k.fence)).toBeLessThanOrEqual(FENCE_TTL_MS);
 
     // While the counter lives, the next token is the next integer (nodes of a quorum agree).
-    expect(await releaseOnNodeScript.run(client, [k.lock], [first, token])).toBe(1);
+    expect(await release(k, first, token)).toBe(1);
     const second = owner();
     const next = tokenOf(await grant(k, second, 2_000));
     expect(next).toBe(String(BigInt(token) + 1n));
@@ -138,7 +171,7 @@ describe('grant-on-node.lua', () => {
     expect(tokenOf(await grant(legacy, holder, 1_000))).toBe('42');
     expect(await client.pttl(legacy.fence)).toBeGreaterThan(0);
     // Once that counter is gone (expired, or the node restarted empty), the clock takes over.
-    expect(await releaseOnNodeScript.run(client, [legacy.lock], [holder, '42'])).toBe(1);
+    expect(await release(legacy, holder, '42')).toBe(1);
     await client.del(legacy.fence);
     expect(BigInt(tokenOf(await grant(legacy, owner(), 1_000)))).toBeGreaterThanOrEqual(
       (await nodeClockUs()) - 60_000_000n,
@@ -179,50 +212,164 @@ describe('grant-on-node.lua', () => {
 });
 
 describe('release-on-node.lua', () => {
-  it('compare-and-deletes by owner and token, and publishes nothing', async () => {
+  it('compare-and-deletes by owner and token, and publishes nothing with an empty line', async () => {
     const k = lockKeys('release');
     const messages = await listen(k.channel);
     const me = owner();
     const token = tokenOf(await grant(k, me, 10_000));
 
-    expect(await releaseOnNodeScript.run(client, [k.lock], [me, String(BigInt(token) + 1n)])).toBe(
-      -1,
-    );
-    expect(await releaseOnNodeScript.run(client, [k.lock], [owner(), token])).toBe(-1);
+    expect(await release(k, me, String(BigInt(token) + 1n))).toBe(-1);
+    expect(await release(k, owner(), token)).toBe(-1);
     expect(await client.get(k.lock)).toBe(`${me}:${token}`);
 
-    expect(await releaseOnNodeScript.run(client, [k.lock], [me, token])).toBe(1);
+    expect(await release(k, me, token)).toBe(1);
     expect(await client.exists(k.lock)).toBe(0);
     expect(await client.get(k.fence)).toBe(token);
 
     // Missing key: not held, nothing created.
-    expect(await releaseOnNodeScript.run(client, [k.lock], [me, token])).toBe(0);
+    expect(await release(k, me, token)).toBe(0);
     expect(await client.exists(k.lock)).toBe(0);
 
-    // Nobody waits on a Redlock node's channel: a release or withdrawal announces nothing.
+    // With nobody in the line, a release or withdrawal publishes nothing.
     await settle(messages, 1);
     expect(messages).toEqual([]);
   });
 });
 
 describe('withdraw-on-node.lua', () => {
-  it("deletes only the given owner's key, whatever its token, and publishes nothing", async () => {
+  it("deletes only the given owner's key, whatever its token, and publishes nothing with an empty line", async () => {
     const k = lockKeys('abandon');
     const messages = await listen(k.channel);
     const holder = owner();
     const token = tokenOf(await grant(k, holder, 10_000));
 
-    expect(await withdrawOnNodeScript.run(client, [k.lock], [owner()])).toBe(0);
+    expect(await withdraw(k, owner())).toBe(0);
     expect(await client.get(k.lock)).toBe(`${holder}:${token}`);
 
-    expect(await withdrawOnNodeScript.run(client, [k.lock], [holder])).toBe(1);
+    expect(await withdraw(k, holder)).toBe(1);
     expect(await client.exists(k.lock)).toBe(0);
     expect(await client.get(k.fence)).toBe(token);
-    expect(await withdrawOnNodeScript.run(client, [k.lock], [holder])).toBe(0);
+    expect(await withdraw(k, holder)).toBe(0);
 
-    // Nobody waits on a Redlock node's channel: a release or withdrawal announces nothing.
+    // With nobody in the line, a release or withdrawal publishes nothing.
     await settle(messages, 1);
     expect(messages).toEqual([]);
+  });
+});
+
+describe('the line of waiters (line.lua)', () => {
+  it('orders waiters by ticket, not arrival; a release wakes the head, which alone is granted', async () => {
+    const k = lockKeys('line-order');
+    const messages = await listen(k.channel);
+    const holder = owner();
+    const [early, late] = [owner(), owner()];
+    const token = tokenOf(await grant(k, holder, 10_000));
+
+    // `late` reaches this node first, but `early` started waiting before it.
+    const [refused, ttl] = await grant(k, late, 10_000, '2000');
+    expect(refused).toBe(0);
+    expect(ttl).toBeGreaterThan(9_000);
+    expect((await grant(k, early, 10_000, '1000'))[0]).toBe(0);
+    expect(await lineOf(k)).toEqual([early, late]);
+    // A waiter's attempt again keeps its place.
+    expect((await grant(k, late, 10_000, '2000'))[0]).toBe(0);
+    expect(await lineOf(k)).toEqual([early, late]);
+
+    expect(await release(k, holder, token)).toBe(1);
+    await settle(messages, 1);
+    expect(messages).toEqual([early]);
+
+    // The key is free, but only the head may take it: the others are told how long its entry
+    // may still block them; a single attempt does not join the line.
+    const [lateAgain, left] = await grant(k, late, 10_000, '2000');
+    expect(lateAgain).toBe(0);
+    expect(left).toBeGreaterThan(1_000);
+    expect(left).toBeLessThanOrEqual(ENTRY_TTL_MS);
+    const single = owner();
+    expect((await grant(k, single, 10_000))[0]).toBe(0);
+    expect(await lineOf(k)).toEqual([early, late]);
+    expect(BigInt(tokenOf(await grant(k, early, 10_000, '1000')))).toBe(BigInt(token) + 1n);
+    expect(await lineOf(k)).toEqual([late]);
+    expect(await client.hkeys(k.waiters)).toEqual([late]);
+    expect(await client.pttl(k.queue)).toBeGreaterThan(1_000);
+  });
+
+  it('a waiter this node had not seen is placed by its ticket, ahead of later ones', async () => {
+    const k = lockKeys('line-missed');
+    const [first, second] = [owner(), owner()];
+    // `second` stands in line on this node; `first`, with an earlier ticket, was never seen here.
+    const holder = owner();
+    const token = tokenOf(await grant(k, holder, 10_000));
+    expect((await grant(k, second, 10_000, '2000'))[0]).toBe(0);
+    expect(await release(k, holder, token)).toBe(1);
+    expect((await grant(k, first, 10_000, '1000'))[0]).toBe(1);
+    expect(await lineOf(k)).toEqual([second]);
+  });
+
+  it('skips an entry whose owner stopped attempting once its time runs out', async () => {
+    const k = lockKeys('line-expiry');
+    const holder = owner();
+    const [gone, next] = [owner(), owner()];
+    const token = tokenOf(await grant(k, holder, 10_000));
+    expect((await grant(k, gone, 10_000, '1000', 100))[0]).toBe(0);
+    expect((await grant(k, next, 10_000, '2000'))[0]).toBe(0);
+    expect(await release(k, holder, token)).toBe(1);
+    expect((await grant(k, next, 10_000, '2000'))[0]).toBe(0);
+    await delay(150);
+    tokenOf(await grant(k, next, 10_000, '2000'));
+    expect(await lineOf(k)).toEqual([]);
+    expect(await client.hlen(k.waiters)).toBe(0);
+  });
+
+  it('a lost vote keeps the place; giving up leaves the line and wakes the next', async () => {
+    const k = lockKeys('line-withdraw');
+    const messages = await listen(k.channel);
+    const [head, next] = [owner(), owner()];
+    expect((await grant(k, next, 10_000, '2000'))[0]).toBe(1);
+    // `next` lost its vote on the other nodes and keeps waiting; `head` joins ahead of it.
+    expect(await withdraw(k, next, 'place')).toBe(1);
+    expect((await grant(k, head, 10_000, '1000'))[0]).toBe(1);
+    expect((await grant(k, next, 10_000, '2000'))[0]).toBe(0);
+    expect(await lineOf(k)).toEqual([next]);
+
+    // `head` lost its vote too: its grant goes, the key is free for the head of the line.
+    expect(await withdraw(k, head, 'place')).toBe(1);
+    await settle(messages, 1);
+    expect(messages).toEqual([next]);
+    // A waiter keeping its place wakes nobody when it is the head itself.
+    expect((await grant(k, next, 10_000, '2000'))[0]).toBe(1);
+    expect(await withdraw(k, next, 'place')).toBe(1);
+    expect(await lineOf(k)).toEqual([]);
+    await settle(messages, 2);
+    expect(messages).toEqual([next]);
+
+    // Giving up leaves the line; where it was the head of a free key, the next one is woken.
+    const third = owner();
+    expect((await grant(k, owner(), 10_000))[0]).toBe(1);
+    expect((await grant(k, head, 10_000, '1000'))[0]).toBe(0);
+    expect((await grant(k, third, 10_000, '3000'))[0]).toBe(0);
+    await client.del(k.lock);
+    expect(await withdraw(k, head)).toBe(0);
+    expect(await lineOf(k)).toEqual([third]);
+    await settle(messages, 2);
+    expect(messages).toEqual([next, third]);
+  });
+
+  it('leaving the line keeps a grant; a release clears the entry a lost attempt left', async () => {
+    const k = lockKeys('line-leave');
+    const holder = owner();
+    const waiter = owner();
+    const token = tokenOf(await grant(k, holder, 10_000));
+    expect((await grant(k, waiter, 10_000, '1000'))[0]).toBe(0);
+    expect(await withdraw(k, holder, 'grant')).toBe(0);
+    expect(await client.get(k.lock)).toBe(`${holder}:${token}`);
+    expect(await withdraw(k, waiter, 'grant')).toBe(0);
+    expect(await lineOf(k)).toEqual([]);
+
+    // `waiter` won its vote on the other nodes while this one refused it and queued it.
+    expect((await grant(k, waiter, 10_000, '1000'))[0]).toBe(0);
+    expect(await release(k, waiter, '1')).toBe(-1);
+    expect(await lineOf(k)).toEqual([]);
   });
 });
 
@@ -248,7 +395,7 @@ describe('settle-token.lua', () => {
     const lower = String(granted + 1n);
     expect(await settleToken(k, me, lower)).toBe(1);
     expect(await client.get(k.fence)).toBe(combined);
-    expect(await releaseOnNodeScript.run(client, [k.lock], [me, lower])).toBe(1);
+    expect(await release(k, me, lower)).toBe(1);
     expect(tokenOf(await grant(k, owner(), 5_000))).toBe(String(BigInt(combined) + 1n));
   });
 

@@ -42,8 +42,8 @@ interface Channel {
   readonly missed: Map<string, Handoff | undefined>;
   /** Timer that drops an idle subscription. */
   linger: NodeJS.Timeout | undefined;
-  /** Settles when the server confirmed the subscription (or it failed). */
-  readonly subscribed: Promise<void>;
+  /** Settles when the server confirmed the subscription (true) or refused it (false). */
+  readonly subscribed: Promise<boolean>;
   confirmed: boolean;
 }
 
@@ -115,7 +115,11 @@ export class ReleaseWaiters {
       },
     };
     entry.waiters.add(waiter);
-    if (!entry.confirmed) void entry.subscribed.then(() => waiter.wake(undefined));
+    if (!entry.confirmed) {
+      void entry.subscribed.then((confirmed) => {
+        if (confirmed) waiter.wake(undefined);
+      });
+    }
     return wait.ended.then(() => handoff);
   }
 
@@ -141,12 +145,17 @@ export class ReleaseWaiters {
       missed: new Map(),
       linger: undefined,
       confirmed: false,
-      // A failed SUBSCRIBE only costs latency: the core's poll still runs.
+      // A refused SUBSCRIBE (an ACL without it, a connection that failed) only costs latency:
+      // the waits on this entry run to their poll bound, and the next wait subscribes again.
       subscribed: subscriber.subscribe(channel).then(
         () => {
           entry.confirmed = true;
+          return true;
         },
-        () => undefined,
+        () => {
+          if (this.#channels.get(channel) === entry) this.#channels.delete(channel);
+          return false;
+        },
       ),
     };
     this.#channels.set(channel, entry);
@@ -166,9 +175,16 @@ export class ReleaseWaiters {
 
   #getSubscriber(): Redis | Cluster {
     if (this.#subscriber) return this.#subscriber;
+    // The SUBSCRIBE waits for the connection, however long it is down: a Redlock node's client
+    // queues nothing offline and retries nothing (its votes fail fast), and a subscriber that
+    // gave up on its SUBSCRIBE would hear no release.
     const subscriber = isClusterClient(this.#client)
       ? this.#client.duplicate()
-      : this.#client.duplicate({ commandTimeout: undefined });
+      : this.#client.duplicate({
+          commandTimeout: undefined,
+          enableOfflineQueue: true,
+          maxRetriesPerRequest: null,
+        });
     subscriber.on('error', () => undefined);
     subscriber.on('message', (channel: string, message: string) => {
       const receivedAt = performance.now();

@@ -6,8 +6,18 @@
  * - Acquire runs the grant script on every node at once, each bounded by the per-node timeout.
  *   Granted when a majority (N/2+1) granted; the core then believes the lease valid until
  *   `start of the attempt + ttlMs − drift`, on the monotonic clock, so the time the vote took is
- *   charged to the lease. Otherwise the key is withdrawn on every node (also where the reply was
- *   lost) before the core retries with jitter.
+ *   charged to the lease. Otherwise the grants are withdrawn on every node (also where the reply
+ *   was lost) before the core waits and attempts again.
+ * - Waiters line up per key on every node (`line.lua`), in the order of their tickets: the time
+ *   each started waiting on its own clock, so every node orders them alike and the head of one
+ *   line is the head of every line it stands in (a node its attempts did not reach takes it in
+ *   by ticket on the next). A free key goes to the head only; a release publishes the head's id
+ *   on the key's channel on every node, and that waiter (subscribed on every node,
+ *   `ReleaseWaiters`) attempts at once, so nobody else wakes. A waiter that lost a vote keeps its
+ *   place; one that gives up leaves the line; an entry expires `QUEUE_ENTRY_TTL_MS` after its
+ *   owner's latest attempt. Waiters whose clocks differ by d are served out of arrival order by
+ *   up to d; none is passed over for good, as a new ticket is later than every old one on the
+ *   same clock.
  * - Fencing token: each node's grant script issues its last token for the key + 1, or, where its
  *   counter is gone, its clock (whole ms, in µs); the token is the highest among the granting
  *   nodes. When fewer than a majority of them agree on it, a second round (`settle-token.lua`)
@@ -39,8 +49,10 @@ import { MAX_TIMER_MS } from '../../options.js';
 import { CLOSE_TIMEOUT_MS, quit } from '../redis/connection.js';
 import { fenceTtlMs } from '../redis/fence-counter.js';
 import { type LockKeys, lockKeys } from '../redis/lock-keys.js';
+import { ReleaseWaiters } from '../redis/release-waiters.js';
 import { inspectScript, renewManyScript } from '../redis/scripts.js';
 import { unreachableAt } from '../unreachable.js';
+import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import type { RedlockNode } from './node.js';
 import { type NodeResult, outcomesOf, quorumOf, vote } from './quorum.js';
 import { RestartWatch } from './restarts.js';
@@ -65,7 +77,7 @@ export class RedlockBackend implements Backend {
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write'] as const),
     sessions: false,
-    queue: false,
+    queue: true,
     batchRenew: true,
   });
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
@@ -78,6 +90,10 @@ export class RedlockBackend implements Backend {
   readonly #restarts: RestartWatch;
   /** Last connection error of each node since it was last ready, for the nodes' errors. */
   readonly #lastErrors = new Map<RedlockNode, Error>();
+  /** Release notifications, one subscriber connection per node (opened on the first wait). */
+  readonly #waiters: readonly ReleaseWaiters[];
+  /** Each waiting acquire's ticket: the µs it first attempted, on this process's clock. */
+  readonly #tickets = new WeakMap<AttemptRequest, string>();
   #closed = false;
 
   /**
@@ -90,6 +106,7 @@ export class RedlockBackend implements Backend {
     this.#nodeTimeoutMs = nodeTimeoutMs;
     this.quorum = quorumOf(nodes.length);
     this.#restarts = new RestartWatch(nodes);
+    this.#waiters = nodes.map((node) => new ReleaseWaiters(node.client));
     for (const node of nodes) {
       node.client.on('error', (error: Error) => this.#lastErrors.set(node, error));
       node.client.on('ready', () => this.#lastErrors.delete(node));
@@ -113,6 +130,10 @@ export class RedlockBackend implements Backend {
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     const k = this.keysOf(request.key);
+    const waiting = request.willWait !== false;
+    // A release message that names this owner while the vote runs is kept for its next wait.
+    if (waiting) for (const waiters of this.#waiters) waiters.inLine(k.channel, request.owner);
+    const ticket = waiting ? this.#ticketOf(request) : '0';
     const isGrant = (r: NodeResult<[1, string] | [0, number]>) =>
       r.status === 'ok' && r.value[0] === 1;
     const acquiring = this.#vote(
@@ -120,8 +141,8 @@ export class RedlockBackend implements Backend {
       (client) =>
         grantOnNodeScript.run(
           client,
-          [k.lock, k.fence],
-          [request.owner, request.ttlMs, fenceTtlMs(request.ttlMs)],
+          [k.lock, k.fence, k.queue, k.waiters],
+          [request.owner, request.ttlMs, fenceTtlMs(request.ttlMs), ticket, QUEUE_ENTRY_TTL_MS],
         ),
       (results) => this.#decided(results.filter(isGrant).length, results.length),
     );
@@ -132,6 +153,7 @@ export class RedlockBackend implements Backend {
       const agreeing = grants.filter((r) => BigInt(r.value[1]) === token).length;
       const unsettled = agreeing < this.quorum ? await this.#settle(request, token) : undefined;
       if (unsettled) return { granted: false, reason: 'no-quorum', error: unsettled };
+      this.#leftLine(request);
       // Nodes that granted after the vote was decided, or did not answer in time (the script
       // may still run there, before anything sent after it), carry their own counter: settle
       // them in the background so that release and renew find the combined token there too.
@@ -151,9 +173,10 @@ export class RedlockBackend implements Backend {
       void acquiring.all.then((all) => this.#restarts.alsoOn(request.owner, on(all)));
       return { granted: true, token, ttlMs: request.ttlMs };
     }
-    // No majority: withdraw on every node (where the reply was lost too) before the core retries.
+    // No majority: withdraw the grants on every node (where the reply was lost too) before the
+    // core waits; a waiter keeps its place in the lines.
     const all = await acquiring.all;
-    await this.abandon(request).catch(() => undefined);
+    await this.#withdraw(request, waiting).catch(() => undefined);
     const answered = all.filter((r) => r.status === 'ok').length;
     if (answered < this.quorum) {
       const error = new QuorumError(
@@ -167,7 +190,52 @@ export class RedlockBackend implements Backend {
       (max, r) => (r.status === 'ok' && r.value[0] === 0 ? Math.max(max, r.value[1]) : max),
       0,
     );
-    return { granted: false, holderTtlMs };
+    if (!waiting) return { granted: false, holderTtlMs };
+    return {
+      granted: false,
+      holderTtlMs,
+      // Waiters attempt at least this often, which keeps their line entries alive.
+      recheckAfterMs: LINE_RECHECK_MS,
+      queued: true,
+      waitForChange: (signal, maxMs) => this.#waitForTurn(k.channel, request.owner, signal, maxMs),
+    };
+  }
+
+  /** This waiting acquire's ticket, fixed at its first attempt (decimal µs). */
+  #ticketOf(request: AttemptRequest): string {
+    let ticket = this.#tickets.get(request);
+    if (ticket === undefined) {
+      ticket = String(Math.floor((performance.timeOrigin + performance.now()) * 1000));
+      this.#tickets.set(request, ticket);
+    }
+    return ticket;
+  }
+
+  /** This process no longer waits for `request`'s key: forget any release message kept for it. */
+  #leftLine(request: AttemptRequest): void {
+    const { channel } = this.keysOf(request.key);
+    for (const waiters of this.#waiters) waiters.leftLine(channel, request.owner);
+  }
+
+  /**
+   * Wait until a release message on any node names `owner` as the head of the key's line, or
+   * `maxMs`, or `signal` aborts. Never rejects.
+   */
+  async #waitForTurn(
+    channel: string,
+    owner: string,
+    signal: AbortSignal,
+    maxMs: number,
+  ): Promise<void> {
+    const done = new AbortController();
+    const stop = () => done.abort();
+    signal.addEventListener('abort', stop, { once: true });
+    try {
+      await Promise.race(this.#waiters.map((w) => w.wait(channel, owner, done.signal, maxMs)));
+    } finally {
+      signal.removeEventListener('abort', stop);
+      done.abort();
+    }
   }
 
   /**
@@ -251,7 +319,11 @@ export class RedlockBackend implements Backend {
       // thousands of leases) may queue past the per-node timeout without harm.
       Math.max(this.#nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),
       (client) =>
-        releaseOnNodeScript.run(client, [k.lock], [lease.owner, String(lease.fencingToken)]),
+        releaseOnNodeScript.run(
+          client,
+          [k.lock, k.queue, k.waiters, k.channel],
+          [lease.owner, String(lease.fencingToken)],
+        ),
       // Done once a majority deleted it (the rest finish in the background); any other verdict
       // waits for every node, so that a QuorumError is only for want of answers.
       (results) => results.filter(released).length >= this.quorum,
@@ -266,16 +338,41 @@ export class RedlockBackend implements Backend {
    */
   async abandon(request: AttemptRequest): Promise<void> {
     this.#restarts.ended(request.owner);
+    this.#leftLine(request);
+    await this.#withdraw(request, false);
+  }
+
+  /**
+   * Take this owner out of the key's line on every node, leaving any grant it holds.
+   * @throws QuorumError when no node answered.
+   */
+  async leaveQueue(request: AttemptRequest): Promise<void> {
+    this.#leftLine(request);
+    await this.#withdraw(request, false, true);
+  }
+
+  /**
+   * Run the withdraw script on every node: delete this owner's key whatever its token (unless
+   * `keepGrant`), and take it out of the line (unless `keepPlace`).
+   * @throws QuorumError when no node answered.
+   */
+  async #withdraw(request: AttemptRequest, keepPlace: boolean, keepGrant = false): Promise<void> {
     const k = this.keysOf(request.key);
+    const flags = [keepGrant ? '1' : '0', keepPlace ? '1' : '0'] as const;
     const all = await this.#vote(
       this.#nodeTimeoutMs,
-      (client) => withdrawOnNodeScript.run(client, [k.lock], [request.owner]),
+      (client) =>
+        withdrawOnNodeScript.run(
+          client,
+          [k.lock, k.queue, k.waiters, k.channel],
+          [request.owner, ...flags],
+        ),
       () => false,
     ).all;
     if (!all.some((r) => r.status === 'ok')) {
       throw new QuorumError(
         request.key,
-        'abandon',
+        keepGrant ? 'leave line' : 'abandon',
         outcomesOf(all, () => false),
       );
     }
@@ -339,9 +436,10 @@ export class RedlockBackend implements Backend {
     if (this.#closed) return;
     this.#closed = true;
     this.#restarts.close();
-    await Promise.all(
-      this.#nodes.filter((n) => n.owned).map((n) => quit(n.client, CLOSE_TIMEOUT_MS)),
-    );
+    await Promise.all([
+      ...this.#waiters.map((w) => w.close()),
+      ...this.#nodes.filter((n) => n.owned).map((n) => quit(n.client, CLOSE_TIMEOUT_MS)),
+    ]);
   }
 
   /**
@@ -356,7 +454,7 @@ export class RedlockBackend implements Backend {
     const early = await settling.early;
     if (early.filter(settled).length >= this.quorum) return undefined;
     const all = await settling.all;
-    await this.abandon(request).catch(() => undefined);
+    await this.#withdraw(request, request.willWait !== false).catch(() => undefined);
     return new QuorumError(
       request.key,
       'acquire (settle token)',

@@ -1,6 +1,7 @@
 /**
  * The Lua scripts only the Redlock backend runs, one per operation in `scripts/*.lua`, each run
- * on one node of a vote through the Redis backend's typed loader (`defineScript`). Redlock also
+ * on one node of a vote through the Redis backend's typed loader (`defineScript`); grant,
+ * release and withdraw begin with `line.lua`, the key's line of waiters on the node. Redlock also
  * runs two of the single-node scripts as they are: `renew-many.lua` and `inspect.lua`.
  */
 import { defineScript } from '../redis/scripts.js';
@@ -10,30 +11,44 @@ const SCRIPTS = new URL('./scripts/', import.meta.url);
 
 type LockKeys = readonly [lockKey: string, fenceKey: string];
 
+/** The fragment of shared functions the line's scripts begin with. */
+const LINE = ['line'];
+
 /**
- * Grant on one node: `[1, node token]` (the node's last token + 1, or its clock in whole ms, in
- * µs, where the counter is gone), or `[0, holder PTTL]` when another owner holds it. The fence
- * counter expires `fenceTtlMs` later.
+ * Grant on one node, in the order of the key's line: `[1, node token]` (the node's last token +
+ * 1, or its clock in whole ms, in µs, where the counter is gone), or `[0, ms]` where `ms` bounds
+ * how long the key can stay unavailable to this contender without a change (the holder's PTTL,
+ * or the head's remaining entry time). A waiting contender (`ticket`: the µs it started waiting,
+ * on its clock) joins the line or keeps its place, its entry living `waiterTtlMs` past this
+ * attempt; ticket `'0'`: a single attempt, never queued. The fence counter expires `fenceTtlMs`
+ * after a grant.
  */
 export const grantOnNodeScript = defineScript<
-  LockKeys,
-  readonly [owner: string, ttlMs: number, fenceTtlMs: number],
+  readonly [lockKey: string, fenceKey: string, queueKey: string, waitersKey: string],
+  readonly [owner: string, ttlMs: number, fenceTtlMs: number, ticket: string, waiterTtlMs: number],
   [1, string] | [0, number]
->('grant-on-node', SCRIPTS);
+>('grant-on-node', SCRIPTS, LINE);
 
-/** Compare-and-delete on one node: 1 released, 0 not held, -1 not owner. */
+/**
+ * Compare-and-delete on one node, then wake the head of the line on the key's channel (and take
+ * the owner out of the line, where its entry was left): 1 released, 0 not held, -1 not owner.
+ */
 export const releaseOnNodeScript = defineScript<
-  readonly [lockKey: string],
+  readonly [lockKey: string, queueKey: string, waitersKey: string, channel: string],
   readonly [owner: string, token: string],
   1 | 0 | -1
->('release-on-node', SCRIPTS);
+>('release-on-node', SCRIPTS, LINE);
 
-/** Withdraw on one node, whatever the token: 1 deleted this owner's key, 0 nothing to delete. */
+/**
+ * Withdraw on one node: delete this owner's key whatever its token (unless `keepGrant` is
+ * `'1'`), and take it out of the line (unless `keepPlace` is `'1'`), waking the head where that
+ * freed the key for it. 1 deleted this owner's key, 0 nothing deleted.
+ */
 export const withdrawOnNodeScript = defineScript<
-  readonly [lockKey: string],
-  readonly [owner: string],
+  readonly [lockKey: string, queueKey: string, waitersKey: string, channel: string],
+  readonly [owner: string, keepGrant: '0' | '1', keepPlace: '0' | '1'],
   1 | 0
->('withdraw-on-node', SCRIPTS);
+>('withdraw-on-node', SCRIPTS, LINE);
 
 /**
  * After a grant on a quorum, write the combined token on one node and raise its counter to it

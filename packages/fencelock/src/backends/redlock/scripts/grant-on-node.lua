@@ -1,19 +1,37 @@
 -- Redlock, on one node: grant a lock key to an owner and issue this node's fencing token,
--- atomically (no line of waiters: a Redlock contender retries with jitter). The token is the
--- node's last token for the key + 1 while its counter lives, so the nodes of a quorum, whose
--- counters were settled to one value, agree without a second round; where the counter is gone
--- (a fresh key, the counter expired, the node restarted empty) it is the node's clock in whole
--- milliseconds, written in microseconds (ms × 1000: nodes that read the same millisecond agree
--- on a fresh key; others take the settle round). Either way it is above every token the node
--- issued for the key before, as long as its clock does not step back (a counter counts up from
--- a clock reading by one per grant, and grants of one key are further apart than 1 µs). The
--- counter expires fenceTtlMs after the grant.
--- Returns {1, token} when granted, {0, remaining PTTL of the holder} when held by another owner.
-local lockKey = KEYS[1]   -- holds "<owner>:<token>" with a PX expiry
-local fenceKey = KEYS[2]  -- the key's last token on this node; expires fenceTtlMs after a grant
-local owner = ARGV[1]     -- contender id (hex, no ':')
-local ttlMs = ARGV[2]     -- lease length in whole milliseconds
+-- atomically, in the order of the key's line (lineHead, line.lua, which precedes this script).
+-- A free key goes to the head of the line, or to anyone when the line is empty; a waiting
+-- contender (ticket > 0) that is not the head joins the line, or keeps its place and refreshes
+-- its entry; a single attempt (ticket 0) never joins it. The token is the node's last token for
+-- the key + 1 while its counter lives, so the nodes of a quorum, whose counters were settled to
+-- one value, agree without a second round; where the counter is gone (a fresh key, the counter
+-- expired, the node restarted empty) it is the node's clock in whole milliseconds, written in
+-- microseconds (ms × 1000: nodes that read the same millisecond agree on a fresh key; others take
+-- the settle round). Either way it is above every token the node issued for the key before, as
+-- long as its clock does not step back (a counter counts up from a clock reading by one per
+-- grant, and grants of one key are further apart than 1 µs). The counter expires fenceTtlMs
+-- after the grant.
+-- Returns {1, token} when granted; {0, ms} when not, where ms bounds how long the key can stay
+-- unavailable to this contender with nothing changing: the holder's PTTL, or the remaining entry
+-- time of the head of the line when the key is free but another waiter is first.
+local lockKey = KEYS[1]    -- holds "<owner>:<token>" with a PX expiry
+local fenceKey = KEYS[2]   -- the key's last token on this node; expires fenceTtlMs after a grant
+local queueKey = KEYS[3]   -- sorted set: waiting owners by ticket
+local waitersKey = KEYS[4] -- hash: owner -> entry expiry (ms, TIME)
+local owner = ARGV[1]      -- contender id (hex, no ':')
+local ttlMs = ARGV[2]      -- lease length in whole milliseconds
 local fenceTtlMs = ARGV[3] -- lifetime of the fence counter, ms (longer than ttlMs)
+local ticket = ARGV[4]     -- µs the contender started waiting, on its clock; '0': single attempt
+local waiterTtlMs = tonumber(ARGV[5]) -- entry lifetime past this attempt, ms
+
+-- Join the line, or keep one's place and refresh the entry; both keys outlive the newest entry.
+local function enqueue()
+  if ticket == '0' then return end
+  redis.call('ZADD', queueKey, ticket, owner)
+  redis.call('HSET', waitersKey, owner, nowMs() + waiterTtlMs)
+  if redis.call('PTTL', queueKey) < waiterTtlMs then redis.call('PEXPIRE', queueKey, waiterTtlMs) end
+  if redis.call('PTTL', waitersKey) < waiterTtlMs then redis.call('PEXPIRE', waitersKey, waiterTtlMs) end
+end
 
 local current = redis.call('GET', lockKey)
 if current then
@@ -23,10 +41,22 @@ if current then
     redis.call('PEXPIRE', lockKey, ttlMs)
     return {1, string.sub(current, sep + 1)}
   end
+  enqueue()
   return {0, redis.call('PTTL', lockKey)}
 end
 
--- Free: issue the token and set the key in the same script, so no grant goes without a token.
+-- Free: the head of the line goes first. A waiter whose entry this node lacked (an earlier
+-- attempt did not reach it) takes its place by ticket, and may be the head then.
+local first, left = lineHead(queueKey, waitersKey)
+if first and first ~= owner then
+  if ticket == '0' then return {0, left} end
+  enqueue()
+  first, left = lineHead(queueKey, waitersKey)
+  if first ~= owner then return {0, left} end
+end
+if first then leaveLine(queueKey, waitersKey, owner) end
+
+-- Issue the token and set the key in the same script, so no grant goes without a token.
 -- Below 2^53 (microseconds until the year 2255), exact in Lua's doubles; '%d' writes every digit.
 local last = redis.call('GET', fenceKey)
 local token

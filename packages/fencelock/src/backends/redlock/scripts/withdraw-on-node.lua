@@ -1,16 +1,36 @@
--- Redlock, on one node: withdraw a contender, deleting the key if this owner holds it, whatever
--- its token (used when a vote failed, or an attempt's reply came too late or was lost).
--- Returns 1 deleted, 0 nothing of this owner's.
+-- Redlock, on one node: withdraw a contender. Deletes the key if this owner holds it, whatever
+-- its token (unless keepGrant: a contender leaving the line only), and takes the owner out of
+-- the key's line (unless keepPlace: a vote this owner lost while it goes on waiting). When that
+-- frees the key, or removes the head of the line while the key is free, the (new) head is woken
+-- (wakeHead, line.lua, which precedes this script), unless it is this owner keeping its place:
+-- it attempts again after its own wait.
+-- Returns 1 deleted this owner's key, 0 nothing of this owner's held the key (or keepGrant).
 local lockKey = KEYS[1]
+local queueKey = KEYS[2]
+local waitersKey = KEYS[3]
+local channel = KEYS[4]
 local owner = ARGV[1]
+local keepGrant = ARGV[2] == '1'
+local keepPlace = ARGV[3] == '1'
 
+local deleted = 0
 local current = redis.call('GET', lockKey)
-if not current then
-  return 0
+if current and not keepGrant then
+  local sep = string.find(current, ':', 1, true)
+  if string.sub(current, 1, sep - 1) == owner then
+    redis.call('DEL', lockKey)
+    current = false
+    deleted = 1
+  end
 end
-local sep = string.find(current, ':', 1, true)
-if string.sub(current, 1, sep - 1) ~= owner then
-  return 0
+
+local wasHead = false
+if not keepPlace then
+  wasHead = redis.call('ZRANGE', queueKey, 0, 0)[1] == owner
+  leaveLine(queueKey, waitersKey, owner)
 end
-redis.call('DEL', lockKey)
-return 1
+if not current and (deleted == 1 or wasHead) then
+  local first = lineHead(queueKey, waitersKey)
+  if first and first ~= owner then redis.call('PUBLISH', channel, first) end
+end
+return deleted
