@@ -93,12 +93,15 @@ function release(k: Keys, who: string, token: string) {
   return releaseOnNodeScript.run(client, [k.lock, k.queue, k.waiters, k.channel], [who, token]);
 }
 
-/** Withdraw on the node (`keep`: `grant` leaves the line only, `place` deletes the grant only). */
-function withdraw(k: Keys, who: string, keep?: 'grant' | 'place') {
+/**
+ * Withdraw on the node (`keep`: `grant` leaves the line only, `place` deletes the grant only and
+ * stands in line with `ticket`).
+ */
+function withdraw(k: Keys, who: string, keep?: 'grant' | 'place', ticket = '0') {
   return withdrawOnNodeScript.run(
     client,
     [k.lock, k.queue, k.waiters, k.channel],
-    [who, keep === 'grant' ? '1' : '0', keep === 'place' ? '1' : '0'],
+    [who, keep === 'grant' ? '1' : '0', keep === 'place' ? '1' : '0', ticket, ENTRY_TTL_MS],
   );
 }
 
@@ -288,10 +291,17 @@ describe('the line of waiters (line.lua)', () => {
     const single = owner();
     expect((await grant(k, single, 10_000))[0]).toBe(0);
     expect(await lineOf(k)).toEqual([early, late]);
-    expect(BigInt(tokenOf(await grant(k, early, 10_000, '1000')))).toBe(BigInt(token) + 1n);
+    const next = tokenOf(await grant(k, early, 10_000, '1000'));
+    expect(BigInt(next)).toBe(BigInt(token) + 1n);
+    // The head keeps its entry while it holds the key (its vote may fail on the other nodes);
+    // its release takes it out and wakes the next.
+    expect(await lineOf(k)).toEqual([early, late]);
+    expect(await client.pttl(k.queue)).toBeGreaterThan(1_000);
+    expect(await release(k, early, next)).toBe(1);
     expect(await lineOf(k)).toEqual([late]);
     expect(await client.hkeys(k.waiters)).toEqual([late]);
-    expect(await client.pttl(k.queue)).toBeGreaterThan(1_000);
+    await settle(messages, 2);
+    expect(messages).toEqual([early, late]);
   });
 
   it('a waiter this node had not seen is placed by its ticket, ahead of later ones', async () => {
@@ -303,7 +313,7 @@ describe('the line of waiters (line.lua)', () => {
     expect((await grant(k, second, 10_000, '2000'))[0]).toBe(0);
     expect(await release(k, holder, token)).toBe(1);
     expect((await grant(k, first, 10_000, '1000'))[0]).toBe(1);
-    expect(await lineOf(k)).toEqual([second]);
+    expect(await lineOf(k)).toEqual([first, second]);
   });
 
   it('skips an entry whose owner stopped attempting once its time runs out', async () => {
@@ -317,31 +327,38 @@ describe('the line of waiters (line.lua)', () => {
     expect((await grant(k, next, 10_000, '2000'))[0]).toBe(0);
     await delay(150);
     tokenOf(await grant(k, next, 10_000, '2000'));
-    expect(await lineOf(k)).toEqual([]);
-    expect(await client.hlen(k.waiters)).toBe(0);
+    expect(await lineOf(k)).toEqual([next]);
+    expect(await client.hkeys(k.waiters)).toEqual([next]);
   });
 
   it('a lost vote keeps the place; giving up leaves the line and wakes the next', async () => {
     const k = lockKeys('line-withdraw');
     const messages = await listen(k.channel);
     const [head, next] = [owner(), owner()];
+    // `next` was granted here on an empty line but lost its vote on the other nodes: it keeps
+    // waiting, and now stands in line by its ticket. `head`, with an earlier ticket, goes first.
     expect((await grant(k, next, 10_000, '2000'))[0]).toBe(1);
-    // `next` lost its vote on the other nodes and keeps waiting; `head` joins ahead of it.
-    expect(await withdraw(k, next, 'place')).toBe(1);
-    expect((await grant(k, head, 10_000, '1000'))[0]).toBe(1);
-    expect((await grant(k, next, 10_000, '2000'))[0]).toBe(0);
+    expect(await withdraw(k, next, 'place', '2000')).toBe(1);
     expect(await lineOf(k)).toEqual([next]);
+    expect((await grant(k, head, 10_000, '1000'))[0]).toBe(1);
+    expect(await lineOf(k)).toEqual([head, next]);
+    expect((await grant(k, next, 10_000, '2000'))[0]).toBe(0);
 
-    // `head` lost its vote too: its grant goes, the key is free for the head of the line.
-    expect(await withdraw(k, head, 'place')).toBe(1);
+    // `head` lost its vote too: its grant goes, it keeps its place and wakes nobody (it is the
+    // head itself); the key stays free for it alone.
+    expect(await withdraw(k, head, 'place', '1000')).toBe(1);
+    expect(await lineOf(k)).toEqual([head, next]);
+    expect((await grant(k, next, 10_000, '2000'))[0]).toBe(0);
+    await delay(150);
+    expect(messages).toEqual([]);
+    // It gives up: it leaves the line and the next one is woken.
+    expect(await withdraw(k, head)).toBe(0);
     await settle(messages, 1);
     expect(messages).toEqual([next]);
-    // A waiter keeping its place wakes nobody when it is the head itself.
-    expect((await grant(k, next, 10_000, '2000'))[0]).toBe(1);
-    expect(await withdraw(k, next, 'place')).toBe(1);
+    expect(await lineOf(k)).toEqual([next]);
+    const nextToken = tokenOf(await grant(k, next, 10_000, '2000'));
+    expect(await release(k, next, nextToken)).toBe(1);
     expect(await lineOf(k)).toEqual([]);
-    await settle(messages, 2);
-    expect(messages).toEqual([next]);
 
     // Giving up leaves the line; where it was the head of a free key, the next one is woken.
     const third = owner();

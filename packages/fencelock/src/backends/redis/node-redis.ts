@@ -56,7 +56,7 @@ export function adaptNodeRedis(client: unknown): Redis {
   return new NodeRedisAdapter(client as NodeRedisClient) as unknown as Redis;
 }
 
-class NodeRedisAdapter extends EventEmitter {
+export class NodeRedisAdapter extends EventEmitter {
   readonly #client: NodeRedisClient;
   readonly options: { host: string; port: number };
   /**

@@ -12,6 +12,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { startWait } from '../../core/wait.js';
 import { CLOSE_TIMEOUT_MS, isClusterClient, quit } from './connection.js';
+import { NodeRedisAdapter } from './node-redis.js';
 
 /** How long an idle release-channel subscription is kept for the next waiter, ms. */
 const SUBSCRIPTION_LINGER_MS = 5_000;
@@ -42,9 +43,10 @@ interface Channel {
   readonly missed: Map<string, Handoff | undefined>;
   /** Timer that drops an idle subscription. */
   linger: NodeJS.Timeout | undefined;
-  /** Settles when the server confirmed the subscription (true) or refused it (false). */
-  readonly subscribed: Promise<boolean>;
+  /** The server confirmed the channel's subscription. */
   confirmed: boolean;
+  /** A SUBSCRIBE for the channel is out (at most one at a time). */
+  subscribing: boolean;
 }
 
 /** The waiters of this process on release channels, by channel. */
@@ -92,7 +94,7 @@ export class ReleaseWaiters {
     maxMs: number,
   ): Promise<Handoff | undefined> {
     if (this.#closed || signal.aborted) return Promise.resolve(undefined);
-    const entry = this.#subscribe(channel);
+    const entry = this.#entryOf(channel);
     clearTimeout(entry.linger);
     entry.queued.add(owner);
     if (entry.missed.has(owner)) {
@@ -115,11 +117,8 @@ export class ReleaseWaiters {
       },
     };
     entry.waiters.add(waiter);
-    if (!entry.confirmed) {
-      void entry.subscribed.then((confirmed) => {
-        if (confirmed) waiter.wake(undefined);
-      });
-    }
+    // Refused before (an ACL without SUBSCRIBE): asked again, once per wait at most.
+    if (!entry.confirmed) this.#sendSubscribe(channel, entry);
     return wait.ended.then(() => handoff);
   }
 
@@ -135,31 +134,51 @@ export class ReleaseWaiters {
     if (this.#subscriber) await quit(this.#subscriber, CLOSE_TIMEOUT_MS);
   }
 
-  #subscribe(channel: string): Channel {
+  /** The channel's entry, made (not yet subscribed) on its first wait. */
+  #entryOf(channel: string): Channel {
     const existing = this.#channels.get(channel);
     if (existing) return existing;
-    const subscriber = this.#getSubscriber();
     const entry: Channel = {
       waiters: new Set(),
       queued: new Set(),
       missed: new Map(),
       linger: undefined,
       confirmed: false,
-      // A refused SUBSCRIBE (an ACL without it, a connection that failed) only costs latency:
-      // the waits on this entry run to their poll bound, and the next wait subscribes again.
-      subscribed: subscriber.subscribe(channel).then(
-        () => {
-          entry.confirmed = true;
-          return true;
-        },
-        () => {
-          if (this.#channels.get(channel) === entry) this.#channels.delete(channel);
-          return false;
-        },
-      ),
+      subscribing: false,
     };
     this.#channels.set(channel, entry);
     return entry;
+  }
+
+  /**
+   * Send the SUBSCRIBE of a channel not confirmed yet: one at a time, and only over a live
+   * connection (else it is sent when the subscriber is ready), so that a server down for long
+   * queues nothing. The confirmation wakes the channel's waiters (their first wait ends, lest a
+   * release published before it was lost). A refused SUBSCRIBE (an ACL without it) only costs
+   * latency: the waits run to their poll bound.
+   */
+  #sendSubscribe(channel: string, entry: Channel): void {
+    if (entry.confirmed || entry.subscribing || this.#closed) return;
+    const subscriber = this.#getSubscriber();
+    // node-redis connects its duplicate on the first SUBSCRIBE; ioredis's is connected here.
+    if (!(subscriber instanceof NodeRedisAdapter) && subscriber.status !== 'ready') return;
+    entry.subscribing = true;
+    subscriber.subscribe(channel).then(
+      () => {
+        entry.subscribing = false;
+        const current = this.#channels.get(channel);
+        if (current === undefined) {
+          // Dropped while the SUBSCRIBE was out.
+          subscriber.unsubscribe(channel).catch(() => undefined);
+        } else if (!current.confirmed) {
+          current.confirmed = true;
+          for (const waiter of current.waiters) waiter.wake(undefined);
+        }
+      },
+      () => {
+        entry.subscribing = false;
+      },
+    );
   }
 
   #scheduleUnsubscribe(channel: string, entry: Channel): void {
@@ -168,14 +187,15 @@ export class ReleaseWaiters {
     entry.linger = setTimeout(() => {
       if (entry.waiters.size > 0 || this.#channels.get(channel) !== entry) return;
       this.#channels.delete(channel);
-      this.#subscriber?.unsubscribe(channel).catch(() => undefined);
+      // Never subscribed: nothing to undo (a SUBSCRIBE still out is undone on its answer).
+      if (entry.confirmed) this.#subscriber?.unsubscribe(channel).catch(() => undefined);
     }, SUBSCRIPTION_LINGER_MS);
     entry.linger.unref();
   }
 
   #getSubscriber(): Redis | Cluster {
     if (this.#subscriber) return this.#subscriber;
-    // The SUBSCRIBE waits for the connection, however long it is down: a Redlock node's client
+    // A SUBSCRIBE sent as the connection drops waits for the next one: a Redlock node's client
     // queues nothing offline and retries nothing (its votes fail fast), and a subscriber that
     // gave up on its SUBSCRIBE would hear no release.
     const subscriber = isClusterClient(this.#client)
@@ -186,6 +206,12 @@ export class ReleaseWaiters {
           maxRetriesPerRequest: null,
         });
     subscriber.on('error', () => undefined);
+    // (Re)connected: subscribe the channels waited on meanwhile (ioredis subscribes the
+    // confirmed ones again by itself).
+    subscriber.on('ready', () => {
+      for (const [channel, entry] of this.#channels) this.#sendSubscribe(channel, entry);
+    });
+    if (subscriber.status === 'wait') subscriber.connect().catch(() => undefined);
     subscriber.on('message', (channel: string, message: string) => {
       const receivedAt = performance.now();
       const entry = this.#channels.get(channel);

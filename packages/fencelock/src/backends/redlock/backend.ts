@@ -14,8 +14,8 @@
  *   by ticket on the next). A free key goes to the head only; a release publishes the head's id
  *   on the key's channel on every node, and that waiter (subscribed on every node,
  *   `ReleaseWaiters`) attempts at once, so nobody else wakes. A waiter that lost a vote keeps its
- *   place; one that gives up leaves the line; an entry expires `QUEUE_ENTRY_TTL_MS` after its
- *   owner's latest attempt. Waiters whose clocks differ by d are served out of arrival order by
+ *   place; one that gives up leaves the line; an entry expires `REDLOCK_ENTRY_TTL_MS` after its
+ *   owner's latest attempt there. Waiters whose clocks differ by d are served out of arrival order by
  *   up to d; none is passed over for good, as a new ticket is later than every old one on the
  *   same clock.
  * - Fencing token: each node's grant script issues its last token for the key + 1, or, where its
@@ -52,7 +52,7 @@ import { type LockKeys, lockKeys } from '../redis/lock-keys.js';
 import { ReleaseWaiters } from '../redis/release-waiters.js';
 import { inspectScript, renewManyScript } from '../redis/scripts.js';
 import { unreachableAt } from '../unreachable.js';
-import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
+import { LINE_RECHECK_MS } from '../waiting-line.js';
 import type { RedlockNode } from './node.js';
 import { type NodeResult, outcomesOf, quorumOf, vote } from './quorum.js';
 import { RestartWatch } from './restarts.js';
@@ -65,6 +65,17 @@ import {
 
 /** Most renewals sent to a node in one script call. */
 const RENEW_BATCH_LIMIT = 1_000;
+
+/**
+ * How long a waiter's line entry lives on a node after its owner's latest attempt there, ms. A
+ * live waiter attempts at least every `LINE_RECHECK_MS` (plus one vote), and an entry that
+ * lapsed takes its place again at its owner's next attempt (the line is ordered by ticket), so
+ * a short life costs little. It bounds how long a waiter that cannot reach a node any more
+ * (though it reaches the others, or it gave up and its withdrawal never got there) stands at the
+ * head of that node's line: several such heads on different nodes would leave nobody the head
+ * on a majority.
+ */
+export const REDLOCK_ENTRY_TTL_MS = 2 * LINE_RECHECK_MS;
 
 /** The Redlock backend. Build it with `createRedlockBackend`. */
 export class RedlockBackend implements Backend {
@@ -142,7 +153,7 @@ export class RedlockBackend implements Backend {
         grantOnNodeScript.run(
           client,
           [k.lock, k.fence, k.queue, k.waiters],
-          [request.owner, request.ttlMs, fenceTtlMs(request.ttlMs), ticket, QUEUE_ENTRY_TTL_MS],
+          [request.owner, request.ttlMs, fenceTtlMs(request.ttlMs), ticket, REDLOCK_ENTRY_TTL_MS],
         ),
       (results) => this.#decided(results.filter(isGrant).length, results.length),
     );
@@ -353,20 +364,22 @@ export class RedlockBackend implements Backend {
 
   /**
    * Run the withdraw script on every node: delete this owner's key whatever its token (unless
-   * `keepGrant`), and take it out of the line (unless `keepPlace`).
+   * `keepGrant`), and take it out of the line (unless `keepPlace`: then it stands there with its
+   * ticket).
    * @throws QuorumError when no node answered.
    */
   async #withdraw(request: AttemptRequest, keepPlace: boolean, keepGrant = false): Promise<void> {
     const k = this.keysOf(request.key);
-    const flags = [keepGrant ? '1' : '0', keepPlace ? '1' : '0'] as const;
+    const args = [
+      request.owner,
+      keepGrant ? '1' : '0',
+      keepPlace ? '1' : '0',
+      keepPlace ? this.#ticketOf(request) : '0',
+      REDLOCK_ENTRY_TTL_MS,
+    ] as const;
     const all = await this.#vote(
       this.#nodeTimeoutMs,
-      (client) =>
-        withdrawOnNodeScript.run(
-          client,
-          [k.lock, k.queue, k.waiters, k.channel],
-          [request.owner, ...flags],
-        ),
+      (client) => withdrawOnNodeScript.run(client, [k.lock, k.queue, k.waiters, k.channel], args),
       () => false,
     ).all;
     if (!all.some((r) => r.status === 'ok')) {

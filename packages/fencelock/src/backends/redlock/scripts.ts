@@ -41,12 +41,19 @@ export const releaseOnNodeScript = defineScript<
 
 /**
  * Withdraw on one node: delete this owner's key whatever its token (unless `keepGrant` is
- * `'1'`), and take it out of the line (unless `keepPlace` is `'1'`), waking the head where that
- * freed the key for it. 1 deleted this owner's key, 0 nothing deleted.
+ * `'1'`), and take it out of the line (unless `keepPlace` is `'1'`: then its entry is written
+ * with `ticket`, living `waiterTtlMs`), waking the head where that freed the key for it. 1
+ * deleted this owner's key, 0 nothing deleted.
  */
 export const withdrawOnNodeScript = defineScript<
   readonly [lockKey: string, queueKey: string, waitersKey: string, channel: string],
-  readonly [owner: string, keepGrant: '0' | '1', keepPlace: '0' | '1'],
+  readonly [
+    owner: string,
+    keepGrant: '0' | '1',
+    keepPlace: '0' | '1',
+    ticket: string,
+    waiterTtlMs: number,
+  ],
   1 | 0
 >('withdraw-on-node', SCRIPTS, LINE);
 

@@ -54,7 +54,9 @@ if first and first ~= owner then
   first, left = lineHead(queueKey, waitersKey)
   if first ~= owner then return {0, left} end
 end
-if first then leaveLine(queueKey, waitersKey, owner) end
+-- The head keeps its entry while it holds the key here: its vote may still fail on the other
+-- nodes, and it must find its place on each of them again. Its release takes it out (or the
+-- entry lapses, as renewals do not refresh it).
 
 -- Issue the token and set the key in the same script, so no grant goes without a token.
 -- Below 2^53 (microseconds until the year 2255), exact in Lua's doubles; '%d' writes every digit.

@@ -1,7 +1,8 @@
 -- Redlock, on one node: compare-and-delete by owner and token, then wake the head of the key's
 -- line (wakeHead, line.lua, which precedes this script): its owner id is published on the key's
--- channel, and that waiter attempts at once. The owner also leaves the line here, where an
--- attempt that this node did not grant (the vote was won on the others) left its entry.
+-- channel, and that waiter attempts at once. The owner leaves the line here first: a head keeps
+-- its entry while it holds the key (grant-on-node.lua), and an attempt this node did not grant
+-- (the vote was won on the others) left one too.
 -- Returns 1 released, 0 not held (key gone), -1 held by another owner or token (left untouched).
 local lockKey = KEYS[1]
 local queueKey = KEYS[2]

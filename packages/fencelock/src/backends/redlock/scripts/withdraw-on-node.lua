@@ -1,6 +1,8 @@
 -- Redlock, on one node: withdraw a contender. Deletes the key if this owner holds it, whatever
 -- its token (unless keepGrant: a contender leaving the line only), and takes the owner out of
--- the key's line (unless keepPlace: a vote this owner lost while it goes on waiting). When that
+-- the key's line (unless keepPlace: a vote this owner lost while it goes on waiting; its entry is
+-- then written with its ticket, where this node granted it on an empty line and so holds none,
+-- lest two contenders granted on different nodes each find the other first there). When that
 -- frees the key, or removes the head of the line while the key is free, the (new) head is woken
 -- (wakeHead, line.lua, which precedes this script), unless it is this owner keeping its place:
 -- it attempts again after its own wait.
@@ -12,6 +14,8 @@ local channel = KEYS[4]
 local owner = ARGV[1]
 local keepGrant = ARGV[2] == '1'
 local keepPlace = ARGV[3] == '1'
+local ticket = ARGV[4]                 -- with keepPlace: the owner's ticket
+local waiterTtlMs = tonumber(ARGV[5])  -- with keepPlace: entry lifetime from now, ms
 
 local deleted = 0
 local current = redis.call('GET', lockKey)
@@ -25,7 +29,12 @@ if current and not keepGrant then
 end
 
 local wasHead = false
-if not keepPlace then
+if keepPlace then
+  redis.call('ZADD', queueKey, ticket, owner)
+  redis.call('HSET', waitersKey, owner, nowMs() + waiterTtlMs)
+  if redis.call('PTTL', queueKey) < waiterTtlMs then redis.call('PEXPIRE', queueKey, waiterTtlMs) end
+  if redis.call('PTTL', waitersKey) < waiterTtlMs then redis.call('PEXPIRE', waitersKey, waiterTtlMs) end
+else
   wasHead = redis.call('ZRANGE', queueKey, 0, 0)[1] == owner
   leaveLine(queueKey, waitersKey, owner)
 end
