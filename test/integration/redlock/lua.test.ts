@@ -13,6 +13,10 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
+  lockKeys as keysOf,
+  type LockKeys,
+} from '../../../packages/fencelock/src/backends/redis/lock-keys.js';
+import {
   grantOnNodeScript,
   releaseOnNodeScript,
   settleTokenScript,
@@ -42,18 +46,11 @@ afterAll(async () => {
   await client.quit();
 });
 
-/** The Redis keys of one lock, laid out as the backend lays them out (one hash slot). */
-function lockKeys(label: string) {
-  const base = `${run}:{${label}:${randomBytes(4).toString('hex')}}`;
-  return {
-    lock: `${base}:lock`,
-    fence: `${base}:fence`,
-    channel: `${base}:released`,
-    queue: `${base}:queue`,
-    waiters: `${base}:waiters`,
-  };
+/** The Redis keys of a fresh lock, named as the backend names them (one hash slot). */
+function lockKeys(label: string): LockKeys {
+  return keysOf(run, `${label}:${randomBytes(4).toString('hex')}`);
 }
-type Keys = ReturnType<typeof lockKeys>;
+type Keys = LockKeys;
 
 function owner(): string {
   return randomBytes(16).toString('hex');

@@ -24,13 +24,9 @@ local fenceTtlMs = ARGV[3] -- lifetime of the fence counter, ms (longer than ttl
 local ticket = ARGV[4]     -- µs the contender started waiting, on its clock; '0': single attempt
 local waiterTtlMs = tonumber(ARGV[5]) -- entry lifetime past this attempt, ms
 
--- Join the line, or keep one's place and refresh the entry; both keys outlive the newest entry.
+-- A waiting contender joins the line, or keeps its place; a single attempt never does.
 local function enqueue()
-  if ticket == '0' then return end
-  redis.call('ZADD', queueKey, ticket, owner)
-  redis.call('HSET', waitersKey, owner, nowMs() + waiterTtlMs)
-  if redis.call('PTTL', queueKey) < waiterTtlMs then redis.call('PEXPIRE', queueKey, waiterTtlMs) end
-  if redis.call('PTTL', waitersKey) < waiterTtlMs then redis.call('PEXPIRE', waitersKey, waiterTtlMs) end
+  if ticket ~= '0' then joinLine(queueKey, waitersKey, owner, ticket, waiterTtlMs) end
 end
 
 local current = redis.call('GET', lockKey)

@@ -28,6 +28,15 @@ local function lineHead(queueKey, waitersKey)
   end
 end
 
+-- Put `owner` in the line by its ticket, or keep its place and refresh its entry, to live
+-- waiterTtlMs from now; both keys outlive the newest entry.
+local function joinLine(queueKey, waitersKey, owner, ticket, waiterTtlMs)
+  redis.call('ZADD', queueKey, ticket, owner)
+  redis.call('HSET', waitersKey, owner, nowMs() + waiterTtlMs)
+  if redis.call('PTTL', queueKey) < waiterTtlMs then redis.call('PEXPIRE', queueKey, waiterTtlMs) end
+  if redis.call('PTTL', waitersKey) < waiterTtlMs then redis.call('PEXPIRE', waitersKey, waiterTtlMs) end
+end
+
 -- Take `owner` out of the line; true if it stood there.
 local function leaveLine(queueKey, waitersKey, owner)
   if redis.call('ZREM', queueKey, owner) == 0 then return false end

@@ -30,10 +30,7 @@ end
 
 local wasHead = false
 if keepPlace then
-  redis.call('ZADD', queueKey, ticket, owner)
-  redis.call('HSET', waitersKey, owner, nowMs() + waiterTtlMs)
-  if redis.call('PTTL', queueKey) < waiterTtlMs then redis.call('PEXPIRE', queueKey, waiterTtlMs) end
-  if redis.call('PTTL', waitersKey) < waiterTtlMs then redis.call('PEXPIRE', waitersKey, waiterTtlMs) end
+  joinLine(queueKey, waitersKey, owner, ticket, waiterTtlMs)
 else
   wasHead = redis.call('ZRANGE', queueKey, 0, 0)[1] == owner
   leaveLine(queueKey, waitersKey, owner)
