@@ -15,9 +15,9 @@
  *   on the key's channel on every node, and that waiter (subscribed on every node,
  *   `ReleaseWaiters`) attempts at once, so nobody else wakes. A waiter that lost a vote keeps its
  *   place; one that gives up leaves the line; an entry expires `REDLOCK_ENTRY_TTL_MS` after its
- *   owner's latest attempt there. Waiters whose clocks differ by d are served out of arrival order by
- *   up to d; none is passed over for good, as a new ticket is later than every old one on the
- *   same clock.
+ *   owner's latest attempt there. Waiters whose clocks differ by d are served out of arrival
+ *   order by up to d; none is passed over for good, as a new ticket is later than every old one
+ *   on the same clock.
  * - Fencing token: each node's grant script issues its last token for the key + 1, or, where its
  *   counter is gone, its clock (whole ms, in µs); the token is the highest among the granting
  *   nodes. When fewer than a majority of them agree on it, a second round (`settle-token.lua`)
@@ -187,7 +187,7 @@ export class RedlockBackend implements Backend {
     // No majority: withdraw the grants on every node (where the reply was lost too) before the
     // core waits; a waiter keeps its place in the lines.
     const all = await acquiring.all;
-    await this.#withdraw(request, waiting).catch(() => undefined);
+    await this.#withdraw(request, waiting ? 'grant' : 'everything').catch(() => undefined);
     const answered = all.filter((r) => r.status === 'ok').length;
     if (answered < this.quorum) {
       const error = new QuorumError(
@@ -350,7 +350,7 @@ export class RedlockBackend implements Backend {
   async abandon(request: AttemptRequest): Promise<void> {
     this.#restarts.ended(request.owner);
     this.#leftLine(request);
-    await this.#withdraw(request, false);
+    await this.#withdraw(request, 'everything');
   }
 
   /**
@@ -359,22 +359,22 @@ export class RedlockBackend implements Backend {
    */
   async leaveQueue(request: AttemptRequest): Promise<void> {
     this.#leftLine(request);
-    await this.#withdraw(request, false, true);
+    await this.#withdraw(request, 'place');
   }
 
   /**
-   * Run the withdraw script on every node: delete this owner's key whatever its token (unless
-   * `keepGrant`), and take it out of the line (unless `keepPlace`: then it stands there with its
-   * ticket).
+   * Run the withdraw script on every node for this owner: `grant` deletes its key whatever its
+   * token and leaves it standing in the line with its ticket (a lost vote of a waiter); `place`
+   * takes it out of the line only; `everything` does both.
    * @throws QuorumError when no node answered.
    */
-  async #withdraw(request: AttemptRequest, keepPlace: boolean, keepGrant = false): Promise<void> {
+  async #withdraw(request: AttemptRequest, what: 'grant' | 'place' | 'everything'): Promise<void> {
     const k = this.keysOf(request.key);
     const args = [
       request.owner,
-      keepGrant ? '1' : '0',
-      keepPlace ? '1' : '0',
-      keepPlace ? this.#ticketOf(request) : '0',
+      what === 'place' ? '1' : '0',
+      what === 'grant' ? '1' : '0',
+      what === 'grant' ? this.#ticketOf(request) : '0',
       REDLOCK_ENTRY_TTL_MS,
     ] as const;
     const all = await this.#vote(
@@ -385,7 +385,7 @@ export class RedlockBackend implements Backend {
     if (!all.some((r) => r.status === 'ok')) {
       throw new QuorumError(
         request.key,
-        keepGrant ? 'leave line' : 'abandon',
+        what === 'place' ? 'leave line' : 'abandon',
         outcomesOf(all, () => false),
       );
     }
@@ -467,7 +467,8 @@ export class RedlockBackend implements Backend {
     const early = await settling.early;
     if (early.filter(settled).length >= this.quorum) return undefined;
     const all = await settling.all;
-    await this.#withdraw(request, request.willWait !== false).catch(() => undefined);
+    const what = request.willWait !== false ? 'grant' : 'everything';
+    await this.#withdraw(request, what).catch(() => undefined);
     return new QuorumError(
       request.key,
       'acquire (settle token)',
