@@ -44,20 +44,26 @@ function newLocker(): { locker: Locker; backend: RedisBackend } {
 }
 
 /**
- * The attempts `waiter`'s acquire of `key` makes while another locker holds it for 200 ms, then
- * releases.
+ * The attempts an acquire of `key` by a locker on `client` makes while another locker holds it
+ * for 200 ms, then releases. The locker is closed and `client` disconnected after.
  */
-async function attemptsOfWaiter(waiter: Locker, key: string): Promise<number | undefined> {
+async function attemptsOfWaiterOn(client: Redis, key: string): Promise<number | undefined> {
+  const waiter = createLocker(createRedisBackend({ client, prefix }));
   let made: number | undefined;
-  await countingAttempts(key, async (attempts) => {
-    const held = await newLocker().locker.acquire(key);
-    const waiting = waiter.acquire(key, { waitMs: 10_000 });
-    await delay(200);
-    await held.release();
-    const lease = await waiting;
-    made = attempts.get(lease.owner);
-    await lease.release();
-  });
+  try {
+    await countingAttempts(key, async (attempts) => {
+      const held = await newLocker().locker.acquire(key);
+      const waiting = waiter.acquire(key, { waitMs: 10_000 });
+      await delay(200);
+      await held.release();
+      const lease = await waiting;
+      made = attempts.get(lease.owner);
+      await lease.release();
+    });
+  } finally {
+    await waiter.close();
+    client.disconnect();
+  }
   return made;
 }
 
@@ -86,35 +92,24 @@ describe('fair waiting (Redis, single node)', () => {
   });
 
   it("waits on release messages over a user's client that queues nothing offline", async () => {
-    // The subscriber is duplicated from this client: it must still queue its SUBSCRIBE until
-    // it connects, or no release message arrives and the waiter attempts again and again.
+    // The subscriber is duplicated from this client: it must send its SUBSCRIBE once connected,
+    // or no release message arrives and the waiter attempts again and again.
     const client = new Redis(REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 0 });
     await new Promise((resolve) => client.once('ready', resolve));
-    const key = unique('offline-queue');
-    const waiter = createLocker(createRedisBackend({ client, prefix }));
-    try {
-      // Its first attempt, one when the subscription is confirmed, none while the holder held
-      // (before, 668).
-      expect(await attemptsOfWaiter(waiter, key)).toBeLessThanOrEqual(2);
-    } finally {
-      await waiter.close();
-      client.disconnect();
-    }
+    // Its first attempt, one when the subscription is confirmed, none while the holder held
+    // (before, 668).
+    expect(await attemptsOfWaiterOn(client, unique('offline-queue'))).toBeLessThanOrEqual(2);
   });
 
   it('polls, without spinning, where the server refuses SUBSCRIBE (an ACL without it)', async () => {
     const user = unique('fencelock-no-subscribe');
     await admin.call('ACL', 'SETUSER', user, 'on', 'nopass', '~*', '&*', '+@all', '-subscribe');
     const client = new Redis(REDIS_URL, { username: user, password: 'unused' });
-    const key = unique('acl');
-    const waiter = createLocker(createRedisBackend({ client, prefix }));
     try {
       // No release message can arrive: the waiter attempts again after LINE_RECHECK_MS (before,
       // the refused subscription ended every wait at once: 729 attempts).
-      expect(await attemptsOfWaiter(waiter, key)).toBe(2);
+      expect(await attemptsOfWaiterOn(client, unique('acl'))).toBe(2);
     } finally {
-      await waiter.close();
-      client.disconnect();
       await admin.call('ACL', 'DELUSER', user);
     }
   });

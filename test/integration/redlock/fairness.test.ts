@@ -9,11 +9,11 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REDLOCK_ENTRY_TTL_MS } from '../../../packages/fencelock/src/backends/redlock/backend.js';
 import {
   createRedlockBackend,
   type RedlockBackend,
 } from '../../../packages/fencelock/src/backends/redlock/index.js';
+import { REDLOCK_ENTRY_TTL_MS } from '../../../packages/fencelock/src/backends/waiting-line.js';
 import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
 import { REDLOCK_NODE_URLS } from '../../helpers/engines.js';
 import { countingAttempts, fairLineCases } from '../../helpers/fair-line.js';

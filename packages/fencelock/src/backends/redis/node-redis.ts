@@ -56,6 +56,10 @@ export function adaptNodeRedis(client: unknown): Redis {
   return new NodeRedisAdapter(client as NodeRedisClient) as unknown as Redis;
 }
 
+/**
+ * A node-redis client behind the ioredis calls the backends make. A duplicate (`duplicate()`)
+ * connects on its first `subscribe`, not by `connect()`.
+ */
 export class NodeRedisAdapter extends EventEmitter {
   readonly #client: NodeRedisClient;
   readonly options: { host: string; port: number };

@@ -52,7 +52,7 @@ import { type LockKeys, lockKeys } from '../redis/lock-keys.js';
 import { ReleaseWaiters } from '../redis/release-waiters.js';
 import { inspectScript, renewManyScript } from '../redis/scripts.js';
 import { unreachableAt } from '../unreachable.js';
-import { LINE_RECHECK_MS } from '../waiting-line.js';
+import { LINE_RECHECK_MS, REDLOCK_ENTRY_TTL_MS } from '../waiting-line.js';
 import type { RedlockNode } from './node.js';
 import { type NodeResult, outcomesOf, quorumOf, vote } from './quorum.js';
 import { RestartWatch } from './restarts.js';
@@ -65,17 +65,6 @@ import {
 
 /** Most renewals sent to a node in one script call. */
 const RENEW_BATCH_LIMIT = 1_000;
-
-/**
- * How long a waiter's line entry lives on a node after its owner's latest attempt there, ms. A
- * live waiter attempts at least every `LINE_RECHECK_MS` (plus one vote), and an entry that
- * lapsed takes its place again at its owner's next attempt (the line is ordered by ticket), so
- * a short life costs little. It bounds how long a waiter that cannot reach a node any more
- * (though it reaches the others, or it gave up and its withdrawal never got there) stands at the
- * head of that node's line: several such heads on different nodes would leave nobody the head
- * on a majority.
- */
-export const REDLOCK_ENTRY_TTL_MS = 2 * LINE_RECHECK_MS;
 
 /** The Redlock backend. Build it with `createRedlockBackend`. */
 export class RedlockBackend implements Backend {

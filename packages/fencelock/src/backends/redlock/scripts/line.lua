@@ -44,8 +44,9 @@ local function leaveLine(queueKey, waitersKey, owner)
   return true
 end
 
--- Tell the head of the line, if any, that the key is free: its owner id on the key's channel.
-local function wakeHead(queueKey, waitersKey, channel)
+-- Tell the head of the line, if any and other than `except`, that the key is free: its owner id
+-- on the key's channel.
+local function wakeHead(queueKey, waitersKey, channel, except)
   local first = lineHead(queueKey, waitersKey)
-  if first then redis.call('PUBLISH', channel, first) end
+  if first and first ~= except then redis.call('PUBLISH', channel, first) end
 end

@@ -36,7 +36,6 @@ else
   leaveLine(queueKey, waitersKey, owner)
 end
 if not current and (deleted == 1 or wasHead) then
-  local first = lineHead(queueKey, waitersKey)
-  if first and first ~= owner then redis.call('PUBLISH', channel, first) end
+  wakeHead(queueKey, waitersKey, channel, owner)
 end
 return deleted
