@@ -28,6 +28,7 @@ import {
   LockTimeoutError,
   type ReleaseEvent,
 } from '../../packages/fencelock/src/index.js';
+import { describeSemaphoreContract } from './semaphore.contract.js';
 
 /** Engine access the suite needs that the backend contract does not offer (tests only). */
 export interface EngineHooks {
@@ -305,6 +306,8 @@ export function describeBackend(name: string, factory: BackendFactory): void {
     function uniqueKey(label: string): string {
       return `contract:${label}:${randomBytes(6).toString('hex')}`;
     }
+
+    describeSemaphoreContract({ newClient, uniqueKey });
 
     it('mutual exclusion: concurrent clients never overlap and tokens increase', async () => {
       const key = uniqueKey('mutex');

@@ -48,7 +48,13 @@ function scripted(answers: (AttemptResult | (() => Promise<AttemptResult>))[]): 
   return {
     name: 'scripted',
     maxTtlMs: 2_147_483_647,
-    capabilities: { modes: ['write'], sessions: false, queue: false, batchRenew: false },
+    capabilities: {
+      modes: ['write'],
+      sessions: false,
+      queue: false,
+      batchRenew: false,
+      permits: false,
+    },
     attempt: async () => {
       const next = answers[Math.min(i, answers.length - 1)];
       i += 1;

@@ -34,6 +34,7 @@ export class MemoryBackend implements Backend {
     sessions: false,
     queue: false,
     batchRenew: false,
+    permits: false,
   });
   readonly calls: Record<string, number> = {};
   readonly entries = new Map<string, Entry>();

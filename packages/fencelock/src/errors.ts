@@ -13,7 +13,8 @@ export type FencelockErrorCode =
   | 'ERR_NOT_LOCK_OWNER'
   | 'ERR_QUORUM'
   | 'ERR_BACKEND'
-  | 'ERR_STALE_TOKEN';
+  | 'ERR_STALE_TOKEN'
+  | 'ERR_PERMITS_MISMATCH';
 
 /** Base class of every fencelock error. Check with `instanceof` or by `code`. */
 export class FencelockError extends Error {
@@ -142,6 +143,27 @@ export class NotLockOwnerError extends FencelockError {
     super('ERR_NOT_LOCK_OWNER', `${operation} of "${key}": ${detail}`);
     this.key = key;
     this.operation = operation;
+  }
+}
+
+/**
+ * A semaphore acquire asked for `requested` permits on a key whose holders or waiters use
+ * `inUse`: the engine granted nothing and kept no entry of this contender. Users of one key must
+ * agree on its permit count; change it only once the key is idle (no holder, nobody waiting).
+ */
+export class PermitsMismatchError extends FencelockError {
+  readonly key: string;
+  readonly requested: number;
+  readonly inUse: number;
+
+  constructor(key: string, requested: number, inUse: number) {
+    super(
+      'ERR_PERMITS_MISMATCH',
+      `semaphore "${key}" asked for with ${requested} permits, but its holders and waiters use ${inUse}`,
+    );
+    this.key = key;
+    this.requested = requested;
+    this.inUse = inUse;
   }
 }
 

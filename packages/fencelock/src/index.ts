@@ -43,6 +43,7 @@ export type {
   OwnerReleaseRef,
   OwnerRenewOutcome,
 } from './core/owner-grants.js';
+export { MAX_PERMITS } from './core/permits.js';
 export { Session } from './core/session.js';
 export { createLocker } from './create-locker.js';
 export {
@@ -55,6 +56,7 @@ export {
   LockTimeoutError,
   type NodeOutcome,
   NotLockOwnerError,
+  PermitsMismatchError,
   QuorumError,
   StaleTokenError,
   type Unreachable,
@@ -70,5 +72,10 @@ export {
   ttlRule,
   validateKey,
 } from './options.js';
+export {
+  type PermitOptions,
+  Semaphore,
+  type SemaphoreOptions,
+} from './primitives/semaphore.js';
 export { redactStoreUrl, redactStoreUrlsIn } from './redact.js';
 export { STORE_SCHEMES, validateStoreUrl } from './stores.js';

@@ -48,6 +48,15 @@ export interface AttemptRequest {
    * the owner of that write lock, whose entry must not block this reader.
    */
   readonly heldWriter?: string;
+  /**
+   * A semaphore's permit count (`locker.semaphore`): the request is for one of at most `permits`
+   * concurrent grants of `key`, each with its own owner and fencing token, granted in arrival
+   * order. Absent for a lock. Only sent to a backend with `capabilities.permits` (an integer from
+   * 1 to `MAX_PERMITS`; `mode` is then `write` and `heldWriter` absent). A semaphore is a
+   * different object on the engine from a lock of the same key. A backend that finds holders or
+   * waiters of `key` using another count rejects with `PermitsMismatchError`, granting nothing.
+   */
+  readonly permits?: number;
 }
 
 /**
@@ -173,6 +182,8 @@ export interface LeaseRef {
    * renewal of a lease that is no longer held by the time it would be sent.
    */
   readonly isHeld?: boolean;
+  /** Set for a semaphore's permit (`AttemptRequest.permits` of its grant); else a lock's. */
+  readonly permits?: number | undefined;
 }
 
 /** Result of a renewal. */
@@ -243,6 +254,12 @@ export interface BackendCapabilities {
    * then. Elsewhere renewals keep their own times: bunching them would only make bursts.
    */
   readonly batchRenew: boolean;
+  /**
+   * The backend grants semaphore permits (`AttemptRequest.permits`): at most that many holders
+   * of a key at once, in arrival order, each grant with its own fencing token from the key's one
+   * strictly increasing sequence; waiting wakes the next waiter on a release.
+   */
+  readonly permits: boolean;
 }
 
 /**

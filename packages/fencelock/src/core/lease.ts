@@ -57,6 +57,8 @@ export interface LeaseGrant {
    * and `attemptStartedAt` the receipt of the message; the lease renews to `renewTtlMs` at once.
    */
   readonly handedOver: boolean;
+  /** A semaphore's permit count, for a permit; undefined for a lock. */
+  readonly permits: number | undefined;
 }
 
 /**
@@ -70,6 +72,8 @@ export class Lease implements LeaseRef, AsyncDisposable {
   readonly owner: string;
   /** Fencing token: a `bigint` strictly increasing over all grants of `key`. */
   readonly fencingToken: bigint;
+  /** For a semaphore's permit, the semaphore's permit count; undefined for a lock. */
+  readonly permits: number | undefined;
   readonly #ctx: LeaseContext;
   /** Made on first use of `signal` (most leases are released without anyone reading it). */
   #abort: AbortController | undefined;
@@ -102,6 +106,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.key = grant.key;
     this.owner = grant.owner;
     this.fencingToken = grant.fencingToken;
+    this.permits = grant.permits;
     this.#grantedAt = grant.attemptStartedAt;
     this.#maxHoldUntil =
       grant.maxHoldMs === undefined

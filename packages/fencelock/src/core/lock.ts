@@ -14,6 +14,7 @@ import { monotonicNow } from './clock.js';
 import { publish } from './events.js';
 import { Lease, type LeaseContext } from './lease.js';
 import { type OwnerGrant, ownerGrantOf, ownerWithdrawal } from './owner-grants.js';
+import { assertPermitsGranted } from './permits.js';
 import { reenterHeld, scopeKeyOf } from './reentry.js';
 import { assertModeGranted, heldWriterFor } from './rwlock.js';
 
@@ -71,14 +72,20 @@ export class Lock {
   readonly key: string;
   /** The options in force, defaults applied. */
   readonly options: ResolvedLockOptions;
+  /** A semaphore's permit count (`locker.semaphore`); undefined for a lock. */
+  readonly permits: number | undefined;
   readonly #ctx: LockContext;
   #lease: Lease | null = null;
 
-  /** @internal use `locker.lock()`. */
-  constructor(ctx: LockContext, key: string, options: ResolvedLockOptions) {
+  /**
+   * @internal use `locker.lock()` (or `locker.semaphore()`, whose permits are acquired through a
+   * handle made with `permits`: no reentrancy, no read mode).
+   */
+  constructor(ctx: LockContext, key: string, options: ResolvedLockOptions, permits?: number) {
     this.#ctx = ctx;
     this.key = key;
     this.options = options;
+    this.permits = permits;
   }
 
   /** True while this handle's latest lease is held and valid. */
@@ -163,8 +170,9 @@ export class Lock {
   #startLease(backend: Backend, attempts: AttemptCount, startedAt: number): Promise<Lease | null> {
     const renewTtlMs = this.#checkedRenewTtlMs(backend);
     const { mode } = this.options;
-    const heldWriter = heldWriterFor(this.#ctx.scopePrefix, this.key, mode);
-    if (this.options.reentrant) {
+    const heldWriter =
+      this.permits === undefined ? heldWriterFor(this.#ctx.scopePrefix, this.key, mode) : undefined;
+    if (this.options.reentrant && this.permits === undefined) {
       const held = reenterHeld(
         scopeKeyOf(this.#ctx.scopePrefix, mode, this.key),
         this.key,
@@ -210,6 +218,7 @@ export class Lock {
     }
     const renewTtlMs = session?.ttlMs ?? validateTtl(this.options.ttlMs, 'ttlMs', backend.maxTtlMs);
     assertModeGranted(backend, mode);
+    if (this.permits !== undefined) assertPermitsGranted(backend);
     return renewTtlMs;
   }
 
@@ -232,6 +241,7 @@ export class Lock {
       willWait: attempts !== 'one',
       ...(options.session ? { session: options.session.engine } : {}),
       ...(heldWriter ? { heldWriter } : {}),
+      ...(this.permits === undefined ? {} : { permits: this.permits }),
     };
   }
 
@@ -285,6 +295,7 @@ export class Lock {
       validUntil: result.validUntil,
       atRisk: result.atRisk,
       handedOver: result.handedAt !== undefined,
+      permits: this.permits,
     });
     this.#lease = lease;
     this.#ctx.onGrant(lease);

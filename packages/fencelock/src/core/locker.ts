@@ -2,7 +2,7 @@
  * The Locker: one backend, one watchdog, lock defaults, and the leases it has granted.
  */
 import { randomBytes } from 'node:crypto';
-import { BackendError, InvalidArgumentError, LockLostError } from '../errors.js';
+import { BackendError, InvalidArgumentError } from '../errors.js';
 import {
   type LockOptions,
   type ResolvedLockOptions,
@@ -10,7 +10,13 @@ import {
   validateKey,
   validateTtl,
 } from '../options.js';
+import {
+  resolveSemaphoreOptions,
+  Semaphore,
+  type SemaphoreOptions,
+} from '../primitives/semaphore.js';
 import type { Backend, LeaseRef, LockInfo, ReleaseOutcome } from './backend.js';
+import { holdWhile } from './hold.js';
 import type { Lease, LeaseContext } from './lease.js';
 import { Lock, type LockContext } from './lock.js';
 import {
@@ -153,6 +159,24 @@ export class Locker implements AsyncDisposable {
   }
 
   /**
+   * A counting semaphore on `key`: at most `options.permits` holders at once, each permit a
+   * `Lease` with its own fencing token (see `Semaphore`).
+   * @param options `permits` (required, 1 to 10,000) and per-permit defaults over the locker's
+   *   (`ttlMs`, `waitMs`, `autoRenew`, `maxHoldMs`, `signal`, `retry`).
+   * @throws InvalidArgumentError for a bad key, permit count or option (no network call is made;
+   *   a store without semaphores is refused at the first acquire).
+   */
+  semaphore(key: string, options: SemaphoreOptions): Semaphore {
+    this.#assertOpen();
+    const validKey = validateKey(key);
+    const { permits, defaults } = resolveSemaphoreOptions(this.#defaults, options);
+    return new Semaphore(validKey, permits, defaults, (resolved) => {
+      this.#assertOpen();
+      return new Lock(this.#ctx, validKey, resolved, permits);
+    });
+  }
+
+  /**
    * Open a session: one engine session (etcd lease, ZooKeeper session) kept alive in the
    * background, for the locks acquired with `{ session }`. They all end when it is closed or
    * lost (etcd's `concurrency.Session`). `close()` of the locker closes its sessions too.
@@ -234,43 +258,8 @@ export class Locker implements AsyncDisposable {
     if (typeof fn !== 'function') throw new InvalidArgumentError('fn', 'a function', fn);
     const lock = this.lock(key, options);
     const lease = await lock.acquire();
-    const mode = lock.options.mode;
-    const work = Promise.resolve().then(() =>
-      runHolding(scopeKeyOf(this.#ctx.scopePrefix, mode, key), lease, () => fn(lease)),
-    );
-    // If the lease is lost first, `work` may still settle later: never leave it unhandled.
-    work.catch(() => undefined);
-    let onAbort: (() => void) | undefined;
-    const lost = new Promise<never>((_, reject) => {
-      onAbort = () => reject(lease.signal.reason as LockLostError);
-      if (lease.signal.aborted) onAbort();
-      else lease.signal.addEventListener('abort', onAbort, { once: true });
-    });
-    lost.catch(() => undefined);
-    let result: T;
-    try {
-      result = await Promise.race([work, lost]);
-    } catch (error) {
-      if (lease.signal.aborted) {
-        // Lost: report it now. The best-effort release must not hold the caller until an
-        // engine that may be gone answers (up to the command timeout, after a renewal's).
-        void lease.release().catch(() => undefined);
-      } else {
-        await lease.release().catch(() => undefined);
-      }
-      throw error;
-    } finally {
-      if (onAbort) lease.signal.removeEventListener('abort', onAbort);
-    }
-    // A lease that ran out while `fn` ran (a long event-loop block, a paused process) is
-    // declared lost by release(); an engine that no longer had the key says so. Either way the
-    // work was not protected to its end, and the caller must hear it.
-    const outcome = await lease.release();
-    if (lease.signal.aborted) throw lease.signal.reason as LockLostError;
-    if (outcome !== 'released') {
-      throw new LockLostError(key, lease.fencingToken, outcome, { operation: 'release' });
-    }
-    return result;
+    const scopeKey = scopeKeyOf(this.#ctx.scopePrefix, lock.options.mode, key);
+    return holdWhile(lease, () => runHolding(scopeKey, lease, () => fn(lease)));
   }
 
   /**

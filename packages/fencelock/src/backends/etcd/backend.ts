@@ -90,6 +90,7 @@ export class EtcdBackend implements Backend {
     sessions: true,
     queue: true,
     batchRenew: true,
+    permits: false,
   });
   readonly #client: Etcd3;
   readonly #ownsClient: boolean;

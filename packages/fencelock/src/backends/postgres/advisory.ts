@@ -89,6 +89,7 @@ export class PostgresAdvisoryBackend implements Backend {
     sessions: false,
     queue: false,
     batchRenew: false,
+    permits: false,
   });
   readonly #db: PostgresConnectionSet;
   readonly #held = new Map<string, Holding>();

@@ -55,6 +55,7 @@ export class PostgresBackend implements Backend {
     sessions: false,
     queue: true,
     batchRenew: true,
+    permits: false,
   });
   readonly #db: PostgresConnectionSet;
   /** Deletes rows that expired unreleased, and line entries of waiters that vanished. */

@@ -44,13 +44,13 @@ import type {
 } from '../../core/backend.js';
 import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
 import { sleep } from '../../core/retry.js';
-import { BackendError } from '../../errors.js';
+import { BackendError, PermitsMismatchError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { isClusterClient, RedisConnection } from './connection.js';
 import { composeToken, counterOf, type FailoverEpoch } from './failover-epoch.js';
 import { FENCE_GRACE_MS, fenceTtlMs } from './fence-counter.js';
-import { type LockKeys, lockKeys } from './lock-keys.js';
+import { type LockKeys, lockKeys, semaphoreKeys } from './lock-keys.js';
 import type { NodeRedisClientLike } from './node-redis.js';
 import { ReleaseWaiters } from './release-waiters.js';
 import {
@@ -60,6 +60,10 @@ import {
   queuedReleaseScript,
   renewManyScript,
   renewScript,
+  semaphoreAbandonScript,
+  semaphoreAcquireScript,
+  semaphoreReleaseScript,
+  semaphoreRenewScript,
 } from './scripts.js';
 
 /** Options of `createRedisBackend`. */
@@ -154,6 +158,7 @@ export class RedisBackend implements Backend {
       sessions: false,
       queue: true,
       batchRenew: !isClusterClient(client),
+      permits: true,
     });
     this.#prefix = settings.prefix;
     this.#notifications = settings.notifications;
@@ -179,6 +184,7 @@ export class RedisBackend implements Backend {
    * promise and one reaction (the acquire path of every lease).
    */
   attempt(request: AttemptRequest): Promise<AttemptResult> {
+    if (request.permits !== undefined) return this.#attemptPermit(request, request.permits);
     if (this.#epochs !== undefined) return this.#attemptWithEpoch(request, this.#epochs);
     const k = this.keysOf(request.key);
     const queue = this.#enterLine(request, k);
@@ -199,6 +205,38 @@ export class RedisBackend implements Backend {
       const before = await epochs.current();
       return [before, await queuedAcquireScript.run(this.#connection.client, keys, args)] as const;
     });
+    return this.#answer(request, k, queue, reply, epoch);
+  }
+
+  /**
+   * A semaphore's permit (semaphore-acquire.lua), granted and answered as a lock's attempt: the
+   * same line of waiters, tokens, failover epoch and replica check; a release wakes the waiters
+   * its freed permit lets in, by owner id, and each attempts at once.
+   * @throws PermitsMismatchError when the key's holders or waiters use another permit count.
+   */
+  async #attemptPermit(request: AttemptRequest, permits: number): Promise<AttemptResult> {
+    const k = semaphoreKeys(this.#prefix, request.key);
+    const queue = this.#enterLine(request, k);
+    const keys = [k.holders, k.tokens, k.permits, k.queue, k.waiters, k.fence] as const;
+    const args = [
+      request.owner,
+      request.ttlMs,
+      permits,
+      queue ? QUEUE_ENTRY_TTL_MS : 0,
+      fenceTtlMs(request.ttlMs),
+      '0',
+    ] as const;
+    const [epoch, reply] = await this.#connection.call('acquire', async () => {
+      const before = await this.#epochs?.current();
+      return [
+        before,
+        await semaphoreAcquireScript.run(this.#connection.client, keys, args),
+      ] as const;
+    });
+    if (reply[0] === -1) {
+      if (queue) this.#waiters.leftLine(k.channel, request.owner);
+      throw new PermitsMismatchError(request.key, permits, Number(reply[1]));
+    }
     return this.#answer(request, k, queue, reply, epoch);
   }
 
@@ -321,14 +359,9 @@ export class RedisBackend implements Backend {
       this.#connection.client.wait(this.#minReplicas, this.#replicaTimeoutMs),
     );
     if (acked >= this.#minReplicas) return;
-    const k = this.keysOf(request.key);
     await this.#connection
       .call('acquire (release after WAIT)', () =>
-        queuedReleaseScript.run(
-          this.#connection.client,
-          [k.lock, k.fence, k.channel, k.queue, k.waiters],
-          [request.owner, String(token), ...HAND_OFF_ARGS],
-        ),
+        this.#releaseScript(request.key, request.owner, String(token), request.permits),
       )
       .catch(() => undefined);
     throw new BackendError(
@@ -346,6 +379,7 @@ export class RedisBackend implements Backend {
    * Cluster.
    */
   renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    if (lease.permits !== undefined) return this.#renewPermit(lease, ttlMs);
     return this.capabilities.batchRenew
       ? this.#renewals.renew(lease, ttlMs)
       : this.#renewOne(lease, ttlMs);
@@ -380,21 +414,48 @@ export class RedisBackend implements Backend {
     return renewResultOf(reply, ttlMs);
   }
 
+  /** One permit's renewal (semaphore-renew.lua; permits are renewed one script call each). */
+  async #renewPermit(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    const k = semaphoreKeys(this.#prefix, lease.key);
+    const reply = await this.#connection.call('renew', () =>
+      semaphoreRenewScript.run(
+        this.#connection.client,
+        [k.holders, k.tokens, k.permits],
+        [lease.owner, this.#counterOf(lease), ttlMs],
+      ),
+    );
+    return renewResultOf(reply, ttlMs);
+  }
+
   /**
    * Compare-and-delete by owner and token, then hand the key to the head of its line (granted in
-   * the same script; its owner, token and first TTL go out on the key's release channel).
+   * the same script; its owner, token and first TTL go out on the key's release channel). A
+   * permit's release wakes the waiters the freed permit lets in.
    */
   release(lease: LeaseRef): Promise<ReleaseOutcome> {
-    const k = this.keysOf(lease.key);
     return this.#connection
       .call('release', () =>
-        queuedReleaseScript.run(
-          this.#connection.client,
-          [k.lock, k.fence, k.channel, k.queue, k.waiters],
-          [lease.owner, this.#counterOf(lease), ...HAND_OFF_ARGS],
-        ),
+        this.#releaseScript(lease.key, lease.owner, this.#counterOf(lease), lease.permits),
       )
       .then(releaseOutcomeOf);
+  }
+
+  /** The release script of a lock or of a permit (`permits` set), with its keys. */
+  #releaseScript(
+    key: string,
+    owner: string,
+    counter: string,
+    permits: number | undefined,
+  ): Promise<1 | 0 | -1> {
+    const { client } = this.#connection;
+    if (permits !== undefined) {
+      const k = semaphoreKeys(this.#prefix, key);
+      const keys = [k.holders, k.tokens, k.permits, k.queue, k.waiters, k.channel] as const;
+      return semaphoreReleaseScript.run(client, keys, [owner, counter]);
+    }
+    const k = this.keysOf(key);
+    const keys = [k.lock, k.fence, k.channel, k.queue, k.waiters] as const;
+    return queuedReleaseScript.run(client, keys, [owner, counter, ...HAND_OFF_ARGS]);
   }
 
   /**
@@ -413,13 +474,24 @@ export class RedisBackend implements Backend {
 
   /** `abandon` deletes this owner's grant too; `leave the line` never touches a grant. */
   async #withdraw(request: AttemptRequest, operation: 'abandon' | 'leave the line'): Promise<void> {
+    const keepGrant = operation === 'leave the line' ? '1' : '0';
+    const { client } = this.#connection;
+    if (request.permits !== undefined) {
+      const k = semaphoreKeys(this.#prefix, request.key);
+      this.#waiters.leftLine(k.channel, request.owner);
+      const keys = [k.holders, k.tokens, k.permits, k.queue, k.waiters, k.channel] as const;
+      await this.#connection.call(operation, () =>
+        semaphoreAbandonScript.run(client, keys, [request.owner, keepGrant]),
+      );
+      return;
+    }
     const k = this.keysOf(request.key);
     this.#waiters.leftLine(k.channel, request.owner);
     await this.#connection.call(operation, () =>
       queuedAbandonScript.run(
-        this.#connection.client,
+        client,
         [k.lock, k.fence, k.channel, k.queue, k.waiters],
-        [request.owner, operation === 'leave the line' ? '1' : '0', ...HAND_OFF_ARGS],
+        [request.owner, keepGrant, ...HAND_OFF_ARGS],
       ),
     );
   }

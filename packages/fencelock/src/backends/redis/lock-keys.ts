@@ -27,3 +27,32 @@ export function lockKeys(prefix: string, key: string): LockKeys {
     waiters: `${base}:waiters`,
   };
 }
+
+/**
+ * The Redis keys of one semaphore (`semaphore-line.lua` says what each holds). They share the
+ * `{key}` hash tag of the lock of the same key, under names of their own: a semaphore and a lock
+ * of one key are different objects.
+ */
+export interface SemaphoreKeys {
+  readonly holders: string;
+  readonly tokens: string;
+  readonly permits: string;
+  readonly queue: string;
+  readonly waiters: string;
+  readonly fence: string;
+  readonly channel: string;
+}
+
+/** The keys of semaphore `key` under `prefix`. */
+export function semaphoreKeys(prefix: string, key: string): SemaphoreKeys {
+  const base = `${prefix}:{${key}}:semaphore`;
+  return {
+    holders: `${base}:holders`,
+    tokens: `${base}:tokens`,
+    permits: `${base}:permits`,
+    queue: `${base}:queue`,
+    waiters: `${base}:waiters`,
+    fence: `${base}:fence`,
+    channel: `${base}:released`,
+  };
+}

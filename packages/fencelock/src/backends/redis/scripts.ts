@@ -110,6 +110,52 @@ export const queuedAbandonScript = defineScript<
   readonly [owner: string, keepGrant: '0' | '1', firstTtlCapMs: number, fenceGraceMs: number],
   1 | 0
 >('queued-abandon', SCRIPTS, ['line-handoff']);
+/** The keys of the semaphore scripts that read or change its holders (semaphore-line.lua). */
+type PermitKeys = readonly [holdersKey: string, tokensKey: string, permitsKey: string];
+/** …and of those that may wake waiters too. */
+type PermitLineKeys = readonly [
+  ...PermitKeys,
+  queueKey: string,
+  waitersKey: string,
+  channel: string,
+];
+
+/**
+ * Grant one permit of a semaphore in arrival order: `[1, token]`; `[0, ms]` not granted (`ms`
+ * bounds how long nothing may change); `[-1, permits]` when the key's holders or waiters use
+ * another permit count. `waiterTtlMs` 0: a single attempt, never queued; `ticket` '0': the
+ * server's clock orders the line. Shared by the single-node and Redlock backends.
+ */
+export const semaphoreAcquireScript = defineScript<
+  readonly [...PermitKeys, queueKey: string, waitersKey: string, fenceKey: string],
+  readonly [
+    owner: string,
+    ttlMs: number,
+    permits: number,
+    waiterTtlMs: number,
+    fenceTtlMs: number,
+    ticket: string,
+  ],
+  [1, string] | [0, number] | [-1, number]
+>('semaphore-acquire', SCRIPTS, ['semaphore-line']);
+/** Release one permit, waking the waiters it lets in: 1 released, 0 not held, -1 not owner. */
+export const semaphoreReleaseScript = defineScript<
+  PermitLineKeys,
+  readonly [owner: string, token: string],
+  1 | 0 | -1
+>('semaphore-release', SCRIPTS, ['semaphore-line']);
+/** Renew one permit: 1 renewed, 0 not held, -1 not owner. */
+export const semaphoreRenewScript = defineScript<
+  PermitKeys,
+  readonly [owner: string, token: string, ttlMs: number],
+  1 | 0 | -1
+>('semaphore-renew', SCRIPTS, ['semaphore-line']);
+/** Withdraw a contender: leave the line and, unless `keepGrant` is '1', drop its permit. */
+export const semaphoreAbandonScript = defineScript<
+  PermitLineKeys,
+  readonly [owner: string, keepGrant: '0' | '1'],
+  1 | 0
+>('semaphore-abandon', SCRIPTS, ['semaphore-line']);
 /** Inspect: `[value | null, PTTL, last token | null]` (null once the fence counter expired). */
 export const inspectScript = defineScript<
   LockKeys,

@@ -79,6 +79,7 @@ export class RedlockBackend implements Backend {
     sessions: false,
     queue: true,
     batchRenew: true,
+    permits: false,
   });
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   /** Votes needed: a majority of the nodes. */

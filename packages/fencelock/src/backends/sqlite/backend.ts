@@ -73,6 +73,7 @@ export class SqliteBackend implements Backend {
     sessions: false,
     queue: true,
     batchRenew: false,
+    permits: false,
   });
   readonly #db: Database.Database;
   readonly #attempt: (request: AttemptRequest) => AttemptResult;

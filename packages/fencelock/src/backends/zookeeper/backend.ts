@@ -117,6 +117,7 @@ export class ZookeeperBackend implements Backend {
     sessions: true,
     queue: true,
     batchRenew: false,
+    permits: false,
   });
   readonly #native: NativeZooKeeperClass;
   readonly #settings: ZookeeperBackendSettings;
