@@ -13,6 +13,7 @@ const GUIDE_ORDER = [
   'getting-started',
   'api',
   'engines',
+  'primitives',
   'fencing',
   'cli',
   'sidecar',
@@ -26,6 +27,12 @@ const GUIDE_ORDER = [
   'packages',
 ];
 const ENGINE_ORDER = ['redis', 'redlock', 'etcd', 'zookeeper', 'postgres', 'sqlite'];
+const PRIMITIVE_ORDER = ['semaphore', 'read-write', 'multi-key'];
+/** Reading order of the pages inside a folder's group. */
+const ORDER_IN_FOLDER: Record<string, string[]> = {
+  engines: ENGINE_ORDER,
+  primitives: PRIMITIVE_ORDER,
+};
 
 /** Folders of docs/ that are not guide pages. */
 const NOT_GUIDE = new Set(['reference', 'public', 'torture', 'node_modules']);
@@ -67,7 +74,7 @@ function folderGroup(docsDir: string, folder: string): DefaultTheme.SidebarItem 
   const names = readdirSync(join(docsDir, folder))
     .filter((name) => name.endsWith('.md') && name !== 'index.md')
     .map((name) => name.slice(0, -'.md'.length))
-    .sort(byOrder(folder === 'engines' ? ENGINE_ORDER : []));
+    .sort(byOrder(ORDER_IN_FOLDER[folder] ?? []));
   if (names.length === 0) return undefined;
   return {
     text: titleCase(folder),

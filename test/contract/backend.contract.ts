@@ -28,6 +28,7 @@ import {
   LockTimeoutError,
   type ReleaseEvent,
 } from '../../packages/fencelock/src/index.js';
+import { describeMultiLockContract } from './multi-lock.contract.js';
 import { describeSemaphoreContract } from './semaphore.contract.js';
 
 /** Engine access the suite needs that the backend contract does not offer (tests only). */
@@ -308,6 +309,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
     }
 
     describeSemaphoreContract({ newClient, uniqueKey });
+    describeMultiLockContract({ newClient, uniqueKey });
 
     it('mutual exclusion: concurrent clients never overlap and tokens increase', async () => {
       const key = uniqueKey('mutex');

@@ -73,6 +73,11 @@ export {
   validateKey,
 } from './options.js';
 export {
+  MAX_MULTI_KEYS,
+  MultiLease,
+  type MultiLockOptions,
+} from './primitives/multi-lock.js';
+export {
   type PermitOptions,
   Semaphore,
   type SemaphoreOptions,

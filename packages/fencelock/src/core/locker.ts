@@ -11,12 +11,19 @@ import {
   validateTtl,
 } from '../options.js';
 import {
+  acquireAll,
+  MULTI_LOCK_OPTION_NAMES,
+  type MultiLease,
+  type MultiLockOptions,
+  validateKeys,
+} from '../primitives/multi-lock.js';
+import {
   resolveSemaphoreOptions,
   Semaphore,
   type SemaphoreOptions,
 } from '../primitives/semaphore.js';
 import type { Backend, LeaseRef, LockInfo, ReleaseOutcome } from './backend.js';
-import { holdWhile } from './hold.js';
+import { heldLease, holdWhile } from './hold.js';
 import type { Lease, LeaseContext } from './lease.js';
 import { Lock, type LockContext } from './lock.js';
 import {
@@ -259,7 +266,75 @@ export class Locker implements AsyncDisposable {
     const lock = this.lock(key, options);
     const lease = await lock.acquire();
     const scopeKey = scopeKeyOf(this.#ctx.scopePrefix, lock.options.mode, key);
-    return holdWhile(lease, () => runHolding(scopeKey, lease, () => fn(lease)));
+    return holdWhile(heldLease(lease), () => runHolding(scopeKey, lease, () => fn(lease)));
+  }
+
+  /**
+   * Lock every key of `keys` or none (Redisson's MultiLock, Curator's InterProcessMultiLock),
+   * each with its own lease and fencing token: see `MultiLease` and primitives/multi-lock.ts.
+   * Keys are deduplicated and sorted; while any key is busy, nothing else is held, so clients
+   * locking overlapping sets in any order never deadlock.
+   * @param keys an array of 1 to 1,000 keys (a string is refused).
+   * @param options a lock's options without `reentrant` or `session`; `waitMs` and `signal`
+   *   bound the whole acquire, `mode` applies to every key.
+   * @throws InvalidArgumentError for bad keys or options, before any network call.
+   * @throws LockTimeoutError (naming the key it waited for) when `waitMs` passes or `signal`
+   *   aborts first; nothing stays held.
+   * @throws BackendError (QuorumError on Redlock) when an engine cannot answer.
+   */
+  acquireAll(keys: readonly string[], options?: MultiLockOptions): Promise<MultiLease> {
+    try {
+      return this.#acquireAll(keys, options, false) as Promise<MultiLease>;
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /**
+   * One round of attempts on every key of `keys`: all the leases, or null (holding nothing) when
+   * any key is held by another owner.
+   * @throws as `acquireAll`, except LockTimeoutError.
+   */
+  tryAcquireAll(keys: readonly string[], options?: MultiLockOptions): Promise<MultiLease | null> {
+    try {
+      return this.#acquireAll(keys, options, true);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /**
+   * Run `fn(all)` while holding every key of `keys`, then release them all (also when `fn`
+   * throws).
+   * @returns what `fn` returns.
+   * @throws LockLostError as soon as any lease is lost (`all.signal` aborts with it), or when
+   *   `fn` finished but a lease ran out meanwhile.
+   * @throws `fn`'s own error, rethrown after release; as `acquireAll` otherwise.
+   */
+  async withLocks<T>(
+    keys: readonly string[],
+    fn: (all: MultiLease) => Promise<T> | T,
+    options?: MultiLockOptions,
+  ): Promise<T> {
+    if (typeof fn !== 'function') throw new InvalidArgumentError('fn', 'a function', fn);
+    const all = (await this.#acquireAll(keys, options, false)) as MultiLease;
+    return holdWhile(all, () => fn(all));
+  }
+
+  /** The checks of a multi-key acquire (synchronous, before any network call), then the run. */
+  #acquireAll(
+    keys: readonly string[],
+    options: MultiLockOptions | undefined,
+    once: boolean,
+  ): Promise<MultiLease | null> {
+    this.#assertOpen();
+    const sorted = validateKeys(keys);
+    const resolved = resolveLockOptions(this.#defaults, options, MULTI_LOCK_OPTION_NAMES);
+    const handle = (key: string, waitMs?: number) => {
+      this.#assertOpen();
+      return new Lock(this.#ctx, key, waitMs === undefined ? resolved : { ...resolved, waitMs });
+    };
+    return acquireAll(sorted, handle, resolved.waitMs, once);
   }
 
   /**

@@ -8,7 +8,7 @@
  * notification where it has one. Permits are not reentrant: each acquire takes one more.
  */
 
-import { holdWhile } from '../core/hold.js';
+import { heldLease, holdWhile } from '../core/hold.js';
 import type { Lease } from '../core/lease.js';
 import type { Lock } from '../core/lock.js';
 import { validatePermits } from '../core/permits.js';
@@ -133,7 +133,7 @@ export class Semaphore {
   async withPermit<T>(fn: (permit: Lease) => Promise<T> | T, options?: PermitOptions): Promise<T> {
     if (typeof fn !== 'function') throw new InvalidArgumentError('fn', 'a function', fn);
     const permit = await this.#lock(options).acquire();
-    return holdWhile(permit, () => fn(permit));
+    return holdWhile(heldLease(permit), () => fn(permit));
   }
 
   #lock(options: PermitOptions | undefined): Lock {

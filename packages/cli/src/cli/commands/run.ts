@@ -28,9 +28,9 @@ import {
   createLocker,
   DEFAULTS,
   InvalidArgumentError,
-  type Lease,
   type Locker,
   LockTimeoutError,
+  MAX_PERMITS,
   MAX_TIMER_MS,
   MIN_TTL_MS,
   type ReleaseOutcome,
@@ -43,6 +43,7 @@ import {
   parseStoreOption,
   UsageError,
 } from '../usage.js';
+import { acquireHold, type Holding, holdLabel } from './run-hold.js';
 
 /**
  * Exit codes of `run` besides the command's own. They sit next to the shell's 126/127 and
@@ -87,7 +88,12 @@ const GROUP_POLL_MS = 25;
 
 /** Checked options of one `run`. */
 export interface RunOptions {
-  readonly key: string;
+  /** The keys (at least one); several are held all or none. */
+  readonly keys: readonly string[];
+  /** `--permits`: take one permit of a semaphore with this many (one key only). */
+  readonly permits: number | undefined;
+  /** `--read`: a shared read lock. */
+  readonly mode: 'write' | 'read';
   readonly store: string;
   readonly ttlMs: number;
   /** `Infinity`: wait until granted. */
@@ -100,6 +106,8 @@ export interface RunOptions {
 /** Raw option values of `run`, as commander hands them over. */
 interface RunCliOptions {
   readonly store?: string;
+  readonly permits?: string;
+  readonly read?: boolean;
   readonly ttl: string;
   readonly wait?: string;
   readonly grace: string;
@@ -117,13 +125,17 @@ Exit status:
   128+n               interrupted by signal n while waiting for the lock
 
 The command's environment gets FENCELOCK_KEY (the key) and FENCELOCK_TOKEN (the lease's fencing
-token, decimal): pass the token to the resource with every write. The command runs in its own
+token, decimal): pass the token to the resource with every write. With several keys it gets
+FENCELOCK_KEYS (a JSON array of the keys, sorted) and FENCELOCK_TOKENS (a JSON array of their
+tokens as decimal strings, in the same order) instead. The command runs in its own
 process group: on lease loss the whole group (the command and whatever it started) gets SIGTERM,
 then SIGKILL. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to fencelock (a terminal's Ctrl-C reaches
 fencelock only) are forwarded to the group; the lock is released once the command has exited.
 
-Example:
+Examples:
   fencelock run --store redis://127.0.0.1:6379 --wait 10000 nightly-report -- ./report.sh --full
+  fencelock run --store redis://127.0.0.1:6379 --permits 3 exports -- ./export.sh
+  fencelock run --store redis://127.0.0.1:6379 stock:a stock:b -- ./move-stock.sh
 `;
 
 /** Add `run` to `program`. */
@@ -133,8 +145,11 @@ export function registerRunCommand(program: Command): void {
     .description(
       'hold a lock on <key> while a command runs; the command gets FENCELOCK_KEY and FENCELOCK_TOKEN',
     )
-    .usage('[options] <key> -- <command> [args...]')
-    .argument('<key>', 'lock key (1 to 1024 UTF-8 bytes)')
+    .usage('[options] <key> [more keys...] -- <command> [args...]')
+    .argument(
+      '<key>',
+      'lock key (1 to 1024 UTF-8 bytes); several keys before -- are locked all or none',
+    )
     .argument('<command>', 'command to run while the lock is held (put -- before it)')
     .argument('[args...]', 'arguments of the command')
     .option(
@@ -151,15 +166,33 @@ export function registerRunCommand(program: Command): void {
       'give up waiting for the lock after this many ms (0: a single attempt) (default: wait until granted)',
     )
     .option(
+      '--permits <n>',
+      `take one permit of a semaphore of <key> with n permits (1 to ${MAX_PERMITS}) instead of the lock`,
+    )
+    .option('--read', 'take a shared read lock (stores with read locks)')
+    .option(
       '--grace <ms>',
       'after the lease is lost, ms between SIGTERM and SIGKILL to the command (0: SIGKILL at once)',
       String(RUN_DEFAULTS.graceMs),
     )
     .addHelpText('after', EXIT_CODE_HELP)
-    .action(async (key: string, command: string, args: string[], raw: RunCliOptions) => {
+    .action(async (_key: string, _command: string, _args: string[], raw: RunCliOptions) => {
       // Everything is checked before the store is touched.
+      const { keys, command, args } = splitOperands(program);
+      const permits =
+        raw.permits === undefined
+          ? undefined
+          : parseIntegerOption('--permits', raw.permits, 1, MAX_PERMITS);
+      if (permits !== undefined && (keys.length > 1 || raw.read === true)) {
+        throw new UsageError(
+          '--permits',
+          'invalid --permits: a semaphore permit is taken on one key, without --read',
+        );
+      }
       const options: RunOptions = {
-        key: parseKeyArgument('<key>', key),
+        keys: keys.map((key) => parseKeyArgument('<key>', key)),
+        permits,
+        mode: raw.read === true ? 'read' : 'write',
         store: raw.store === undefined ? DEFAULT_CLI_STORE : parseStoreOption('--store', raw.store),
         ttlMs: parseIntegerOption('--ttl', raw.ttl, MIN_TTL_MS, MAX_TIMER_MS),
         waitMs:
@@ -185,7 +218,29 @@ function parseCommand(raw: string): string {
 }
 
 /**
- * Acquire `options.key`, run the command while the lease is held, release, close the locker.
+ * The operands of `run`: the keys before `--`, then the command and its arguments. commander
+ * drops the `--` from the operands, so where it stood is read from the program's raw arguments
+ * (its own record of argv). Without `--`, the first operand is the key (one key).
+ * @throws UsageError when no command follows the keys.
+ */
+function splitOperands(program: Command): {
+  keys: string[];
+  command: string;
+  args: string[];
+} {
+  const run = program.commands.find((c) => c.name() === 'run');
+  const operands = run?.args ?? [];
+  const raw = (program as unknown as { rawArgs?: unknown }).rawArgs;
+  const rawArgs = Array.isArray(raw) ? (raw as string[]) : [];
+  const separator = rawArgs.indexOf('--');
+  const after = separator === -1 ? operands.length - 1 : rawArgs.length - separator - 1;
+  const keyCount = Math.max(1, operands.length - after);
+  const [command = '', ...args] = operands.slice(keyCount);
+  return { keys: operands.slice(0, keyCount), command, args };
+}
+
+/**
+ * Acquire the keys (or a permit), run the command while they are held, release, close the locker.
  * @returns the exit code `run` should end with (see `RUN_EXIT_CODES`).
  * @throws UsageError when the store refuses an option (e.g. a TTL above its maximum).
  * @throws BackendError / QuorumError when the store cannot be reached (exit code 1).
@@ -194,14 +249,14 @@ export async function runUnderLock(options: RunOptions): Promise<number> {
   const watcher = new SignalWatcher();
   const locker = createLocker(options.store);
   try {
-    const lease = await acquireOrExit(locker, options, watcher);
-    if (typeof lease === 'number') return lease;
+    const holding = await acquireOrExit(locker, options, watcher);
+    if (typeof holding === 'number') return holding;
     try {
-      if (watcher.received !== undefined) return exitOnSignal(watcher.received, options.key);
-      return await superviseCommand(lease, options, watcher);
+      if (watcher.received !== undefined) return exitOnSignal(watcher.received, holdLabel(options));
+      return await superviseCommand(holding, options, watcher);
     } finally {
       // superviseCommand releases on its normal path; this covers an early return or a throw.
-      if (lease.holdCount > 0) await lease.release().catch(() => undefined);
+      if (holding.held) await holding.release().catch(() => undefined);
     }
   } finally {
     watcher.stop();
@@ -209,28 +264,24 @@ export async function runUnderLock(options: RunOptions): Promise<number> {
   }
 }
 
-/** The lease, or the exit code when waiting ended without one (timeout, signal). */
+/** What was asked for, or the exit code when waiting ended without it (timeout, signal). */
 async function acquireOrExit(
   locker: Locker,
   options: RunOptions,
   watcher: SignalWatcher,
-): Promise<Lease | number> {
+): Promise<Holding | number> {
+  const label = holdLabel(options);
   try {
-    return await locker.acquire(options.key, {
-      ttlMs: options.ttlMs,
-      waitMs: options.waitMs,
-      autoRenew: true,
-      signal: watcher.cancelWait,
-    });
+    return await acquireHold(locker, { ...options, signal: watcher.cancelWait });
   } catch (error) {
-    if (watcher.received !== undefined) return exitOnSignal(watcher.received, options.key);
+    if (watcher.received !== undefined) return exitOnSignal(watcher.received, label);
     if (error instanceof LockTimeoutError) {
       stderrLine(
         error.sawHolder
-          ? `lock "${options.key}" is held by another owner: gave up after waiting ${options.waitMs} ms (--wait)`
+          ? `${label} is held by another owner: gave up after waiting ${options.waitMs} ms (--wait)`
           : error.engineAnswered
-            ? `lock "${options.key}" was not granted within ${options.waitMs} ms (--wait): ${withoutPrefix(error.message)}`
-            : `lock "${options.key}": the store answered no attempt within ${options.waitMs} ms (--wait); is it reachable?`,
+            ? `${label} was not granted within ${options.waitMs} ms (--wait): ${withoutPrefix(error.message)}`
+            : `${label}: the store answered no attempt within ${options.waitMs} ms (--wait); is it reachable?`,
       );
       return RUN_EXIT_CODES.waitTimeout;
     }
@@ -259,13 +310,13 @@ type CommandEnd =
  * it has ended. @returns the exit code.
  */
 async function superviseCommand(
-  lease: Lease,
+  holding: Holding,
   options: RunOptions,
   watcher: SignalWatcher,
 ): Promise<number> {
-  if (lease.signal.aborted) {
-    await lease.release().catch(() => undefined);
-    stderrLine(`${withoutPrefix(lostMessage(lease))}; the command was not started`);
+  if (holding.signal.aborted) {
+    await holding.release().catch(() => undefined);
+    stderrLine(`${withoutPrefix(lostMessage(holding))}; the command was not started`);
     return RUN_EXIT_CODES.leaseLost;
   }
   // Its own process group (and session), so that signals reach everything it starts; stdio is
@@ -276,8 +327,7 @@ async function superviseCommand(
     detached: process.platform !== 'win32',
     env: {
       ...process.env,
-      FENCELOCK_KEY: options.key,
-      FENCELOCK_TOKEN: lease.fencingToken.toString(),
+      ...holding.env,
     },
   });
   let lossReported = false;
@@ -290,7 +340,7 @@ async function superviseCommand(
       options.graceMs === 0
         ? 'sending SIGKILL to the command'
         : `sending SIGTERM to the command (SIGKILL after ${options.graceMs} ms)`;
-    stderrLine(`${withoutPrefix(lostMessage(lease))}; ${stop}`);
+    stderrLine(`${withoutPrefix(lostMessage(holding))}; ${stop}`);
     killAt = performance.now() + options.graceMs;
     if (options.graceMs === 0) {
       signalGroup(child, 'SIGKILL');
@@ -301,7 +351,7 @@ async function superviseCommand(
     signalGroup(child, 'SIGCONT');
     killTimer = setTimeout(() => signalGroup(child, 'SIGKILL'), options.graceMs);
   };
-  lease.signal.addEventListener('abort', onLost, { once: true });
+  holding.signal.addEventListener('abort', onLost, { once: true });
   watcher.forwardTo(child);
 
   let end: CommandEnd;
@@ -312,14 +362,14 @@ async function superviseCommand(
     if (lossReported && end.kind === 'exited') await groupGone(child, killAt);
   } finally {
     watcher.forwardTo(undefined);
-    lease.signal.removeEventListener('abort', onLost);
+    holding.signal.removeEventListener('abort', onLost);
     clearTimeout(killTimer);
   }
 
   let outcome: ReleaseOutcome | undefined;
   let releaseError: unknown;
   try {
-    outcome = await lease.release();
+    outcome = await holding.release();
   } catch (error) {
     releaseError = error;
   }
@@ -331,11 +381,11 @@ async function superviseCommand(
     );
     return notFound ? RUN_EXIT_CODES.commandNotFound : RUN_EXIT_CODES.cannotExecute;
   }
-  if (lease.signal.aborted || (outcome !== undefined && outcome !== 'released')) {
+  if (holding.signal.aborted || (outcome !== undefined && outcome !== 'released')) {
     if (!lossReported) {
-      const why = lease.signal.aborted
-        ? withoutPrefix(lostMessage(lease))
-        : `lease on "${options.key}" (token ${lease.fencingToken}) was no longer held at release (${outcome})`;
+      const why = holding.signal.aborted
+        ? withoutPrefix(lostMessage(holding))
+        : `${holding.description} was no longer held at release (${outcome})`;
       stderrLine(`${why}; the command ran without a valid lease to its end (${describeEnd(end)})`);
     }
     return RUN_EXIT_CODES.leaseLost;
@@ -343,7 +393,7 @@ async function superviseCommand(
   if (releaseError !== undefined) {
     // The command finished while the lease was valid; only the clean-up failed.
     stderrLine(
-      `release of "${options.key}" failed (${withoutPrefix(messageOf(releaseError))}); the lease ends by its TTL`,
+      `release of ${options.keys.map((key) => JSON.stringify(key)).join(', ')} failed (${withoutPrefix(messageOf(releaseError))}); the lease ends by its TTL`,
     );
   }
   return exitCodeOf(end);
@@ -449,13 +499,13 @@ function groupHasLiveMembers(pgid: number): boolean {
   }
 }
 
-function exitOnSignal(signal: ForwardedSignal, key: string): number {
-  stderrLine(`interrupted by ${signal} before the command started (lock "${key}")`);
+function exitOnSignal(signal: ForwardedSignal, label: string): number {
+  stderrLine(`interrupted by ${signal} before the command started (${label})`);
   return 128 + (signalNumber(signal) ?? 0);
 }
 
-function lostMessage(lease: Lease): string {
-  return messageOf(lease.signal.reason);
+function lostMessage(holding: Holding): string {
+  return messageOf(holding.signal.reason);
 }
 
 /**

@@ -1,0 +1,178 @@
+/**
+ * All-or-nothing locks on several keys (Redisson's `RedissonMultiLock`, Curator's
+ * `InterProcessMultiLock`, node-redlock's resource arrays), each key with its own lease and
+ * fencing token. Keys are deduplicated and sorted, so every client tries them in one order. An
+ * attempt asks for every missing key at once with single attempts (one round trip per engine
+ * when nothing is held); if any key is busy, it releases what it took and waits in the line of
+ * the first busy key alone, holding nothing else, then tries the rest again with that key held.
+ * No client ever waits while holding a key another one waits for, so overlapping key sets
+ * taken in any order cannot deadlock; a waiter keeps its place in the busy key's line, so it
+ * is not starved either.
+ */
+
+import type { ReleaseOutcome } from '../core/backend.js';
+import { monotonicNow } from '../core/clock.js';
+import type { Held } from '../core/hold.js';
+import type { Lease } from '../core/lease.js';
+import type { Lock } from '../core/lock.js';
+import { InvalidArgumentError, LockLostError } from '../errors.js';
+import { type LockOptions, validateKey } from '../options.js';
+
+/** Options of `acquireAll` / `withLocks`: a lock's, without reentrancy or a session. */
+export type MultiLockOptions = Omit<LockOptions, 'reentrant' | 'session'>;
+
+/** The option names a multi-key acquire takes. */
+export const MULTI_LOCK_OPTION_NAMES: ReadonlySet<string> = new Set([
+  'ttlMs',
+  'waitMs',
+  'autoRenew',
+  'maxHoldMs',
+  'mode',
+  'signal',
+  'retry',
+]);
+
+/** Most keys one multi-key acquire may take. */
+export const MAX_MULTI_KEYS = 1_000;
+
+/**
+ * Check the keys of a multi-key acquire: an array of 1 to `MAX_MULTI_KEYS` valid keys (a string
+ * is refused, not split into a lock per character).
+ * @returns the keys deduplicated and sorted (by UTF-16 code units, the same on every client).
+ * @throws InvalidArgumentError naming `keys` or `keys[i]`.
+ */
+export function validateKeys(keys: unknown): string[] {
+  if (!Array.isArray(keys)) {
+    throw new InvalidArgumentError('keys', 'an array of keys', keys);
+  }
+  if (keys.length === 0 || keys.length > MAX_MULTI_KEYS) {
+    throw new InvalidArgumentError('keys', `1 to ${MAX_MULTI_KEYS} keys`, `${keys.length} keys`);
+  }
+  const valid = keys.map((key, i) => validateKey(key, `keys[${i}]`));
+  return [...new Set(valid)].sort();
+}
+
+/**
+ * The leases of one all-or-nothing acquire, one per key in key order. Use `signal` to stop work
+ * when any of them is lost, give each resource the fencing token of its own key, and
+ * `release()` (or `await using`) when done.
+ */
+export class MultiLease implements Held, AsyncDisposable {
+  /** One lease per key, sorted by key. */
+  readonly leases: readonly Lease[];
+  #signal: AbortSignal | undefined;
+
+  /** @internal made by `locker.acquireAll`. */
+  constructor(leases: readonly Lease[]) {
+    this.leases = Object.freeze([...leases]);
+  }
+
+  /** The keys, deduplicated and sorted. */
+  get keys(): readonly string[] {
+    return this.leases.map((lease) => lease.key);
+  }
+
+  /** The lease of `key`, or undefined when `key` is not one of this acquire's. */
+  lease(key: string): Lease | undefined {
+    return this.leases.find((lease) => lease.key === key);
+  }
+
+  /** True while every lease is held and valid. */
+  get isHeld(): boolean {
+    return this.leases.every((lease) => lease.isHeld);
+  }
+
+  /** Aborted as soon as any lease is lost, with that lease's `LockLostError` as `reason`. */
+  get signal(): AbortSignal {
+    this.#signal ??= AbortSignal.any(this.leases.map((lease) => lease.signal));
+    return this.#signal;
+  }
+
+  /**
+   * Release every lease (compare-and-delete each, in parallel).
+   * @returns each lease's outcome, in key order.
+   * @throws BackendError when an engine cannot answer (after every release was tried).
+   */
+  async release(): Promise<ReleaseOutcome[]> {
+    const settled = await Promise.allSettled(this.leases.map((lease) => lease.release()));
+    const failed = settled.find((s) => s.status === 'rejected');
+    if (failed) throw failed.reason;
+    return settled.map((s) => (s as PromiseFulfilledResult<ReleaseOutcome>).value);
+  }
+
+  /** @internal `Held`: release, and say which lease did not last to the release. */
+  async releaseChecked(): Promise<LockLostError | undefined> {
+    const outcomes = await this.release();
+    for (const [i, lease] of this.leases.entries()) {
+      if (lease.signal.aborted) return lease.signal.reason as LockLostError;
+      const outcome = outcomes[i]!;
+      if (outcome !== 'released') {
+        return new LockLostError(lease.key, lease.fencingToken, outcome, { operation: 'release' });
+      }
+    }
+    return undefined;
+  }
+
+  /** @internal `Held`: best-effort release. */
+  async releaseQuietly(): Promise<void> {
+    await Promise.allSettled(this.leases.map((lease) => lease.release()));
+  }
+
+  /** `await using all = await locker.acquireAll(keys)` releases every lease at scope exit. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+}
+
+/** A lock handle on `key` that waits at most `waitMs` (validated options of the acquire). */
+export type MultiLockHandle = (key: string, waitMs?: number) => Lock;
+
+/**
+ * Acquire every key of `keys` (already validated, sorted) or none: see the module's docstring.
+ * @param handle makes the lock handle of one key with the acquire's options.
+ * @param waitMs the whole acquire's wait bound, ms (`Infinity`: none).
+ * @param once true for `tryAcquireAll`: a single round of attempts; null when any key is busy.
+ * @throws LockTimeoutError (of the key it waited for) when `waitMs` passes or the signal aborts.
+ * @throws BackendError, QuorumError, PermitsMismatchError as a single acquire does; nothing stays
+ *   held.
+ */
+export async function acquireAll(
+  keys: readonly string[],
+  handle: MultiLockHandle,
+  waitMs: number,
+  once: boolean,
+): Promise<MultiLease | null> {
+  const deadline = monotonicNow() + waitMs;
+  const held = new Map<string, Lease>();
+  try {
+    for (;;) {
+      const missing = keys.filter((key) => !held.has(key));
+      const answers = await Promise.allSettled(missing.map((key) => handle(key).tryAcquire()));
+      let busy: string | undefined;
+      let failure: { reason: unknown } | undefined;
+      for (const [i, answer] of answers.entries()) {
+        if (answer.status === 'rejected') failure ??= answer;
+        else if (answer.value === null) busy ??= missing[i];
+        else held.set(answer.value.key, answer.value);
+      }
+      if (failure) throw failure.reason;
+      if (busy === undefined) return new MultiLease(keys.map((key) => held.get(key)!));
+      await releaseAll(held);
+      if (once) return null;
+      // Wait in the busy key's line, holding nothing else.
+      const remainingMs = Math.max(0, deadline - monotonicNow());
+      const lease = await handle(busy, remainingMs).acquire();
+      held.set(busy, lease);
+    }
+  } catch (error) {
+    await releaseAll(held);
+    throw error;
+  }
+}
+
+/** Release and forget every lease in `held`, best effort, in parallel. */
+async function releaseAll(held: Map<string, Lease>): Promise<void> {
+  const leases = [...held.values()];
+  held.clear();
+  await Promise.allSettled(leases.map((lease) => lease.release()));
+}
