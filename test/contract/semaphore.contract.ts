@@ -5,6 +5,7 @@
  * arrival order, event-driven handoff, a crashed holder's permit back by its TTL, and an
  * agreement on the permit count. Timing bounds are loose (shared machines).
  */
+import { randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { expect, it } from 'vitest';
 import {
@@ -50,6 +51,11 @@ class PermitRegister {
     this.#inside.delete(permit.owner);
     if (permit.fencingToken > this.#releasedMax) this.#releasedMax = permit.fencingToken;
   }
+}
+
+/** A caller-chosen owner id (128 random bits, hex). */
+function ownerId(): string {
+  return randomBytes(16).toString('hex');
 }
 
 /** Register the semaphore cases (inside `describeBackend`'s describe). */
@@ -232,6 +238,46 @@ export function describeSemaphoreContract(suite: SemaphoreSuite): void {
     const again = await semaphore.tryAcquire();
     expect(again?.fencingToken).toBeGreaterThan(inside!.fencingToken);
     expect(await again!.release()).toBe('released');
+  });
+
+  it('semaphore: owner-addressed permits (the sidecar path) acquire, renew and release by name', async (t) => {
+    const [a, b] = await Promise.all([newClient(), newClient()]);
+    if (!a.backend.capabilities.permits) return t.skip();
+    const key = uniqueKey('owner');
+    const [first, second, third] = [ownerId(), ownerId(), ownerId()];
+    const options = { ttlMs: 10_000, permits: 2 } as const;
+    const one = await a.locker.acquireForOwner(key, first, options);
+    expect(one).toMatchObject({ key, owner: first, permits: 2 });
+    // The same owner asking again holds the same permit (a lost reply is safe).
+    expect((await a.locker.acquireForOwner(key, first, options)).fencingToken).toBe(
+      one.fencingToken,
+    );
+    const two = await b.locker.tryAcquireForOwner(key, second, options);
+    expect(two?.fencingToken).toBeGreaterThan(one.fencingToken);
+    expect(await b.locker.tryAcquireForOwner(key, third, options)).toBeNull();
+    // Renewed by name, token and permit count (through the granting locker: on etcd and
+    // ZooKeeper the grant lives in its session), and released so by any locker.
+    const ref = { key, owner: first, fencingToken: one.fencingToken, permits: 2 };
+    expect(await a.locker.renewForOwner(ref, 10_000)).toMatchObject({ outcome: 'renewed' });
+    expect(await b.locker.releaseForOwner(ref)).toBe('released');
+    expect(await b.locker.releaseForOwner(ref)).toBe('not-owner');
+    await expect(
+      b.locker.releaseForOwner({ key, owner: second, permits: 2 }),
+    ).rejects.toBeInstanceOf(InvalidArgumentError);
+    const three = await b.locker.tryAcquireForOwner(key, third, options);
+    expect(three?.fencingToken).toBeGreaterThan(two!.fencingToken);
+    for (const [owner, grant] of [
+      [second, two!],
+      [third, three!],
+    ] as const) {
+      const released = await a.locker.releaseForOwner({
+        key,
+        owner,
+        fencingToken: grant.fencingToken,
+        permits: 2,
+      });
+      expect(released).toBe('released');
+    }
   });
 
   it('semaphore: bad permits and options are InvalidArgumentError before any engine call', async () => {

@@ -6,7 +6,13 @@
  * (`daprAnswer`, after the predefined error messages of Dapr's runtime).
  */
 import type { FastifyError, FastifyReply } from 'fastify';
-import { FencelockError, InvalidArgumentError, LockTimeoutError, QuorumError } from 'fencelock';
+import {
+  FencelockError,
+  InvalidArgumentError,
+  LockTimeoutError,
+  PermitsMismatchError,
+  QuorumError,
+} from 'fencelock';
 
 /** Every `errorCode` the sidecar answers with. */
 export type SidecarErrorCode =
@@ -21,6 +27,7 @@ export type SidecarErrorCode =
   | 'ERR_LOCK_TIMEOUT'
   | 'ERR_NOT_LOCK_OWNER'
   | 'ERR_LOCK_NOT_HELD'
+  | 'ERR_PERMITS_MISMATCH'
   | 'ERR_BACKEND'
   | 'ERR_QUORUM'
   | 'ERR_TRY_LOCK'
@@ -157,6 +164,9 @@ export function fromLockError(
   }
   if (error instanceof QuorumError) {
     return new HttpError(503, { errorCode: 'ERR_QUORUM', message: strip(error.message) });
+  }
+  if (error instanceof PermitsMismatchError) {
+    return new HttpError(409, { errorCode: 'ERR_PERMITS_MISMATCH', message: strip(error.message) });
   }
   if (error instanceof FencelockError) {
     return new HttpError(503, { errorCode: 'ERR_BACKEND', message: strip(error.message) });

@@ -7,7 +7,7 @@
  * code (`ERR_LOCK_BUSY`, `ERR_INVALID_ARGUMENT` with the field in fencelock's HTTP spelling…),
  * which each transport turns into its own answer. No lock state is kept here.
  */
-import type { Locker } from 'fencelock';
+import { type Locker, MAX_PERMITS } from 'fencelock';
 import { fromLockError, HttpError, invalidField } from './http-errors.js';
 import { isWellFormedOwnerName, newOwnerName, ownerIdFor } from './owner.js';
 import { MAX_EXPIRY_SECONDS, MAX_OWNER_CHARS } from './schemas.js';
@@ -36,6 +36,8 @@ export interface GrantAnswer {
   readonly fencingToken: string;
   /** Lease length the engine applied, ms. */
   readonly ttlMs: number;
+  /** For a semaphore's permit, the semaphore's permit count; absent for a lock. */
+  readonly permits?: number;
 }
 
 /** The engine's view of a key. */
@@ -86,11 +88,14 @@ export async function acquire(
     readonly ttlMs: number;
     readonly waitMs?: number | undefined;
     readonly signal?: AbortSignal | undefined;
+    /** A semaphore's permit count: one of its permits instead of the lock. */
+    readonly permits?: number | undefined;
   },
 ): Promise<GrantAnswer> {
   const { key } = request;
   const owner = request.owner ?? newOwnerName();
   checkOwner(ctx, 'owner', owner);
+  const permits = checkedPermits(ctx, request.permits);
   const waitMs = request.waitMs ?? 0;
   if (!Number.isFinite(waitMs) || waitMs < 0 || waitMs > ctx.maxWaitMs) {
     throw invalidField('waitMs', ctx.allowed('waitMs'), waitMs);
@@ -99,7 +104,7 @@ export async function acquire(
     const ownerId = ownerIdFor(owner, key);
     const signal =
       request.signal === undefined ? ctx.shutdown : AbortSignal.any([request.signal, ctx.shutdown]);
-    const options = { ttlMs: request.ttlMs, signal };
+    const options = { ttlMs: request.ttlMs, signal, ...permits };
     const grant =
       waitMs === 0
         ? await ctx.locker.tryAcquireForOwner(key, ownerId, options)
@@ -115,14 +120,21 @@ export async function acquire(
       // could ever release it: release it now. A named owner's grant stays (its TTL ends it), as
       // the caller may be retrying under that name and the retry would be this same grant.
       await ctx.locker
-        .releaseForOwner({ key, owner: ownerId, fencingToken: grant.fencingToken })
+        .releaseForOwner({ key, owner: ownerId, fencingToken: grant.fencingToken, ...permits })
         .catch(() => undefined);
       throw new HttpError(409, {
         errorCode: 'ERR_LOCK_TIMEOUT',
         message: `the caller went away before "${key}" was granted; the grant was released`,
       });
     }
-    return { key, owner, ownerId, fencingToken: grant.fencingToken.toString(), ttlMs: grant.ttlMs };
+    return {
+      key,
+      owner,
+      ownerId,
+      fencingToken: grant.fencingToken.toString(),
+      ttlMs: grant.ttlMs,
+      ...permits,
+    };
   } catch (error) {
     throw fromLockError(error, FIELDS, ctx.allowed, ctx.shutdown.aborted);
   }
@@ -140,23 +152,25 @@ export async function renew(
     readonly owner: string;
     readonly fencingToken: string;
     readonly ttlMs: number;
+    readonly permits?: number | undefined;
   },
 ): Promise<GrantAnswer> {
   const { key, owner, fencingToken, ttlMs } = request;
   checkOwner(ctx, 'owner', owner);
   checkFencingToken(ctx, fencingToken);
+  const permits = checkedPermits(ctx, request.permits);
   let result: Awaited<ReturnType<Locker['renewForOwner']>>;
   const ownerId = ownerIdFor(owner, key);
   try {
     result = await ctx.locker.renewForOwner(
-      { key, owner: ownerId, fencingToken: BigInt(fencingToken) },
+      { key, owner: ownerId, fencingToken: BigInt(fencingToken), ...permits },
       ttlMs,
     );
   } catch (error) {
     throw fromLockError(error, FIELDS, ctx.allowed, ctx.shutdown.aborted);
   }
   if (result.outcome !== 'renewed') throw refused(result.outcome, 'renew', key);
-  return { key, owner, ownerId, fencingToken, ttlMs: result.ttlMs };
+  return { key, owner, ownerId, fencingToken, ttlMs: result.ttlMs, ...permits };
 }
 
 /**
@@ -166,17 +180,24 @@ export async function renew(
  */
 export async function release(
   ctx: LockOperationsContext,
-  request: { readonly key: string; readonly owner: string; readonly fencingToken: string },
+  request: {
+    readonly key: string;
+    readonly owner: string;
+    readonly fencingToken: string;
+    readonly permits?: number | undefined;
+  },
 ): Promise<{ readonly key: string; readonly outcome: 'released' }> {
   const { key, owner, fencingToken } = request;
   checkOwner(ctx, 'owner', owner);
   checkFencingToken(ctx, fencingToken);
+  const permits = checkedPermits(ctx, request.permits);
   let outcome: Awaited<ReturnType<Locker['releaseForOwner']>>;
   try {
     outcome = await ctx.locker.releaseForOwner({
       key,
       owner: ownerIdFor(owner, key),
       fencingToken: BigInt(fencingToken),
+      ...permits,
     });
   } catch (error) {
     throw fromLockError(error, FIELDS, ctx.allowed, ctx.shutdown.aborted);
@@ -313,6 +334,21 @@ function checkOwner(ctx: LockOperationsContext, field: string, name: unknown): v
   if (!isWellFormedOwnerName(name) || name.length === 0 || name.length > MAX_OWNER_CHARS) {
     throw invalidField(field, ctx.allowed(field), name);
   }
+}
+
+/**
+ * A semaphore's permit count, as the option object to spread into the Locker's calls: `{}` for
+ * the lock (absent, or 0 where protobuf cannot leave a field out).
+ */
+function checkedPermits(
+  ctx: LockOperationsContext,
+  permits: number | undefined,
+): { permits?: number } {
+  if (permits === undefined || permits === 0) return {};
+  if (!Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS) {
+    throw invalidField('permits', ctx.allowed('permits'), permits);
+  }
+  return { permits };
 }
 
 function checkFencingToken(ctx: LockOperationsContext, token: unknown): void {

@@ -4,7 +4,7 @@
  * 400 answers. Durations: `ttlMs` and `waitMs` in milliseconds; Dapr's `expiryInSeconds` in
  * seconds. Fencing tokens travel as decimal strings (they may exceed 2^53).
  */
-import { MAX_KEY_BYTES, MAX_TIMER_MS, MIN_TTL_MS, ttlRule } from 'fencelock';
+import { MAX_KEY_BYTES, MAX_PERMITS, MAX_TIMER_MS, MIN_TTL_MS, ttlRule } from 'fencelock';
 
 /** Longest TTL in whole seconds (Dapr's `expiryInSeconds`): the longest timer, in seconds. */
 export const MAX_EXPIRY_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
@@ -28,6 +28,8 @@ export function allowedFor(field: string, maxWaitMs: number): string {
       return `a well-formed string (no lone surrogate) of 1 to ${MAX_OWNER_CHARS} characters`;
     case 'fencingToken':
       return 'a decimal string of a fencing token, e.g. "42"';
+    case 'permits':
+      return `an integer in [1, ${MAX_PERMITS}] (a semaphore's permit count)`;
     default:
       return 'a JSON object with the documented fields';
   }
@@ -47,6 +49,8 @@ const ownerName = {
 } as const;
 const ttlMs = { type: 'number', minimum: MIN_TTL_MS, maximum: MAX_TIMER_MS } as const;
 const fencingToken = { type: 'string', pattern: '^[1-9][0-9]{0,38}$' } as const;
+/** A semaphore's permit count: the request is for one of its permits instead of the lock. */
+const permits = { type: 'integer', minimum: 1, maximum: MAX_PERMITS } as const;
 
 /** Dapr `POST /v1.0-alpha1/lock/{storeName}`. Unknown fields are ignored, as Dapr does. */
 export const daprLockSchema = {
@@ -104,6 +108,7 @@ const grantResponse = {
     ownerId: { type: 'string' },
     fencingToken: { type: 'string' },
     ttlMs: { type: 'number' },
+    permits: { type: 'integer' },
   },
   required: ['key', 'owner', 'ownerId', 'fencingToken', 'ttlMs'],
 } as const;
@@ -118,6 +123,7 @@ export function acquireSchema(maxWaitMs: number) {
         owner: ownerName,
         ttlMs,
         waitMs: { type: 'number', minimum: 0, maximum: maxWaitMs },
+        permits,
       },
       required: ['ttlMs'],
       additionalProperties: false,
@@ -131,7 +137,7 @@ export const renewSchema = {
   params: keyParams,
   body: {
     type: 'object',
-    properties: { owner: ownerName, fencingToken, ttlMs },
+    properties: { owner: ownerName, fencingToken, ttlMs, permits },
     required: ['owner', 'fencingToken', 'ttlMs'],
     additionalProperties: false,
   },
@@ -143,7 +149,7 @@ export const releaseSchema = {
   params: keyParams,
   body: {
     type: 'object',
-    properties: { owner: ownerName, fencingToken },
+    properties: { owner: ownerName, fencingToken, permits },
     required: ['owner', 'fencingToken'],
     additionalProperties: false,
   },
@@ -200,13 +206,16 @@ export interface AcquireBody {
   readonly owner?: string;
   readonly ttlMs: number;
   readonly waitMs?: number;
+  readonly permits?: number;
 }
 export interface RenewBody {
   readonly owner: string;
   readonly fencingToken: string;
   readonly ttlMs: number;
+  readonly permits?: number;
 }
 export interface ReleaseBody {
   readonly owner: string;
   readonly fencingToken: string;
+  readonly permits?: number;
 }

@@ -471,7 +471,7 @@ export class Locker implements AsyncDisposable {
   #ownerLock(key: string, owner: string, options: OwnerAcquireOptions): Lock {
     this.#assertOpen();
     const resolved = ownerLockOptions(this.#defaults, key, owner, options);
-    return new Lock(this.#ctx, resolved.key, resolved.options);
+    return new Lock(this.#ctx, resolved.key, resolved.options, resolved.permits);
   }
 
   #assertOpen(): void {

@@ -31,6 +31,7 @@ import type {
   RenewResult,
 } from './backend.js';
 import { publish } from './events.js';
+import { assertPermitsGranted, validatePermits } from './permits.js';
 
 /**
  * A grant made to a caller-chosen owner (`locker.acquireForOwner`): no `Lease` object, no
@@ -47,6 +48,8 @@ export interface OwnerGrant {
   readonly fencingToken: bigint;
   /** Lease length the engine applied, ms (may be rounded up to the engine's granularity). */
   readonly ttlMs: number;
+  /** For a semaphore's permit, the semaphore's permit count; absent for a lock. */
+  readonly permits?: number;
 }
 
 /** Options of the owner-addressed acquires (`acquireForOwner`, `tryAcquireForOwner`). */
@@ -65,6 +68,11 @@ export interface OwnerAcquireOptions {
   readonly signal?: AbortSignal;
   /** Backoff while waiting. @default the locker's `retry` */
   readonly retry?: RetryOptions;
+  /**
+   * Take one permit of the semaphore `key` with this many permits (1 to 10,000) instead of the
+   * lock `key` (see `locker.semaphore`). Renew and release it with the same `permits`.
+   */
+  readonly permits?: number;
 }
 
 /** Which lease `releaseForOwner` releases: key and owner, and the fencing token if known. */
@@ -74,9 +82,11 @@ export interface OwnerReleaseRef {
   /**
    * The grant's fencing token. Without it, the engine's current holder is read first and
    * released by compare-and-delete of its token, only if it is `owner` (Dapr's unlock carries no
-   * token).
+   * token). Required for a permit.
    */
   readonly fencingToken?: bigint;
+  /** For a semaphore's permit, the semaphore's permit count (as acquired); absent for a lock. */
+  readonly permits?: number;
 }
 
 /**
@@ -101,6 +111,7 @@ const OWNER_ACQUIRE_OPTION_NAMES: ReadonlySet<string> = new Set([
   'waitMs',
   'signal',
   'retry',
+  'permits',
 ]);
 
 /**
@@ -114,7 +125,7 @@ export function ownerLockOptions(
   key: string,
   owner: string,
   options: OwnerAcquireOptions,
-): { key: string; options: ResolvedLockOptions } {
+): { key: string; options: ResolvedLockOptions; permits: number | undefined } {
   const k = validateKey(key);
   validateOwnerId(owner);
   if (typeof options !== 'object' || options === null) {
@@ -127,9 +138,11 @@ export function ownerLockOptions(
       undefined,
     );
   }
-  const resolved = resolveLockOptions(defaults, options, OWNER_ACQUIRE_OPTION_NAMES);
+  const { permits, ...lockOptions } = options;
+  const resolved = resolveLockOptions(defaults, lockOptions, OWNER_ACQUIRE_OPTION_NAMES);
   return {
     key: k,
+    permits: permits === undefined ? undefined : validatePermits(permits),
     options: {
       ...resolved,
       autoRenew: false,
@@ -148,6 +161,7 @@ export function ownerGrantOf(request: AttemptRequest, result: Granted): OwnerGra
     owner: request.owner,
     fencingToken: result.token,
     ttlMs: result.ttlMs,
+    ...(request.permits === undefined ? {} : { permits: request.permits }),
   };
 }
 
@@ -244,9 +258,10 @@ export async function renewForOwner(
   const ttl = validateTtl(ttlMs, 'ttlMs', backend.maxTtlMs);
   const base = { backend: backend.name, store: ctx.store, key: ref.key, owner: ref.owner };
   const fencingToken = ref.fencingToken as bigint;
+  if (ref.permits !== undefined) assertPermitsGranted(backend);
   let result: RenewResult;
   try {
-    result = await backend.renew({ ...base, fencingToken }, ttl);
+    result = await backend.renew({ ...base, fencingToken, permits: ref.permits }, ttl);
   } catch (error) {
     publish('renew', () => ({ ...base, fencingToken, ok: false, error }));
     throw wrapEngineError(backend, `renew of "${ref.key}"`, error);
@@ -274,6 +289,12 @@ export async function releaseForOwner(
   const ref = validateLeaseRef(lease, false);
   const backend = await ctx.backend();
   let fencingToken = ref.fencingToken;
+  if (ref.permits !== undefined) {
+    assertPermitsGranted(backend);
+    if (fencingToken === undefined) {
+      throw new InvalidArgumentError('fencingToken', "the permit's fencing token", undefined);
+    }
+  }
   if (fencingToken === undefined) {
     let info: LockInfo;
     try {
@@ -288,7 +309,7 @@ export async function releaseForOwner(
   const target = { key: ref.key, owner: ref.owner, fencingToken };
   const base = { backend: backend.name, store: ctx.store, ...target };
   try {
-    const outcome = await backend.release(target);
+    const outcome = await backend.release({ ...target, permits: ref.permits });
     publish('release', () => ({ ...base, outcome }));
     return outcome;
   } catch (error) {
@@ -304,7 +325,12 @@ export async function releaseForOwner(
 function validateLeaseRef(
   ref: unknown,
   tokenRequired: boolean,
-): { key: string; owner: string; fencingToken: bigint | undefined } {
+): {
+  key: string;
+  owner: string;
+  fencingToken: bigint | undefined;
+  permits: number | undefined;
+} {
   if (typeof ref !== 'object' || ref === null) {
     throw new InvalidArgumentError('lease', 'an object { key, owner, fencingToken }', ref);
   }
@@ -315,7 +341,8 @@ function validateLeaseRef(
     r.fencingToken === undefined && !tokenRequired
       ? undefined
       : validateFencingToken(r.fencingToken);
-  return { key, owner, fencingToken };
+  const permits = r.permits === undefined ? undefined : validatePermits(r.permits);
+  return { key, owner, fencingToken, permits };
 }
 
 /** Engine errors keep their type; anything else becomes a BackendError with it as `cause`. */

@@ -1,13 +1,19 @@
 /**
  * All-or-nothing locks on several keys (Redisson's `RedissonMultiLock`, Curator's
  * `InterProcessMultiLock`, node-redlock's resource arrays), each key with its own lease and
- * fencing token. Keys are deduplicated and sorted, so every client tries them in one order. An
- * attempt asks for every missing key at once with single attempts (one round trip per engine
- * when nothing is held); if any key is busy, it releases what it took and waits in the line of
- * the first busy key alone, holding nothing else, then tries the rest again with that key held.
- * No client ever waits while holding a key another one waits for, so overlapping key sets
- * taken in any order cannot deadlock; a waiter keeps its place in the busy key's line, so it
- * is not starved either.
+ * fencing token. Keys are deduplicated and sorted, so every client sees them in one order.
+ *
+ * 1. A single attempt at every key at once (one round trip per engine when all are free).
+ * 2. If any key is busy: release everything taken, and wait in the line of the smallest busy
+ *    key, holding nothing else.
+ * 3. With that key granted: single attempts at the keys below it. If one is busy, release
+ *    everything and go back to 2 with that smaller key (so the key waited for decreases at
+ *    every restart, and restarts end). Then the keys above it, in order, each waited for.
+ *
+ * A client waits only while holding keys smaller than the one it waits for (the resource
+ * ordering rule of Havender, 1968), so no cycle of waiters, hence no deadlock, can form, in
+ * whatever order the callers list their keys; the restarts are bounded, so there is no
+ * livelock; and each wait keeps its place in a fair line, so nobody starves.
  */
 
 import type { ReleaseOutcome } from '../core/backend.js';
@@ -144,30 +150,61 @@ export async function acquireAll(
 ): Promise<MultiLease | null> {
   const deadline = monotonicNow() + waitMs;
   const held = new Map<string, Lease>();
+  const waitFor = async (key: string) => {
+    const remainingMs = Math.max(0, deadline - monotonicNow());
+    held.set(key, await handle(key, remainingMs).acquire());
+  };
   try {
+    let busy = await tryEach(keys, handle, held);
+    if (busy === undefined) return new MultiLease(keys.map((key) => held.get(key)!));
+    await releaseAll(held);
+    if (once) return null;
     for (;;) {
-      const missing = keys.filter((key) => !held.has(key));
-      const answers = await Promise.allSettled(missing.map((key) => handle(key).tryAcquire()));
-      let busy: string | undefined;
-      let failure: { reason: unknown } | undefined;
-      for (const [i, answer] of answers.entries()) {
-        if (answer.status === 'rejected') failure ??= answer;
-        else if (answer.value === null) busy ??= missing[i];
-        else held.set(answer.value.key, answer.value);
-      }
-      if (failure) throw failure.reason;
-      if (busy === undefined) return new MultiLease(keys.map((key) => held.get(key)!));
-      await releaseAll(held);
-      if (once) return null;
       // Wait in the busy key's line, holding nothing else.
-      const remainingMs = Math.max(0, deadline - monotonicNow());
-      const lease = await handle(busy, remainingMs).acquire();
-      held.set(busy, lease);
+      await waitFor(busy);
+      const waited = busy;
+      // Below it: single attempts; a busy one starts again from that smaller key, so the key
+      // waited for decreases at every restart, and the restarts end.
+      busy = await tryEach(
+        keys.filter((key) => key < waited),
+        handle,
+        held,
+      );
+      if (busy !== undefined) {
+        await releaseAll(held);
+        continue;
+      }
+      // Above it: in order, each waited for while holding only smaller keys (the resource
+      // ordering that excludes a cycle of waiters).
+      for (const key of keys) if (key > waited) await waitFor(key);
+      return new MultiLease(keys.map((key) => held.get(key)!));
     }
   } catch (error) {
     await releaseAll(held);
     throw error;
   }
+}
+
+/**
+ * A single attempt at each of `keys` at once; the granted ones go into `held`.
+ * @returns the smallest busy key, or undefined when all were granted.
+ * @throws the first engine error (after every attempt settled; the granted ones stay in `held`).
+ */
+async function tryEach(
+  keys: readonly string[],
+  handle: MultiLockHandle,
+  held: Map<string, Lease>,
+): Promise<string | undefined> {
+  const answers = await Promise.allSettled(keys.map((key) => handle(key).tryAcquire()));
+  let busy: string | undefined;
+  let failure: { reason: unknown } | undefined;
+  for (const [i, answer] of answers.entries()) {
+    if (answer.status === 'rejected') failure ??= answer;
+    else if (answer.value === null) busy ??= keys[i];
+    else held.set(answer.value.key, answer.value);
+  }
+  if (failure) throw failure.reason;
+  return busy;
 }
 
 /** Release and forget every lease in `held`, best effort, in parallel. */

@@ -3,7 +3,8 @@
  * routes, on the same operations (`lock-operations.ts`): Acquire with a server-side wait (ended
  * by the caller's cancel or deadline: nothing is granted to a caller that gave up), Renew,
  * Release, Inspect. Fencing tokens are decimal strings; durations are ms. An empty `owner` in
- * Acquire asks for a random one; elsewhere it is refused, as a missing one over HTTP.
+ * Acquire asks for a random one; elsewhere it is refused, as a missing one over HTTP. `permits` 0
+ * is the lock; 1 to 10,000 a semaphore's permit.
  */
 import {
   acquire,
@@ -27,6 +28,8 @@ interface AcquireRequest {
   readonly owner: string;
   readonly ttlMs: number;
   readonly waitMs: number;
+  /** 0: the lock. */
+  readonly permits: number;
 }
 
 interface RenewRequest {
@@ -34,12 +37,14 @@ interface RenewRequest {
   readonly owner: string;
   readonly fencingToken: string;
   readonly ttlMs: number;
+  readonly permits: number;
 }
 
 interface ReleaseRequest {
   readonly key: string;
   readonly owner: string;
   readonly fencingToken: string;
+  readonly permits: number;
 }
 
 interface InspectRequest {
@@ -57,6 +62,7 @@ export function locksService(ctx: LockOperationsContext): ServiceMethods {
           owner: request.owner === '' ? undefined : request.owner,
           ttlMs: request.ttlMs,
           waitMs: request.waitMs,
+          permits: request.permits,
           signal,
         });
       },

@@ -2,7 +2,9 @@
  * fencelock's extensions under `/v1/locks/{key}` (the key URL-encoded): acquire with a wait,
  * renew, release and inspect. Every grant answers `{ key, owner, ownerId, fencingToken, ttlMs }`
  * with the fencing token as a decimal string and `ttlMs` as the engine applied it. Renew and
- * release need the owner name and the fencing token of the grant. A refused renewal counts in
+ * release need the owner name and the fencing token of the grant. With `permits` (1 to 10,000) an
+ * acquire takes one permit of the semaphore `key` instead of the lock, and renew and release name
+ * the same `permits`. A refused renewal counts in
  * `fencelock_renew_failures_total`, not as a lost lease (see `Locker.renewForOwner`).
  */
 import type { FastifyInstance } from 'fastify';
@@ -37,6 +39,7 @@ export function registerLockRoutes(app: FastifyInstance, ctx: RouteContext): voi
           owner: request.body.owner,
           ttlMs: request.body.ttlMs,
           waitMs: request.body.waitMs,
+          permits: request.body.permits,
           signal: gone.signal,
         });
       } finally {

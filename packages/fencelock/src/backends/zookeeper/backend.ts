@@ -1,7 +1,7 @@
 /**
  * ZooKeeper backend (the native `zookeeper` package). Apache Curator's lock recipe
  * (`InterProcessMutex`, `InterProcessReadWriteLock`, `LockInternals`), with a fencing token and a
- * lease-loss signal:
+ * lease-loss signal, and semaphores on the same kind of line:
  *
  * - Every contender creates an EPHEMERAL_SEQUENTIAL node `_c_<owner>-<w|r>-<sequence>` under
  *   `/<namespace>/locks/<key>` in its session. The owner id in the name is Curator's protected
@@ -19,6 +19,27 @@
  *   the background and on reconnection while the session lives, and a node whose create reply
  *   was lost is found by its protected name. Otherwise the node would stay first in line until
  *   its session ends, blocking every later waiter of the key.
+ *
+ * Semaphores (`request.permits` = N), after Curator's `InterProcessSemaphoreV2` (each permit a
+ * lease in the holder's session) with the lock's line instead of its internal mutex:
+ *
+ * - Every contender creates an EPHEMERAL_SEQUENTIAL node `_c_<owner>-p<N>-<sequence>` under
+ *   `/<namespace>/semaphores/<key>` (a container of its own, never the lock's node of the key).
+ *   The permit count is in the name, so one read of the children shows the line and the count of
+ *   every contender. The token is the node's czxid, as for a lock.
+ * - A contender with fewer than N nodes ahead holds a permit. The first waiter (exactly N ahead)
+ *   sets an exists watch on each of the N holders and is woken by the first to go; every later
+ *   waiter watches only its predecessor. A contender granted while nodes are behind it writes its
+ *   own node once (same data, new version): that fires its successor's watch, and the successor
+ *   counts again and, now the first waiter, watches the holders. So a release wakes one waiter,
+ *   and each grant the one after it (no herd). A waiter whose predecessor's node already has
+ *   version > 0 when its watch is set (written, so granted, after the line was read) counts
+ *   again at once. The rule is `permitVerdict` (permit-line.ts).
+ * - The count is checked before the create: a line with another count refuses the attempt with
+ *   `PermitsMismatchError` and nothing written. A contender of another count that gets in
+ *   between that read and the create is found by the read after it: the node just made is
+ *   deleted before the error is thrown. A single attempt (`willWait: false`) that finds N or
+ *   more contenders answers not granted without creating a node.
  *
  * Sessions: one ZooKeeper session per requested TTL (the negotiated session timeout is the TTL
  * of its locks), or the session the user opened. On a lost connection (SUSPENDED) the granted
@@ -39,8 +60,14 @@ import type {
 } from '../../core/backend.js';
 import { type QueueEntry, queueVerdict } from '../../core/predecessor.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
-import { BackendError, InvalidArgumentError } from '../../errors.js';
+import { BackendError, InvalidArgumentError, PermitsMismatchError } from '../../errors.js';
 import { DEFAULTS, MAX_TIMER_MS } from '../../options.js';
+import {
+  otherCountInUse,
+  parsePermitLine,
+  permitNodePrefix,
+  permitVerdict,
+} from './permit-line.js';
 import {
   CREATE_MODE,
   type NativeZooKeeperClass,
@@ -80,6 +107,8 @@ interface Contender {
   expiry: NodeJS.Timeout | undefined;
   /** Removes the grant's listener on the session's suspension (`suspended: 'lose'`). */
   unlink: (() => void) | undefined;
+  /** A semaphore's permit was granted (and its node written if a successor may watch it). */
+  announced: boolean;
 }
 
 /** A node to delete once the ensemble can be reached again (Curator's guaranteed delete). */
@@ -111,13 +140,16 @@ export interface ZookeeperBackendSettings {
 export class ZookeeperBackend implements Backend {
   readonly name = 'zookeeper';
   readonly maxTtlMs = MAX_TIMER_MS;
-  /** Read-write locks; grants live in the locker's ZooKeeper session; sequential nodes form the line. */
+  /**
+   * Read-write locks and semaphores; grants live in the locker's ZooKeeper session; sequential
+   * nodes form the line.
+   */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write', 'read'] as const),
     sessions: true,
     queue: true,
     batchRenew: false,
-    permits: false,
+    permits: true,
   });
   readonly #native: NativeZooKeeperClass;
   readonly #settings: ZookeeperBackendSettings;
@@ -145,10 +177,19 @@ export class ZookeeperBackend implements Backend {
     return this.#settings.suspended;
   }
 
-  /** The node under which the contenders for `key` are created. */
+  /** The node under which the contenders for the lock `key` are created. */
   dirOf(key: string): string {
-    // Node names cannot be `.` or `..`; encoding every dot keeps the mapping one-to-one.
-    return `/${this.#settings.namespace}/locks/${encodeURIComponent(key).replaceAll('.', '%2E')}`;
+    return `/${this.#settings.namespace}/locks/${nodeNameOf(key)}`;
+  }
+
+  /** The node under which the contenders for the semaphore `key` are created (not the lock's). */
+  semaphoreDirOf(key: string): string {
+    return `/${this.#settings.namespace}/semaphores/${nodeNameOf(key)}`;
+  }
+
+  /** The contenders' node of a lock (`permits` undefined) or a semaphore of `key`. */
+  #dirFor(key: string, permits: number | undefined): string {
+    return permits === undefined ? this.dirOf(key) : this.semaphoreDirOf(key);
   }
 
   /**
@@ -183,10 +224,15 @@ export class ZookeeperBackend implements Backend {
     return session;
   }
 
-  /** Create this contender's node (once) and read the children; granted when nothing blocks it. */
+  /**
+   * Create this contender's node (once) and read the children; granted when nothing blocks it
+   * (a lock), or when fewer than `request.permits` nodes are ahead of it (a semaphore).
+   * @throws PermitsMismatchError when a semaphore's contenders use another permit count.
+   */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     this.#assertOpen('acquire');
-    const dir = this.dirOf(request.key);
+    const { permits } = request;
+    const dir = this.#dirFor(request.key, permits);
     let contender = this.#contenders.get(request.owner);
     if (contender !== undefined && !contender.session.alive) {
       this.#forget(request.owner);
@@ -196,11 +242,19 @@ export class ZookeeperBackend implements Backend {
       const session = request.session
         ? this.#userSession(request.session)
         : await this.session(request.ttlMs);
+      if (permits !== undefined) {
+        const full = await this.#permitLineFull(session, dir, request, permits);
+        if (full) return { granted: false };
+      }
       contender = await this.#enqueue(session, dir, request);
     }
     try {
-      return await this.#check(contender, dir, request);
+      return permits === undefined
+        ? await this.#check(contender, dir, request)
+        : await this.#checkPermit(contender, dir, request, permits);
     } catch (error) {
+      // Refused for its count: its node is already deleted (#checkPermit).
+      if (error instanceof PermitsMismatchError) throw error;
       // Curator's internalLockLoop (finally: deleteOurPath): a failed attempt leaves no node in
       // line, also when the caller gave up while it was in flight (no withdrawal follows then).
       // In the background, guaranteed: the error reaches the caller without waiting for the
@@ -213,25 +267,34 @@ export class ZookeeperBackend implements Backend {
     }
   }
 
-  /** Read the children (and the token, the first time): granted, or what to wait on. */
-  async #check(contender: Contender, dir: string, request: AttemptRequest): Promise<AttemptResult> {
+  /**
+   * The names of the children of `dir`, and the contender's token the first time (its node's
+   * czxid, read in the same round trip: ZooKeeper answers a session's requests in order, so the
+   * two are pipelined).
+   * @throws BackendError when the contender's node is gone (deleted behind our back): the next
+   *   attempt starts again as a new contender.
+   */
+  async #readLine(contender: Contender, dir: string): Promise<string[]> {
     const { session } = contender;
-    // The first time, the node's czxid (the token) is read in the same round trip: ZooKeeper
-    // answers a session's requests in order, so the two are pipelined.
     const [names, stat] = await this.#call('acquire', () =>
       Promise.all([
         session.children(dir),
         contender.token === undefined ? session.stat(contender.path) : undefined,
       ]),
     );
-    const entries = parseChildren(names);
-    const mine = entries.find((e) => e.name === contender.name);
     if (stat !== undefined) contender.token = BigInt(stat.czxid);
-    if (mine === undefined || contender.token === undefined) {
-      // Our node is gone (deleted behind our back): start again as a new contender.
-      this.#forget(request.owner);
+    if (!names.includes(contender.name) || contender.token === undefined) {
+      this.#forget(contender.owner);
       throw new BackendError(this.name, 'acquire', new Error('contender node vanished'));
     }
+    return names;
+  }
+
+  /** Read a lock's line: granted, or what to wait on (its predecessor). */
+  async #check(contender: Contender, dir: string, request: AttemptRequest): Promise<AttemptResult> {
+    const { session } = contender;
+    const entries = parseChildren(await this.#readLine(contender, dir));
+    const mine = entries.find((e) => e.name === contender.name)!;
     const verdict = queueVerdict(entries, mine, request.heldWriter);
     if (verdict.outcome === 'granted') return this.#grant(contender, request);
     if (verdict.outcome === 'downgrade-blocked') {
@@ -249,6 +312,81 @@ export class ZookeeperBackend implements Backend {
   }
 
   /**
+   * Before a semaphore contender's node is made, read the line: a contender using another permit
+   * count refuses this one with nothing written; a single attempt (`willWait: false`) that would
+   * not get a permit answers not granted without joining the line (true).
+   * @throws PermitsMismatchError
+   */
+  async #permitLineFull(
+    session: ZkSession,
+    dir: string,
+    request: AttemptRequest,
+    permits: number,
+  ): Promise<boolean> {
+    const entries = parsePermitLine(await this.#call('acquire', () => session.children(dir)));
+    const inUse = otherCountInUse(entries, permits);
+    if (inUse !== undefined) throw new PermitsMismatchError(request.key, permits, inUse);
+    return request.willWait === false && entries.length >= permits;
+  }
+
+  /**
+   * Read a semaphore's line (and the token, the first time): a permit, or what to wait on
+   * (permit-line.ts). A contender that finds a node ahead with another count (made after the
+   * check before its own create) deletes its node before it answers with the mismatch.
+   * @throws PermitsMismatchError
+   */
+  async #checkPermit(
+    contender: Contender,
+    dir: string,
+    request: AttemptRequest,
+    permits: number,
+  ): Promise<AttemptResult> {
+    const { session } = contender;
+    const entries = parsePermitLine(await this.#readLine(contender, dir));
+    const mine = entries.find((e) => e.name === contender.name)!;
+    const verdict = permitVerdict(entries, mine, permits);
+    if (verdict.outcome === 'mismatch') {
+      this.#forget(request.owner);
+      // A delete that cannot reach the ensemble now is kept and retried (guaranteed, #deleteOwn).
+      await this.#deleteOwn(session, dir, request.owner, contender.path).catch(() => undefined);
+      throw new PermitsMismatchError(request.key, permits, verdict.inUse);
+    }
+    if (verdict.outcome === 'granted') {
+      if (!contender.announced) await this.#announce(contender, verdict.behind);
+      return this.#grant(contender, request);
+    }
+    if (request.willWait === false) return { granted: false, queued: true };
+    const paths = verdict.watch.map((entry) => `${dir}/${entry.name}`);
+    // A later waiter's predecessor written since the line was read (version 0 at its create) was
+    // granted meanwhile: count again at once instead of missing that write.
+    const changed = verdict.firstWaiter ? undefined : (node: NodeStat) => node.version > 0;
+    return {
+      granted: false,
+      queued: true,
+      recheckAfterMs: RECHECK_AFTER_MS,
+      waitForChange: (signal, maxMs) =>
+        session.waitForChange(paths, signal, maxMs, changed).catch(() => undefined),
+    };
+  }
+
+  /**
+   * A semaphore contender's first grant: when nodes are behind it (`behind`), write its node once
+   * (same data, new version), which wakes a successor that watches it as its predecessor, so
+   * that it counts again and, now the first waiter, watches the holders (permit-line.ts). A
+   * contender granted with nobody behind writes nothing: whoever comes later reads the line after
+   * this grant and counts it as a holder.
+   */
+  async #announce(contender: Contender, behind: boolean): Promise<void> {
+    if (behind) {
+      const written = await this.#call('acquire', () =>
+        contender.session.setData(contender.path, String(contender.ttlMs), contender.version),
+      );
+      contender.version = written.version;
+    }
+    contender.announced = true;
+  }
+
+  /**
    * Confirm that the owner's node still exists with the lease's czxid. The session is kept
    * alive by the client, and its negotiated timeout is the TTL of a lease with the watchdog (a
    * node cannot move to another session). A lease without the watchdog gets its TTL restarted:
@@ -257,9 +395,9 @@ export class ZookeeperBackend implements Backend {
    */
   async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     const contender = this.#contenders.get(lease.owner);
-    const dir = this.dirOf(lease.key);
+    const dir = this.#dirFor(lease.key, lease.permits);
     if (contender === undefined || !contender.session.alive || contender.lost.signal.aborted) {
-      return { ok: false, reason: (await this.#anyContender(dir)) ? 'not-owner' : 'not-held' };
+      return { ok: false, reason: await this.#othersOrNobody(dir, lease.permits) };
     }
     if (contender.token !== lease.fencingToken) return { ok: false, reason: 'not-owner' };
     const { session } = contender;
@@ -279,7 +417,7 @@ export class ZookeeperBackend implements Backend {
     }
     if (stat === undefined || BigInt(stat.czxid) !== lease.fencingToken) {
       this.#forget(lease.owner);
-      return { ok: false, reason: (await this.#anyContender(dir)) ? 'not-owner' : 'not-held' };
+      return { ok: false, reason: await this.#othersOrNobody(dir, lease.permits) };
     }
     contender.version = stat.version;
     contender.ttlMs = applied;
@@ -293,18 +431,18 @@ export class ZookeeperBackend implements Backend {
    * (Curator's guaranteed delete), and the error is thrown; a later release asks the ensemble.
    */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
-    const dir = this.dirOf(lease.key);
+    const dir = this.#dirFor(lease.key, lease.permits);
     const known = this.#contenders.get(lease.owner);
     if (known !== undefined && known.token !== lease.fencingToken) {
       // Not this owner's grant: leave its node (if any) alone.
-      return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
+      return this.#othersOrNobody(dir, lease.permits);
     }
     // A release that failed before left its node's delete pending: its session and path.
     const own = known ?? this.#pendingDelete(dir, lease.owner);
     const session = own?.session.alive ? own.session : await this.session(DEFAULTS.ttlMs);
     const path = own?.path ?? (await this.#findNode(session, dir, lease.owner));
     if (path === undefined) {
-      return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
+      return this.#othersOrNobody(dir, lease.permits);
     }
     let version = known?.version ?? -1;
     if (known === undefined) {
@@ -324,12 +462,12 @@ export class ZookeeperBackend implements Backend {
     }
     this.#forget(lease.owner);
     if (deleted) return 'released';
-    return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
+    return this.#othersOrNobody(dir, lease.permits);
   }
 
   /** Delete this contender's node (waiting or granted). */
   async abandon(request: AttemptRequest): Promise<void> {
-    const dir = this.dirOf(request.key);
+    const dir = this.#dirFor(request.key, request.permits);
     const known = this.#contenders.get(request.owner);
     const session = known?.session.alive ? known.session : await this.session(DEFAULTS.ttlMs);
     this.#forget(request.owner);
@@ -409,7 +547,10 @@ export class ZookeeperBackend implements Backend {
 
   /** Create the contender's node in `session`, creating the parents when missing. */
   async #enqueue(session: ZkSession, dir: string, request: AttemptRequest): Promise<Contender> {
-    const prefix = `_c_${request.owner}-${request.mode === 'read' ? 'r' : 'w'}-`;
+    const prefix =
+      request.permits === undefined
+        ? `_c_${request.owner}-${request.mode === 'read' ? 'r' : 'w'}-`
+        : permitNodePrefix(request.owner, request.permits);
     const data = String(session.timeoutMs);
     let path: string | undefined;
     for (let tries = 0; path === undefined; tries++) {
@@ -448,6 +589,7 @@ export class ZookeeperBackend implements Backend {
       lost: new AbortController(),
       expiry: undefined,
       unlink: undefined,
+      announced: false,
     };
     this.#contenders.set(request.owner, contender);
     return contender;
@@ -457,8 +599,8 @@ export class ZookeeperBackend implements Backend {
    * The key's node, a container (CreateMode.CONTAINER, ZooKeeper 3.5.3 and later): once its last
    * contender node is gone, the leader deletes it on its next container check
    * (`znode.container.checkIntervalMs`), so a released key leaves nothing behind. Its parents,
-   * `/<namespace>` and `/<namespace>/locks`, are persistent and made only when missing (the first
-   * lock of a namespace), shared by every key.
+   * `/<namespace>` and `/<namespace>/locks` (or `/<namespace>/semaphores`), are persistent and
+   * made only when missing (the first lock or semaphore of a namespace), shared by every key.
    */
   async #createParents(session: ZkSession, dir: string): Promise<void> {
     const root = `/${this.#settings.namespace}`;
@@ -474,7 +616,7 @@ export class ZookeeperBackend implements Backend {
     } catch (error) {
       if (zkCode(error) !== ZCODE.noNode) throw error;
       await create(root, CREATE_MODE.persistent);
-      await create(`${root}/locks`, CREATE_MODE.persistent);
+      await create(dir.slice(0, dir.lastIndexOf('/')), CREATE_MODE.persistent);
       await create(dir, CREATE_MODE.container);
     }
   }
@@ -608,10 +750,19 @@ export class ZookeeperBackend implements Backend {
     return name === undefined ? undefined : `${dir}/${name}`;
   }
 
-  async #anyContender(dir: string): Promise<boolean> {
+  /**
+   * The answer for an owner and token that hold nothing under `dir` (a lock's, or a semaphore's
+   * when `permits` is set): `not-owner` while any contender node is there (the first ones hold
+   * the lock or the permits), else `not-held`.
+   */
+  async #othersOrNobody(
+    dir: string,
+    permits: number | undefined,
+  ): Promise<'not-owner' | 'not-held'> {
     const session = await this.session(DEFAULTS.ttlMs);
     const names = await this.#call('lookup', () => session.children(dir));
-    return parseChildren(names).length > 0;
+    const line = permits === undefined ? parseChildren(names) : parsePermitLine(names);
+    return line.length > 0 ? 'not-owner' : 'not-held';
   }
 
   #forget(owner: string): void {
@@ -655,6 +806,11 @@ export class ZookeeperBackend implements Backend {
     const unreachable = await requestUnreachable(error, connect, connectTimeoutMs);
     return new BackendError(this.name, operation, error, unreachable);
   }
+}
+
+/** `key` as one node name: node names cannot be `.` or `..`, so every dot is encoded too. */
+function nodeNameOf(key: string): string {
+  return encodeURIComponent(key).replaceAll('.', '%2E');
 }
 
 /** Contender entries among `names`, lowest sequence first (other names are ignored). */

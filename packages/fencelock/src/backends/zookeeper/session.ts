@@ -98,6 +98,14 @@ export interface ZkSessionOptions {
   readonly signal?: AbortSignal;
 }
 
+/** An exists watch on one path, shared by every wait of the session on it. */
+interface PathWatch {
+  /** Wakes of the waits on it; all are called when the watch fires. */
+  readonly waiting: Set<() => void>;
+  /** The node's stat when the watch was set (undefined: no such node); rejects if it failed. */
+  readonly stat: Promise<NodeStat | undefined>;
+}
+
 /** Codes with which the C client fails a request whose connection ended under it. */
 const DISCONNECTED: ReadonlySet<number> = new Set([ZCODE.connectionLoss, ZCODE.closing]);
 
@@ -134,10 +142,10 @@ export class ZkSession implements BackendSession {
   /** Wakes a server that sits on this session's requests (nudge.ts). */
   readonly #stallNudge = new StallNudge(() => this.#nudge());
   /**
-   * Waits on a node's deletion, by path: one watch set per path. `lose()` wakes them all, so a
-   * wait adds no listener of its own to the session's shared `signal`.
+   * Watches set by this session's waits, by path: one per path, shared by every wait on it.
+   * `lose()` wakes them all, so a wait adds no listener of its own to the session's `signal`.
    */
-  readonly #watches = new Map<string, Set<() => void>>();
+  readonly #watches = new Map<string, PathWatch>();
   /** Called with every reconnection within the session. */
   onReconnect: (() => void) | undefined;
 
@@ -235,8 +243,9 @@ export class ZkSession implements BackendSession {
       this.#zk = next;
       this.#listen(next);
       this.#resume();
-      for (const waiting of [...this.#watches.values()]) for (const wake of waiting) wake();
+      const watches = [...this.#watches.values()];
       this.#watches.clear();
+      for (const watch of watches) for (const wake of [...watch.waiting]) wake();
     });
   }
 
@@ -395,39 +404,78 @@ export class ZkSession implements BackendSession {
    * the watch across reconnections.
    * @throws ZooKeeperError when the watch cannot be set.
    */
-  async waitForDelete(path: string, signal: AbortSignal, maxMs: number): Promise<void> {
+  waitForDelete(path: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    return this.waitForChange([path], signal, maxMs);
+  }
+
+  /**
+   * Resolve when the first of `paths` is deleted or written (an exists watch fires on both), or
+   * at once when one of them does not exist or `changed` says so of its stat as the watch found
+   * it; also at `maxMs`, when `signal` aborts, or the session ends. The watches are
+   * `waitForDelete`'s, one per path and session, shared, and left set when the wait ends first.
+   * @param changed whether a node already changed before its watch was set (a semaphore waiter's
+   *   predecessor already written, see permit-line.ts); the stat is the one read when the watch
+   *   was set, still current while the watch has not fired.
+   * @throws ZooKeeperError when a watch cannot be set.
+   */
+  async waitForChange(
+    paths: readonly string[],
+    signal: AbortSignal,
+    maxMs: number,
+    changed?: (stat: NodeStat) => boolean,
+  ): Promise<void> {
     if (signal.aborted || !this.alive) return;
     // `signal` is this acquire's own; the session's loss wakes it through `#watches` (lose()).
-    const wait = startWait(signal, maxMs, () => this.#watches.get(path)?.delete(done));
+    const wait = startWait(signal, maxMs, () => {
+      for (const path of paths) this.#watches.get(path)?.waiting.delete(done);
+    });
     const done = wait.wake;
     const ended = wait.ended.then(() => undefined);
-    const existing = this.#watches.get(path);
-    if (existing !== undefined) {
-      existing.add(done);
-      return ended;
+    const found: Promise<NodeStat | undefined>[] = [];
+    for (const path of paths) {
+      if (wait.isDone()) break;
+      const watch = this.#watches.get(path) ?? this.#watch(path);
+      watch.waiting.add(done);
+      found.push(watch.stat);
     }
-    const waiting = new Set<() => void>([done]);
-    this.#watches.set(path, waiting);
-    const fire = () => {
-      if (this.#watches.get(path) === waiting) this.#watches.delete(path);
-      for (const wake of waiting) wake();
-    };
-    try {
-      await this.#call<NodeStat>((cb) =>
-        this.#zk.aw_exists(
-          path,
-          (type) => {
-            if (type !== SESSION_EVENT) fire();
-          },
-          cb,
-        ),
-      );
-    } catch (error) {
-      // Gone already (no watch was set), or the watch could not be set: nobody may wait on it.
-      fire();
-      if (zkCode(error) !== ZCODE.noNode) throw error;
+    let failure: unknown;
+    for (const outcome of await Promise.allSettled(found)) {
+      if (outcome.status === 'rejected') failure ??= outcome.reason;
+      else if (outcome.value === undefined || changed?.(outcome.value)) done();
+    }
+    if (failure !== undefined) {
+      done();
+      throw failure;
     }
     return ended;
+  }
+
+  /** Set an exists watch on `path`, kept in `#watches` until it fires (or cannot be set). */
+  #watch(path: string): PathWatch {
+    const waiting = new Set<() => void>();
+    const forget = () => {
+      if (this.#watches.get(path) === watch) this.#watches.delete(path);
+    };
+    const stat = this.#call<NodeStat>((cb) =>
+      this.#zk.aw_exists(
+        path,
+        (type) => {
+          if (type === SESSION_EVENT) return;
+          forget();
+          for (const wake of [...waiting]) wake();
+        },
+        cb,
+      ),
+    ).catch((error: unknown) => {
+      // Gone already (the watch left is on its creation), or the watch could not be set: every
+      // wait on it ends at once (see waitForChange), and the next wait sets a new one.
+      forget();
+      if (zkCode(error) === ZCODE.noNode) return undefined;
+      throw error;
+    });
+    const watch: PathWatch = { waiting, stat };
+    this.#watches.set(path, watch);
+    return watch;
   }
 
   /** Declare the session lost (idempotent): stop the heartbeat, abort `signal`, close the client. */
@@ -444,9 +492,9 @@ export class ZkSession implements BackendSession {
     clearTimeout(this.#reconnectCheck);
     this.#zk.close();
     // Every wait ends with the session (no listener per wait on `signal`).
-    const waits = [...this.#watches.values()];
+    const watches = [...this.#watches.values()];
     this.#watches.clear();
-    for (const waiting of waits) for (const wake of [...waiting]) wake();
+    for (const watch of watches) for (const wake of [...watch.waiting]) wake();
   }
 
   /**
