@@ -119,7 +119,9 @@ export function describeMultiLockContract(suite: MultiLockSuite): void {
     // 1,000 multi-key acquires in all.
     await Promise.all([run(a.locker, [x, y, z], 500), run(b.locker, [z, y, x], 500)]);
     expect(overlaps).toBe(0);
-  });
+    // Contended multi-key acquires take up to 40 ms each on the consensus engines and Redlock
+    // here: the bound is for a loaded CI machine, not a figure (the bench measures speed).
+  }, 180_000);
 
   it('withLocks: one signal aborts when any key is lost; it rejects with LockLostError', async () => {
     const client = await newClient();

@@ -1,7 +1,8 @@
 /**
  * Redlock over N independent Redis nodes (the algorithm of the Redis documentation,
  * "Distributed locks with Redis"), with Lua scripts of its own (`scripts/`: grant, release,
- * withdraw and settle on one node) and two of the single-node backend's (renew many, inspect):
+ * withdraw and settle on one node, and a permit's withdrawal and settling) and the single-node
+ * backend's renew many and inspect (locks) and semaphore scripts (permits):
  *
  * - Acquire runs the grant script on every node at once, each bounded by the per-node timeout.
  *   Granted when a majority (N/2+1) granted; the core then believes the lease valid until
@@ -31,6 +32,25 @@
  *   ZooKeeper) where tokens must not depend on clocks at all.
  * - Renew and release run on every node and need a majority too. A failed vote lists every node's
  *   outcome (`QuorumError.nodes`).
+ *
+ * Semaphores (`locker.semaphore(key, { permits })`, permits.ts): every node keeps the
+ * single-node backend's semaphore state under `semaphoreKeys` (apart from the lock of the same
+ * key): its live permits (holder → expiry, holder → token), the permit count in use, its line of
+ * waiters (owner → ticket, owner → entry expiry) and its fence counter, each expiring once the
+ * semaphore is idle; the single-node scripts (`semaphore-acquire.lua`, `-renew`, `-release`,
+ * `-abandon`) run on every node as they are, with the waiter's ticket. A majority does not bound
+ * the holders of N permits: with 5 nodes and 2 permits, 3 holders granted on 3 nodes each take 9
+ * of the 10 permit slots the nodes have. A permit needs q nodes with (N + 1) · q > nodes · N,
+ * q = ⌊nodes · N / (N + 1)⌋ + 1 (`permitQuorumOf`): N + 1 valid holders would need
+ * (N + 1) · q > nodes · N slots, more than the nodes hold (each at most N live permits). With 5
+ * nodes: 3 for 1 permit (a majority), 4 for 2 or 3 permits, 5 (every node) for 4 or more; with 3
+ * nodes: 2 for 1 permit, 3 for 2 or more. So from N = nodes − 1 on, no node may be down for a
+ * permit to be granted or renewed. Renew needs q nodes; a release is `released` once the permit
+ * is deleted on nodes − q + 1 of them. A lost vote withdraws the permit on every node and the
+ * waiter keeps its place in every line by its ticket; a release on a node publishes the ids of
+ * the waiters its freed permit lets in on the semaphore's channel there, and only they wake.
+ * Tokens are the highest a quorum issued, settled on q nodes (`settle-permit-token.lua`), rising
+ * under the same clock assumptions as a lock's (any two permit quorums share a node).
  */
 import type { Redis } from 'ioredis';
 import type {
@@ -44,17 +64,17 @@ import type {
   RenewResult,
 } from '../../core/backend.js';
 import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
-import { BackendError, QuorumError } from '../../errors.js';
+import { QuorumError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { CLOSE_TIMEOUT_MS, quit } from '../redis/connection.js';
 import { fenceTtlMs } from '../redis/fence-counter.js';
-import { type LockKeys, lockKeys } from '../redis/lock-keys.js';
-import { ReleaseWaiters } from '../redis/release-waiters.js';
+import { type LockKeys, lockKeys, type SemaphoreKeys } from '../redis/lock-keys.js';
 import { inspectScript, renewManyScript } from '../redis/scripts.js';
-import { unreachableAt } from '../unreachable.js';
 import { LINE_RECHECK_MS, REDLOCK_ENTRY_TTL_MS } from '../waiting-line.js';
+import { LineWaits } from './line-waits.js';
 import type { RedlockNode } from './node.js';
-import { type NodeResult, outcomesOf, quorumOf, vote } from './quorum.js';
+import { RedlockPermits } from './permits.js';
+import { type NodeResult, outcomesOf, quorumOf } from './quorum.js';
 import { RestartWatch } from './restarts.js';
 import {
   grantOnNodeScript,
@@ -62,6 +82,7 @@ import {
   settleTokenScript,
   withdrawOnNodeScript,
 } from './scripts.js';
+import { NodeVoter } from './voter.js';
 
 /** Most renewals sent to a node in one script call. */
 const RENEW_BATCH_LIMIT = 1_000;
@@ -79,23 +100,20 @@ export class RedlockBackend implements Backend {
     sessions: false,
     queue: true,
     batchRenew: true,
-    permits: false,
+    permits: true,
   });
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
-  /** Votes needed: a majority of the nodes. */
+  /** Votes a lock needs: a majority of the nodes. */
   readonly quorum: number;
   readonly #nodes: readonly RedlockNode[];
   readonly #prefix: string;
   readonly #nodeTimeoutMs: number;
-  readonly #connecting = new Map<RedlockNode, Promise<void>>();
+  readonly #voter: NodeVoter;
   readonly #restarts: RestartWatch;
-  /** Last connection error of each node since it was last ready, for the nodes' errors. */
-  readonly #lastErrors = new Map<RedlockNode, Error>();
-  /** Release notifications, one subscriber connection per node (opened on the first wait). */
-  readonly #waiters: readonly ReleaseWaiters[];
-  /** Each waiting acquire's ticket: the µs it first attempted, on this process's clock. */
-  readonly #tickets = new WeakMap<AttemptRequest, string>();
-  #closed = false;
+  /** Tickets, and release notifications (one subscriber connection per node, on first wait). */
+  readonly #line: LineWaits;
+  /** A semaphore's permits (`AttemptRequest.permits`), voted on with the permit quorum. */
+  readonly #permits: RedlockPermits;
 
   /**
    * @param nodes an odd number ≥ 3 of independent nodes (checked by `createRedlockBackend`).
@@ -106,12 +124,14 @@ export class RedlockBackend implements Backend {
     this.#prefix = prefix;
     this.#nodeTimeoutMs = nodeTimeoutMs;
     this.quorum = quorumOf(nodes.length);
+    this.#voter = new NodeVoter(this.name, nodes, nodeTimeoutMs);
     this.#restarts = new RestartWatch(nodes);
-    this.#waiters = nodes.map((node) => new ReleaseWaiters(node.client));
-    for (const node of nodes) {
-      node.client.on('error', (error: Error) => this.#lastErrors.set(node, error));
-      node.client.on('ready', () => this.#lastErrors.delete(node));
-    }
+    this.#line = new LineWaits(nodes.map((node) => node.client));
+    this.#permits = new RedlockPermits(this.#voter, this.#line, this.#restarts, {
+      prefix,
+      nodeTimeoutMs,
+      releaseTimeoutMs: Math.max(nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),
+    });
   }
 
   /** The nodes, in the order given. */
@@ -124,28 +144,41 @@ export class RedlockBackend implements Backend {
     return lockKeys(this.#prefix, key);
   }
 
+  /** The Redis keys of a semaphore on every node (as the single-node backend's). */
+  semaphoreKeysOf(key: string): SemaphoreKeys {
+    return this.#permits.keysOf(key);
+  }
+
+  /** Votes a permit of a semaphore of `permits` needs (`permitQuorumOf`). */
+  permitQuorum(permits: number): number {
+    return this.#permits.quorumFor(permits);
+  }
+
   /**
    * Acquire on every node; granted on a majority, else withdrawn everywhere. When fewer than a
    * majority of the nodes answered (or the token could not be settled on a majority), the answer
-   * is `{ granted: false, reason: 'no-quorum', error: QuorumError }`.
+   * is `{ granted: false, reason: 'no-quorum', error: QuorumError }`. A semaphore's permit is
+   * voted on with the permit quorum instead (permits.ts).
+   * @throws PermitsMismatchError for a permit whose semaphore uses another count.
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
+    if (request.permits !== undefined) return this.#permits.attempt(request, request.permits);
     const k = this.keysOf(request.key);
     const waiting = request.willWait !== false;
     // A release message that names this owner while the vote runs is kept for its next wait.
-    if (waiting) for (const waiters of this.#waiters) waiters.inLine(k.channel, request.owner);
-    const ticket = waiting ? this.#ticketOf(request) : '0';
+    if (waiting) this.#line.inLine(k.channel, request.owner);
+    const ticket = waiting ? this.#line.ticketOf(request) : '0';
     const isGrant = (r: NodeResult<[1, string] | [0, number]>) =>
       r.status === 'ok' && r.value[0] === 1;
     const acquiring = this.#vote(
-      this.#timeoutFor(request.ttlMs),
+      this.#voter.timeoutFor(request.ttlMs),
       (client) =>
         grantOnNodeScript.run(
           client,
           [k.lock, k.fence, k.queue, k.waiters],
           [request.owner, request.ttlMs, fenceTtlMs(request.ttlMs), ticket, REDLOCK_ENTRY_TTL_MS],
         ),
-      (results) => this.#decided(results.filter(isGrant).length, results.length),
+      (results) => this.#voter.decided(this.quorum, results.filter(isGrant).length, results.length),
     );
     const early = await acquiring.early;
     const grants = early.flatMap((r) => (r.status === 'ok' && r.value[0] === 1 ? [r] : []));
@@ -165,7 +198,7 @@ export class RedlockBackend implements Backend {
             r.status === 'timeout' ||
             (r.status === 'ok' && r.value[0] === 1 && BigInt(r.value[1]) !== token),
         );
-        if (!unsettled || this.#closed) return;
+        if (!unsettled || this.#voter.closed) return;
         return this.#settleVote(request, token, () => false).all;
       });
       const on = (results: readonly NodeResult<[1, string] | [0, number]>[]) =>
@@ -198,53 +231,24 @@ export class RedlockBackend implements Backend {
       // Waiters attempt at least this often, which keeps their line entries alive.
       recheckAfterMs: LINE_RECHECK_MS,
       queued: true,
-      waitForChange: (signal, maxMs) => this.#waitForTurn(k.channel, request.owner, signal, maxMs),
+      waitForChange: (signal, maxMs) =>
+        this.#line.waitForTurn(k.channel, request.owner, signal, maxMs),
     };
-  }
-
-  /** This waiting acquire's ticket, fixed at its first attempt (decimal µs). */
-  #ticketOf(request: AttemptRequest): string {
-    let ticket = this.#tickets.get(request);
-    if (ticket === undefined) {
-      ticket = String(Math.floor((performance.timeOrigin + performance.now()) * 1000));
-      this.#tickets.set(request, ticket);
-    }
-    return ticket;
   }
 
   /** This process no longer waits for `request`'s key: forget any release message kept for it. */
   #leftLine(request: AttemptRequest): void {
-    const { channel } = this.keysOf(request.key);
-    for (const waiters of this.#waiters) waiters.leftLine(channel, request.owner);
-  }
-
-  /**
-   * Wait until a release message on any node names `owner` as the head of the key's line, or
-   * `maxMs`, or `signal` aborts. Never rejects.
-   */
-  async #waitForTurn(
-    channel: string,
-    owner: string,
-    signal: AbortSignal,
-    maxMs: number,
-  ): Promise<void> {
-    const done = new AbortController();
-    const stop = () => done.abort();
-    signal.addEventListener('abort', stop, { once: true });
-    try {
-      await Promise.race(this.#waiters.map((w) => w.wait(channel, owner, done.signal, maxMs)));
-    } finally {
-      signal.removeEventListener('abort', stop);
-      done.abort();
-    }
+    this.#line.leftLine(this.keysOf(request.key).channel, request.owner);
   }
 
   /**
    * Extend on every node; renewed when a majority did. Renewals asked for in one turn of the
    * event loop go to each node as one script call (the single-node `renew-many.lua`), voted on lease by lease.
+   * A permit is renewed on its own, on the permit quorum.
    * @throws QuorumError when fewer than a majority answered.
    */
   renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    if (lease.permits !== undefined) return this.#permits.renew(lease, lease.permits, ttlMs);
     return this.#renewals.renew(lease, ttlMs);
   }
 
@@ -253,7 +257,7 @@ export class RedlockBackend implements Backend {
     // script call per node for each timeout among the batch.
     const byTimeout = new Map<number, number[]>();
     batch.forEach((r, i) => {
-      const timeoutMs = this.#timeoutFor(r.ttlMs);
+      const timeoutMs = this.#voter.timeoutFor(r.ttlMs);
       byTimeout.set(timeoutMs, [...(byTimeout.get(timeoutMs) ?? []), i]);
     });
     const outcomes: (RenewResult | Error)[] = new Array(batch.length);
@@ -281,7 +285,10 @@ export class RedlockBackend implements Backend {
     const renewing = this.#vote(
       timeoutMs,
       (client) => renewManyScript.run(client, keys, args),
-      (results) => batch.every((_, i) => this.#decided(renewedOn(results, i), results.length)),
+      (results) =>
+        batch.every((_, i) =>
+          this.#voter.decided(this.quorum, renewedOn(results, i), results.length),
+        ),
     );
     const early = await renewing.early;
     const outcomes: (RenewResult | Error | undefined)[] = batch.map((r, i) => {
@@ -309,10 +316,12 @@ export class RedlockBackend implements Backend {
   }
 
   /**
-   * Compare-and-delete on every node; `released` when a majority deleted this lease.
+   * Compare-and-delete on every node; `released` when a majority deleted this lease (a permit:
+   * when it is deleted on too many nodes for its quorum, permits.ts).
    * @throws QuorumError when fewer than a majority answered.
    */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
+    if (lease.permits !== undefined) return this.#permits.release(lease, lease.permits);
     const k = this.keysOf(lease.key);
     const released = (r: NodeResult<1 | 0 | -1>) => r.status === 'ok' && r.value === 1;
     const early = await this.#vote(
@@ -334,10 +343,11 @@ export class RedlockBackend implements Backend {
   }
 
   /**
-   * Delete this owner's key on every node, whatever its token.
+   * Delete this owner's key (or permit) on every node, whatever its token, and its line entries.
    * @throws QuorumError when no node answered.
    */
   async abandon(request: AttemptRequest): Promise<void> {
+    if (request.permits !== undefined) return this.#permits.abandon(request, request.permits);
     this.#restarts.ended(request.owner);
     this.#leftLine(request);
     await this.#withdraw(request, 'everything');
@@ -348,6 +358,7 @@ export class RedlockBackend implements Backend {
    * @throws QuorumError when no node answered.
    */
   async leaveQueue(request: AttemptRequest): Promise<void> {
+    if (request.permits !== undefined) return this.#permits.leaveQueue(request, request.permits);
     this.#leftLine(request);
     await this.#withdraw(request, 'place');
   }
@@ -364,7 +375,7 @@ export class RedlockBackend implements Backend {
       request.owner,
       what === 'place' ? '1' : '0',
       what === 'grant' ? '1' : '0',
-      what === 'grant' ? this.#ticketOf(request) : '0',
+      what === 'grant' ? this.#line.ticketOf(request) : '0',
       REDLOCK_ENTRY_TTL_MS,
     ] as const;
     const all = await this.#vote(
@@ -436,11 +447,11 @@ export class RedlockBackend implements Backend {
 
   /** Quit the connections this backend opened, each within 1 s. */
   async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
+    if (this.#voter.closed) return;
+    this.#voter.close();
     this.#restarts.close();
     await Promise.all([
-      ...this.#waiters.map((w) => w.close()),
+      this.#line.close(),
       ...this.#nodes.filter((n) => n.owned).map((n) => quit(n.client, CLOSE_TIMEOUT_MS)),
     ]);
   }
@@ -452,7 +463,7 @@ export class RedlockBackend implements Backend {
   async #settle(request: AttemptRequest, token: bigint): Promise<QuorumError | undefined> {
     const settled = (r: NodeResult<1 | 0>) => r.status === 'ok' && r.value === 1;
     const settling = this.#settleVote(request, token, (results) =>
-      this.#decided(results.filter(settled).length, results.length),
+      this.#voter.decided(this.quorum, results.filter(settled).length, results.length),
     );
     const early = await settling.early;
     if (early.filter(settled).length >= this.quorum) return undefined;
@@ -477,7 +488,7 @@ export class RedlockBackend implements Backend {
   ) {
     const k = this.keysOf(request.key);
     return this.#vote(
-      this.#timeoutFor(request.ttlMs),
+      this.#voter.timeoutFor(request.ttlMs),
       (client) =>
         settleTokenScript.run(
           client,
@@ -486,11 +497,6 @@ export class RedlockBackend implements Backend {
         ),
       decided,
     );
-  }
-
-  /** Decided: a majority said yes, or too many answered otherwise for a majority to be possible. */
-  #decided(yes: number, answered: number): boolean {
-    return yes >= this.quorum || answered - yes > this.#nodes.length - this.quorum;
   }
 
   /** released / not-owner / not-held from every node's 1 / -1 / 0; QuorumError without a majority. */
@@ -507,56 +513,13 @@ export class RedlockBackend implements Backend {
     return answers.includes(-1) ? 'not-owner' : 'not-held';
   }
 
-  /** Per-node timeout for a vote on a lease of `ttlMs`: at most a tenth of it, at least 5 ms. */
-  #timeoutFor(ttlMs: number): number {
-    return Math.max(5, Math.min(this.#nodeTimeoutMs, ttlMs / 10));
-  }
-
-  /**
-   * Run a script on every node, each bounded by `timeoutMs`. A node's failure is a
-   * `BackendError` naming the node (an unreachable one in the one form: `host:port unreachable:
-   * connection refused`).
-   */
+  /** Run a script on every node (`NodeVoter.run`). */
   #vote<T>(
     timeoutMs: number,
     run: (client: Redis) => Promise<T>,
     decided: (results: readonly NodeResult<T>[]) => boolean,
   ) {
-    if (this.#closed) throw new BackendError(this.name, 'use', new Error('backend is closed'));
-    return vote(
-      this.#nodes,
-      (node) => node.name,
-      async (node) => {
-        try {
-          await this.#connect(node);
-          return await run(node.client);
-        } catch (error) {
-          // A node still connecting (its socket accepted, no answer to the ready check) refuses
-          // commands (no offline queue): it has not answered, which says more than the refusal.
-          const status = node.client.status;
-          const silent = status === 'connect' || status === 'connecting';
-          const unreachable = unreachableAt(
-            node.name,
-            [error, this.#lastErrors.get(node), silent ? 'no answer within' : undefined],
-            timeoutMs,
-          );
-          throw new BackendError(this.name, `vote on ${node.name}`, error, unreachable);
-        }
-      },
-      timeoutMs,
-      decided,
-    );
-  }
-
-  /** First use of a node the backend opened: connect (its commands never queue offline). */
-  #connect(node: RedlockNode): Promise<void> | undefined {
-    if (!node.owned || node.client.status !== 'wait') return undefined;
-    let connecting = this.#connecting.get(node);
-    if (connecting === undefined) {
-      connecting = node.client.connect().catch(() => undefined);
-      this.#connecting.set(node, connecting);
-    }
-    return connecting;
+    return this.#voter.run(timeoutMs, run, decided);
   }
 }
 

@@ -25,7 +25,7 @@ import {
 
 export { RedlockBackend } from './backend.js';
 export type { RedlockNode } from './node.js';
-export { type NodeResult, quorumOf } from './quorum.js';
+export { type NodeResult, permitQuorumOf, quorumOf } from './quorum.js';
 export { NODE_RESTARTED_WARNING } from './restarts.js';
 export { parseRedlockUrl, type RedlockUrlConfig } from './url.js';
 

@@ -64,6 +64,23 @@ export function quorumOf(n: number): number {
   return Math.floor(n / 2) + 1;
 }
 
+/**
+ * Votes a semaphore's permit needs among `nodes` nodes so that at most `permits` holders are
+ * valid at once: the least q with (permits + 1) · q > nodes · permits, that is
+ * q = ⌊nodes · permits / (permits + 1)⌋ + 1. Each node grants at most `permits` live permits of a
+ * key, so all nodes together hold at most nodes · permits; permits + 1 holders granted on q nodes
+ * each would need (permits + 1) · q of them. A majority is not enough once permits > 1 (5 nodes, 2
+ * permits: 3 holders on 3 nodes each take 9 of the 10). It is a majority for 1 permit (the
+ * lock's quorum), more for more permits (5 nodes: 3, 4, 4 for 1, 2, 3 permits), and every node
+ * from permits = nodes − 1 on (then no node may be down). Any two such quorums share a node
+ * (each is a majority at least), which keeps fencing tokens rising as for locks.
+ * @param nodes how many nodes vote, ≥ 1.
+ * @param permits the semaphore's permit count, ≥ 1.
+ */
+export function permitQuorumOf(nodes: number, permits: number): number {
+  return Math.floor((nodes * permits) / (permits + 1)) + 1;
+}
+
 /** The per-node outcomes for a `QuorumError`, with `locked` for nodes held by another owner. */
 export function outcomesOf<T>(
   results: readonly NodeResult<T>[],

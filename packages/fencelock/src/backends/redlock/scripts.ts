@@ -2,7 +2,10 @@
  * The Lua scripts only the Redlock backend runs, one per operation in `scripts/*.lua`, each run
  * on one node of a vote through the Redis backend's typed loader (`defineScript`); grant,
  * release and withdraw begin with `line.lua`, the key's line of waiters on the node. Redlock also
- * runs two of the single-node scripts as they are: `renew-many.lua` and `inspect.lua`.
+ * runs single-node scripts as they are: `renew-many.lua` and `inspect.lua` for locks, and for a
+ * semaphore's permits `semaphore-acquire.lua`, `-renew`, `-release` and `-abandon`; its own two
+ * permit scripts (the withdrawal of a lost vote, the token's settling) begin with that backend's
+ * `semaphore-line.lua`.
  */
 import { defineScript } from '../redis/scripts.js';
 
@@ -13,6 +16,9 @@ type LockKeys = readonly [lockKey: string, fenceKey: string];
 
 /** The fragment of shared functions the line's scripts begin with. */
 const LINE = ['line'];
+
+/** The single-node backend's fragment the semaphore scripts begin with (relative to `SCRIPTS`). */
+const SEMAPHORE_LINE = ['../../redis/scripts/semaphore-line'];
 
 /**
  * Grant on one node, in the order of the key's line: `[1, node token]` (the node's last token +
@@ -67,3 +73,36 @@ export const settleTokenScript = defineScript<
   readonly [owner: string, token: string, fenceTtlMs: number],
   1 | 0
 >('settle-token', SCRIPTS);
+
+/** The keys of a semaphore's permit scripts that may change its line (semaphore-line.lua). */
+type PermitLineKeys = readonly [
+  holdersKey: string,
+  tokensKey: string,
+  permitsKey: string,
+  queueKey: string,
+  waitersKey: string,
+  channel: string,
+];
+
+/**
+ * A waiter lost the vote on a permit: on one node, drop its permit whatever the token, stand in
+ * the semaphore's line with `ticket` (its entry living `waiterTtlMs`; not where the holders or
+ * waiters use another count), and wake the waiters a dropped permit lets in, except this owner. 1
+ * dropped this owner's permit, 0 none held here.
+ */
+export const withdrawPermitOnNodeScript = defineScript<
+  PermitLineKeys,
+  readonly [owner: string, permits: number, ticket: string, waiterTtlMs: number],
+  1 | 0
+>('withdraw-permit-on-node', SCRIPTS, SEMAPHORE_LINE);
+
+/**
+ * After a permit's grant on a quorum, write the combined token on one node (where this owner
+ * holds a live permit) and raise the semaphore's fence counter to it (expiring `fenceTtlMs`
+ * later): 1 settled, 0 no live permit of this owner here.
+ */
+export const settlePermitTokenScript = defineScript<
+  readonly [holdersKey: string, tokensKey: string, fenceKey: string],
+  readonly [owner: string, token: string, fenceTtlMs: number],
+  1 | 0
+>('settle-permit-token', SCRIPTS, SEMAPHORE_LINE);
