@@ -22,6 +22,10 @@
  *   attempt and then once a minute (see `advisorySweep` in sql.ts and sweeper.ts): a key nobody
  *   holds leaves no row once `SWEEP_INTERVAL_MS` has passed after its session ended. A release
  *   deletes its row in the unlocking statement.
+ * - No semaphores (`capabilities.permits` false): a permit held as a session-level lock (one of N
+ *   slot locks per key) could be renewed or given back only by the connection that holds it, but
+ *   any locker must be able to renew and release a permit by owner and token (owner-addressed
+ *   permits, the sidecar's path). Lease mode grants them (permit-sql.ts).
  * - Needs a real session: do not run this mode behind a transaction-mode pooler
  *   (`pooler: 'transaction'` is refused with this mode). A pooler the options do not name is
  *   found when the lock connection opens, before any lock is taken on it (see session-check.ts):

@@ -19,6 +19,15 @@
  *   `listenUrl` when given: behind a transaction-mode pooler LISTEN must reach the server
  *   directly), with the core's jittered poll bounded by the holder's remaining time as a
  *   fallback.
+ * - Semaphores (`locker.semaphore`, permit-sql.ts and permits.ts): one row per held permit in
+ *   `<schema>.fencelock_permits` (key, owner, token from the same sequence, the permit count,
+ *   expiry) and a line of waiters per semaphore in `<schema>.fencelock_permit_waiters`, apart
+ *   from the locks' tables, so a lock and a semaphore of one key never meet. The permit count in
+ *   use is the one its live holders and waiters carry; nothing remains of an idle semaphore once
+ *   its rows are released or swept. A grant, release or withdrawal is one call of a PL/pgSQL
+ *   function that takes the semaphore's transaction-level lock, then counts the live permits and
+ *   the line exactly (at most N holders; FIFO among waiters), and a release NOTIFYs the one
+ *   waiter its freed permit lets in, by owner (no herd).
  */
 import type {
   AttemptRequest,
@@ -34,8 +43,10 @@ import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js
 import { MAX_TIMER_MS } from '../../options.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
+import { PostgresPermits } from './permits.js';
 import { xactLockPairOf } from './sql.js';
 import { Sweeper } from './sweeper.js';
+import { tokenParameter } from './tokens.js';
 
 /** Most renewals sent in one statement. */
 const RENEW_BATCH_LIMIT = 1_000;
@@ -49,26 +60,40 @@ const SWEEP_BATCH = 1_000;
 export class PostgresBackend implements Backend {
   readonly name = 'postgres';
   readonly maxTtlMs = MAX_TIMER_MS;
-  /** A FIFO line of waiters per key (`leaveQueue`); renewals of one turn go as one statement. */
+  /**
+   * A FIFO line of waiters per key and per semaphore (`leaveQueue`); renewals of one turn go as
+   * one statement; semaphore permits.
+   */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write'] as const),
     sessions: false,
     queue: true,
     batchRenew: true,
-    permits: false,
+    permits: true,
   });
   readonly #db: PostgresConnectionSet;
-  /** Deletes rows that expired unreleased, and line entries of waiters that vanished. */
+  readonly #permits: PostgresPermits;
+  /** Deletes rows and permits that expired unreleased, and line entries of vanished waiters. */
   readonly #sweeper = new Sweeper(async () => {
-    const leases = await this.#db.query(this.#db.sql.sweep, [SWEEP_BATCH]);
-    const waiters = await this.#db.query(this.#db.sql.sweepWaiters, [SWEEP_BATCH]);
-    return leases.rowCount === SWEEP_BATCH || waiters.rowCount === SWEEP_BATCH;
+    const { sql } = this.#db;
+    let full = false;
+    for (const statement of [
+      sql.sweep,
+      sql.sweepWaiters,
+      sql.permits.sweep,
+      sql.permits.sweepWaiters,
+    ]) {
+      const { rowCount } = await this.#db.query(statement, [SWEEP_BATCH]);
+      full ||= rowCount === SWEEP_BATCH;
+    }
+    return full;
   }, SWEEP_INTERVAL_MS);
   /** Renewals asked for in this turn of the event loop, sent together at its end. */
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
 
   constructor(settings: PostgresSettings) {
     this.#db = new PostgresConnectionSet(settings);
+    this.#permits = new PostgresPermits(this.#db);
   }
 
   /** The schema-qualified lease table, for operators and tests. */
@@ -87,6 +112,13 @@ export class PostgresBackend implements Backend {
    * waiting contender) and report the holder's remaining TTL.
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
+    if (request.permits !== undefined) {
+      try {
+        return await this.#permits.attempt(request, request.permits);
+      } finally {
+        this.#sweeper.start();
+      }
+    }
     const listener = this.#db.listener;
     const mark = listener?.mark() ?? -1;
     const [hi, lo] = xactLockPairOf(request.key);
@@ -129,21 +161,26 @@ export class PostgresBackend implements Backend {
     return this.#renewals.renew(lease, ttlMs);
   }
 
+  /** A lone renewal of a lock or of a permit, or many of either in one statement. */
   async #sendRenewals(batch: readonly RenewalRequest[]): Promise<RenewResult[]> {
     const sql = this.#db.sql;
     const { rows } = await this.#db.run('renew', () =>
       batch.length === 1
-        ? this.#db.queryPrepared<{ ok: boolean; live: boolean }>(sql.renew, [
-            batch[0]!.lease.key,
-            batch[0]!.lease.owner,
-            tokenParameter(batch[0]!.lease.fencingToken),
-            batch[0]!.ttlMs,
-          ])
+        ? this.#db.queryPrepared<{ ok: boolean; live: boolean }>(
+            batch[0]!.lease.permits === undefined ? sql.renew : sql.permits.renew,
+            [
+              batch[0]!.lease.key,
+              batch[0]!.lease.owner,
+              tokenParameter(batch[0]!.lease.fencingToken),
+              batch[0]!.ttlMs,
+            ],
+          )
         : this.#db.queryPrepared<{ ok: boolean; live: boolean }>(sql.renewMany, [
             batch.map((r) => r.lease.key),
             batch.map((r) => r.lease.owner),
             batch.map((r) => tokenParameter(r.lease.fencingToken)),
             batch.map((r) => r.ttlMs),
+            batch.map((r) => r.lease.permits !== undefined),
           ]),
     );
     return batch.map((renewal, i) => {
@@ -156,6 +193,7 @@ export class PostgresBackend implements Backend {
 
   /** Compare-and-delete by owner and token, then NOTIFY the waiters. */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
+    if (lease.permits !== undefined) return this.#permits.release(lease);
     const { rows } = await this.#db.run('release', () =>
       this.#db.queryPrepared<{ outcome: ReleaseOutcome }>(this.#db.sql.release, [
         lease.key,
@@ -169,6 +207,7 @@ export class PostgresBackend implements Backend {
 
   /** Take the owner out of the key's line only (a grant it holds stays); tell the new head. */
   async leaveQueue(request: AttemptRequest): Promise<void> {
+    if (request.permits !== undefined) return this.#permits.withdraw(request, true);
     await this.#db.run('leave the line', () =>
       this.#db.queryPrepared(this.#db.sql.leaveQueue, [
         request.key,
@@ -183,6 +222,7 @@ export class PostgresBackend implements Backend {
    * NOTIFY the new head.
    */
   async abandon(request: AttemptRequest): Promise<void> {
+    if (request.permits !== undefined) return this.#permits.withdraw(request, false);
     await this.#db.run('abandon', () =>
       this.#db.queryPrepared(this.#db.sql.abandon, [
         request.key,
@@ -217,18 +257,6 @@ export class PostgresBackend implements Backend {
     await this.#sweeper.stop();
     await this.#db.close();
   }
-}
-
-/** Largest value of a PostgreSQL bigint. */
-const MAX_INT8 = (1n << 63n) - 1n;
-
-/**
- * A token as a bigint parameter. No lease here has a token beyond a bigint (they come from a
- * bigint sequence), so such a token is sent as -1, which matches no lease: the statement then
- * answers `not-owner` or `not-held` instead of failing with "bigint out of range".
- */
-function tokenParameter(token: bigint): string {
-  return token > MAX_INT8 ? '-1' : token.toString();
 }
 
 export { QUEUE_ENTRY_TTL_MS };

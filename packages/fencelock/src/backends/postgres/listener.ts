@@ -3,7 +3,9 @@
  * channel, and each notification names the released key and the head of its line
  * (`parseNotice`). It wakes that waiter if it waits here, and nobody else: only the head can be
  * granted (no herd). A notification of a key nobody is lined up for wakes the longest-waiting
- * local waiter of the key.
+ * local waiter of the key. A semaphore's notices (payload `p…`) name the one waiter a freed
+ * permit lets in, and go to the semaphore's line (`permitLineOf`), apart from the lock's of the
+ * same key.
  *
  * A release can be notified between an attempt's answer and the moment its waiter registers.
  * So every attempt first takes a `mark` (how many notifications this listener has seen), and a
@@ -15,7 +17,7 @@
 import type pg from 'pg';
 import { startWait } from '../../core/wait.js';
 
-/** Recent notifications remembered per key for waiters that register late. */
+/** Recent notifications remembered per line for waiters that register late. */
 const RECENT_LIMIT = 4_096;
 /** After a failed connect, the next try waits at least this long, ms. */
 const RECONNECT_PAUSE_MS = 1_000;
@@ -26,19 +28,47 @@ interface Waiter {
   wake(): void;
 }
 
+/** What a release notification says (`parseNotice`). */
+export interface Notice {
+  /** The released key. */
+  readonly key: string;
+  /** The owner the notice wakes (the head of the key's line), or undefined: the longest waiter. */
+  readonly head: string | undefined;
+  /** Set for a semaphore's notice: it is for the semaphore's line of `key`, not the lock's. */
+  readonly semaphore?: true;
+}
+
+/**
+ * The listener's name of a semaphore's line of waiters: the key after a NUL, which no key holds,
+ * so that it never meets the line of a lock of the same key (named by the key itself).
+ */
+export function permitLineOf(key: string): string {
+  return `\u0000${key}`;
+}
+
 /**
  * What a release notification says: the key, and the owner at the head of its line when someone
- * waits (the payload `<owner length>:<owner><key>`, the length in characters, or `0:<key>`). A
- * payload of another form is read as a bare key.
+ * waits (the payload `<owner length>:<owner><key>`, the length in characters, or `0:<key>`); with
+ * a leading `p` (`p<owner length>:<owner><key>`), the same for a semaphore, naming the waiter a
+ * freed permit lets in. A payload of another form is read as a bare key.
  */
-export function parseNotice(payload: string): { key: string; head: string | undefined } {
+export function parseNotice(payload: string): Notice {
+  if (payload.startsWith('p')) {
+    const notice = parseAddressed(payload.slice(1));
+    if (notice !== undefined) return { ...notice, semaphore: true };
+  }
+  return parseAddressed(payload) ?? { key: payload, head: undefined };
+}
+
+/** `<owner length>:<owner><key>` (or `0:<key>`), or undefined when `payload` has another form. */
+function parseAddressed(payload: string): Notice | undefined {
   const colon = payload.indexOf(':');
   const length = colon > 0 ? Number(payload.slice(0, colon)) : Number.NaN;
-  if (!Number.isSafeInteger(length) || length < 0) return { key: payload, head: undefined };
+  if (!Number.isSafeInteger(length) || length < 0) return undefined;
   let end = colon + 1;
   for (let n = 0; n < length; n++) {
     const codePoint = payload.codePointAt(end);
-    if (codePoint === undefined) return { key: payload, head: undefined };
+    if (codePoint === undefined) return undefined;
     end += codePoint > 0xffff ? 2 : 1;
   }
   return {
@@ -59,7 +89,7 @@ export class ReleaseListener {
   #epoch = 0;
   /** Epoch of the last connection loss: marks older than it missed notifications. */
   #lostAt = 0;
-  /** key → epoch of its last notification, oldest first, at most RECENT_LIMIT entries. */
+  /** line → epoch of its last notification, oldest first, at most RECENT_LIMIT entries. */
   readonly #recent = new Map<string, number>();
   /** Highest epoch dropped from `#recent`: marks older than it may have missed one. */
   #forgottenUpTo = 0;
@@ -83,29 +113,30 @@ export class ReleaseListener {
   }
 
   /**
-   * Resolve when `key` is notified, the listener's state makes waiting pointless (see the module
+   * Resolve when `line` is notified, the listener's state makes waiting pointless (see the module
    * comment), `maxMs` passes or `signal` aborts. Never rejects.
+   * @param line a lock's key, or a semaphore's `permitLineOf(key)`.
    */
   wait(
-    key: string,
+    line: string,
     owner: string,
     mark: number,
     signal: AbortSignal,
     maxMs: number,
   ): Promise<void> {
     if (this.#closed || signal.aborted) return Promise.resolve();
-    if (mark >= 0 && this.#missedSince(key, mark)) return Promise.resolve();
+    if (mark >= 0 && this.#missedSince(line, mark)) return Promise.resolve();
     const wait = startWait(signal, maxMs, () => {
       this.#pendingListen.delete(waiter);
-      const set = this.#waiters.get(key);
+      const set = this.#waiters.get(line);
       set?.delete(waiter);
-      if (set?.size === 0) this.#waiters.delete(key);
+      if (set?.size === 0) this.#waiters.delete(line);
     });
     const waiter: Waiter = { owner, wake: wait.wake };
-    let waiters = this.#waiters.get(key);
+    let waiters = this.#waiters.get(line);
     if (waiters === undefined) {
       waiters = new Set();
-      this.#waiters.set(key, waiters);
+      this.#waiters.set(line, waiters);
     }
     waiters.add(waiter);
     if (mark < 0) {
@@ -126,9 +157,9 @@ export class ReleaseListener {
     await client?.end().catch(() => undefined);
   }
 
-  #missedSince(key: string, mark: number): boolean {
+  #missedSince(line: string, mark: number): boolean {
     if (mark < this.#lostAt || mark < this.#forgottenUpTo) return true;
-    return (this.#recent.get(key) ?? -1) > mark;
+    return (this.#recent.get(line) ?? -1) > mark;
   }
 
   #ensureListening(): void {
@@ -167,16 +198,17 @@ export class ReleaseListener {
   }
 
   #notified(payload: string): void {
-    const { key, head } = parseNotice(payload);
+    const { key, head, semaphore } = parseNotice(payload);
+    const line = semaphore ? permitLineOf(key) : key;
     this.#epoch += 1;
-    this.#recent.delete(key);
-    this.#recent.set(key, this.#epoch);
+    this.#recent.delete(line);
+    this.#recent.set(line, this.#epoch);
     if (this.#recent.size > RECENT_LIMIT) {
-      const [oldestKey, oldestEpoch] = this.#recent.entries().next().value as [string, number];
-      this.#recent.delete(oldestKey);
+      const [oldestLine, oldestEpoch] = this.#recent.entries().next().value as [string, number];
+      this.#recent.delete(oldestLine);
       this.#forgottenUpTo = oldestEpoch;
     }
-    const waiters = this.#waiters.get(key);
+    const waiters = this.#waiters.get(line);
     if (waiters === undefined) return;
     if (head !== undefined) {
       // Only the head can be granted; when it waits elsewhere, nobody here goes.
@@ -188,7 +220,7 @@ export class ReleaseListener {
       }
       return;
     }
-    // The longest-waiting waiter of the key (a Set iterates in insertion order).
+    // The longest-waiting waiter of the line (a Set iterates in insertion order).
     const first = waiters.values().next();
     if (!first.done) first.value.wake();
   }

@@ -10,6 +10,7 @@
  * exact.
  */
 import { createHash } from 'node:crypto';
+import { permitSqlFor } from './permit-sql.js';
 
 /**
  * The 64-bit lock id of a key: the first 8 bytes of SHA-256 over the key's UTF-8 bytes, read as
@@ -31,6 +32,17 @@ export function lockIdOf(key: string): bigint {
  */
 export function xactLockPairOf(key: string): [number, number] {
   const id = lockIdOf(key);
+  return [Number(BigInt.asIntN(32, id >> 32n)), Number(BigInt.asIntN(32, id))];
+}
+
+/**
+ * The two int4 halves of a semaphore's transaction-level lock, in the same two-argument space as
+ * `xactLockPairOf` but from another hash (SHA-256 over a zero byte, which no key holds, then the
+ * key's UTF-8 bytes): a semaphore's grants never wait on the lock of the same key, nor the other
+ * way round.
+ */
+export function permitLockPairOf(key: string): [number, number] {
+  const id = createHash('sha256').update('\u0000').update(key, 'utf8').digest().readBigInt64BE(0);
   return [Number(BigInt.asIntN(32, id >> 32n)), Number(BigInt.asIntN(32, id))];
 }
 
@@ -94,7 +106,12 @@ export function sqlFor(schema: string) {
   const waiters = `${s}.fencelock_waiters`;
   const waiterSequence = `${s}.fencelock_waiter_seq`;
   const nextToken = `nextval('${s}.fencelock_token_seq')`;
-  /** The sequences, tables and index of a schema, each created if missing. */
+  const permits = permitSqlFor(s);
+  /**
+   * The sequences, tables, indexes and functions of a schema, each created if missing (the
+   * functions replaced), in the order versions added them: a schema of an earlier version gets
+   * what it lacks.
+   */
   const objects = `CREATE SEQUENCE IF NOT EXISTS ${sequence} AS bigint CACHE 1;
 CREATE TABLE IF NOT EXISTS ${leases} (
   key        text PRIMARY KEY,
@@ -117,16 +134,21 @@ CREATE TABLE IF NOT EXISTS ${waiters} (
   expires_at timestamptz NOT NULL,  -- the entry's end unless its owner attempts again
   PRIMARY KEY (key, owner)
 );
-CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON ${waiters} (key, seq);`;
+CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON ${waiters} (key, seq);
+${permits.objects}`;
   return {
     /** The NOTIFY channel of releases in this schema; the payload is the key. */
     channel: channelOf(schema),
 
     /**
-     * $1: qualified table name. True when the schema's tables exist (asked of the newest one,
-     * `waitersTable`, so that a schema of an earlier version gets it added).
+     * $1: qualified table name. True when the schema's objects exist (asked of the newest table,
+     * `newestTable`, created in one transaction with everything else, so that a schema of an
+     * earlier version gets what it lacks).
      */
     ready: `SELECT to_regclass($1) IS NOT NULL AS ready`,
+    newestTable: permits.permitWaitersTable,
+    /** The semaphores' statements (permit-sql.ts). */
+    permits,
     /** True when the schema exists: the set-up then creates only what is missing inside it. */
     schemaExists: `SELECT to_regnamespace($1) IS NOT NULL AS exists`,
     schemaName: s,
@@ -228,26 +250,40 @@ SELECT EXISTS (SELECT 1 FROM renewed) AS ok,
        EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp()) AS live`,
 
     /**
-     * Lease mode, renew many leases in one statement (renewals that fall due together).
-     * $1 keys, $2 owners, $3 tokens, $4 ttlMs values (arrays of one length); one row per input,
-     * in input order.
+     * Lease mode, renew many leases and semaphore permits in one statement (renewals that fall
+     * due together). $1 keys, $2 owners, $3 tokens, $4 ttlMs values, $5 whether each is a
+     * permit (arrays of one length); one row per input, in input order.
      */
     renewMany: `WITH input AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY
-    AS r(key, owner, token, ttl_ms, n)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::boolean[])
+    WITH ORDINALITY AS r(key, owner, token, ttl_ms, permit, n)
 ),
 renewed AS (
   UPDATE ${leases} l SET expires_at = clock_timestamp() + i.ttl_ms * interval '1 millisecond'
   FROM input i
-  WHERE l.key = i.key AND l.owner = i.owner AND l.token = i.token AND l.expires_at > clock_timestamp()
+  WHERE NOT i.permit AND l.key = i.key AND l.owner = i.owner AND l.token = i.token
+    AND l.expires_at > clock_timestamp()
   RETURNING l.key, l.owner, l.token
+),
+renewed_permits AS (
+  UPDATE ${permits.permitsTable} p SET expires_at = clock_timestamp() + i.ttl_ms * interval '1 millisecond'
+  FROM input i
+  WHERE i.permit AND p.key = i.key AND p.owner = i.owner AND p.token = i.token
+    AND p.expires_at > clock_timestamp()
+  RETURNING p.key, p.owner, p.token
 )
-SELECT EXISTS (
-         SELECT 1 FROM renewed r WHERE r.key = i.key AND r.owner = i.owner AND r.token = i.token
-       ) AS ok,
-       EXISTS (
-         SELECT 1 FROM ${leases} h WHERE h.key = i.key AND h.expires_at > clock_timestamp()
-       ) AS live
+SELECT CASE WHEN i.permit
+         THEN EXISTS (SELECT 1 FROM renewed_permits r
+                      WHERE r.key = i.key AND r.owner = i.owner AND r.token = i.token)
+         ELSE EXISTS (SELECT 1 FROM renewed r
+                      WHERE r.key = i.key AND r.owner = i.owner AND r.token = i.token)
+       END AS ok,
+       CASE WHEN i.permit
+         THEN EXISTS (SELECT 1 FROM ${permits.permitsTable} h
+                      WHERE h.key = i.key AND h.expires_at > clock_timestamp())
+         ELSE EXISTS (SELECT 1 FROM ${leases} h
+                      WHERE h.key = i.key AND h.expires_at > clock_timestamp())
+       END AS live
 FROM input i ORDER BY i.n`,
 
     /**
