@@ -14,7 +14,7 @@ import {
   createRedisBackend,
   type RedisBackend,
 } from '../../../packages/fencelock/src/backends/redis/index.js';
-import { lockKeys } from '../../../packages/fencelock/src/backends/redis/lock-keys.js';
+import { readWriteLockKeys } from '../../../packages/fencelock/src/backends/redis/lock-keys.js';
 import {
   queuedAbandonScript,
   queuedAcquireScript,
@@ -124,7 +124,7 @@ describe('fair waiting (Redis, single node)', () => {
     const ghost = randomBytes(16).toString('hex');
     const reply = await queuedAcquireScript.run(
       admin,
-      [k.lock, k.fence, k.queue, k.waiters],
+      [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens],
       [ghost, 30_000, QUEUE_ENTRY_TTL_MS, 35_000],
     );
     expect(reply[0]).toBe(0);
@@ -141,7 +141,7 @@ describe('fair waiting (Redis, single node)', () => {
 });
 
 describe('queued scripts, run directly', () => {
-  const keys = () => lockKeys(prefix, `direct-${randomBytes(4).toString('hex')}`);
+  const keys = () => readWriteLockKeys(prefix, `direct-${randomBytes(4).toString('hex')}`);
   const owner = () => randomBytes(16).toString('hex');
   /** The token of a granting reply (fails on a refusal). */
   const tokenOf = (reply: [1, string] | [0, number]): bigint => {
@@ -151,8 +151,16 @@ describe('queued scripts, run directly', () => {
 
   it('queues waiters, grants the head only, and hands the key to the head on release', async () => {
     const k = keys();
-    const acquireKeys = [k.lock, k.fence, k.queue, k.waiters] as const;
-    const handOffKeys = [k.lock, k.fence, k.channel, k.queue, k.waiters] as const;
+    const acquireKeys = [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens] as const;
+    const handOffKeys = [
+      k.lock,
+      k.fence,
+      k.channel,
+      k.queue,
+      k.waiters,
+      k.readers,
+      k.readerTokens,
+    ] as const;
     const [a, b, c] = [owner(), owner(), owner()];
     const first = tokenOf(
       await queuedAcquireScript.run(admin, acquireKeys, [a, 10_000, 2_000, 15_000]),
@@ -215,7 +223,7 @@ describe('queued scripts, run directly', () => {
 
   it('drops an expired head and grants the next in line (Redis clock only)', async () => {
     const k = keys();
-    const acquireKeys = [k.lock, k.fence, k.queue, k.waiters] as const;
+    const acquireKeys = [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens] as const;
     const [holder, ghost, live] = [owner(), owner(), owner()];
     const held = tokenOf(
       await queuedAcquireScript.run(admin, acquireKeys, [holder, 10_000, 2_000, 15_000]),

@@ -176,7 +176,7 @@ describe('one-hop handoff (Redis, single node)', () => {
     const ghost = randomBytes(16).toString('hex');
     const reply = await queuedAcquireScript.run(
       admin,
-      [k.lock, k.fence, k.queue, k.waiters],
+      [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens],
       [ghost, 600, QUEUE_ENTRY_TTL_MS, 5_600],
     );
     expect(reply[0]).toBe(0);
@@ -202,12 +202,20 @@ describe('one-hop handoff (Redis, single node)', () => {
     const key = unique('handoff-abandon');
     const { locker: holder, backend } = newLocker();
     const k = backend.keysOf(key);
-    const handOffKeys = [k.lock, k.fence, k.channel, k.queue, k.waiters] as const;
+    const handOffKeys = [
+      k.lock,
+      k.fence,
+      k.channel,
+      k.queue,
+      k.waiters,
+      k.readers,
+      k.readerTokens,
+    ] as const;
     const held = await holder.acquire(key);
     const quitter = randomBytes(16).toString('hex');
     await queuedAcquireScript.run(
       admin,
-      [k.lock, k.fence, k.queue, k.waiters],
+      [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens],
       [quitter, 10_000, QUEUE_ENTRY_TTL_MS, 15_000],
     );
     const next = newLocker();

@@ -14,13 +14,16 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
-  type LockKeys,
-  lockKeys,
+  type ReadWriteLockKeys as LockKeys,
+  readWriteLockKeys,
 } from '../../../packages/fencelock/src/backends/redis/lock-keys.js';
 import {
+  inspectLockScript,
   inspectScript,
   queuedAcquireScript,
   queuedReleaseScript,
+  readAcquireScript,
+  readRenewScript,
   renewManyScript,
   renewScript,
 } from '../../../packages/fencelock/src/backends/redis/scripts.js';
@@ -43,9 +46,9 @@ afterAll(async () => {
   await client.quit();
 });
 
-/** The Redis keys of a fresh lock, laid out by the backend's own `lockKeys` (one hash slot). */
+/** The Redis keys of a fresh lock, laid out by the backend's own `readWriteLockKeys` (one hash slot). */
 function keysFor(label: string) {
-  return lockKeys(run, `${label}:${randomBytes(4).toString('hex')}`);
+  return readWriteLockKeys(run, `${label}:${randomBytes(4).toString('hex')}`);
 }
 
 /** Lifetime of the fence counter the tests give the acquire script, ms. */
@@ -55,13 +58,13 @@ const FENCE_TTL_MS = 20_000;
 function grant(k: LockKeys, who: string, ttlMs: number) {
   return queuedAcquireScript.run(
     client,
-    [k.lock, k.fence, k.queue, k.waiters],
+    [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens],
     [who, ttlMs, 0, FENCE_TTL_MS],
   );
 }
 
 /** The token of a granting reply, as the script sent it (fails on a refusal). */
-function tokenOf(reply: [1, string] | [0, number]): string {
+function tokenOf(reply: [1, string] | [0, number] | [-2]): string {
   expect(reply[0]).toBe(1);
   return String(reply[1]);
 }
@@ -76,7 +79,7 @@ async function serverClockUs(): Promise<bigint> {
 function release(k: LockKeys, who: string, token: string) {
   return queuedReleaseScript.run(
     client,
-    [k.lock, k.fence, k.channel, k.queue, k.waiters],
+    [k.lock, k.fence, k.channel, k.queue, k.waiters, k.readers, k.readerTokens],
     [who, token, 2_000, 5_000],
   );
 }
@@ -168,6 +171,97 @@ describe('inspect.lua', () => {
 
     await release(k, me, token);
     expect(await inspectScript.run(client, [k.lock, k.fence], [])).toEqual([null, -2, token]);
+  });
+});
+
+describe('read scripts (read-acquire.lua, read-renew.lua, inspect-lock.lua; releases of readers)', () => {
+  const acquireKeys = (k: LockKeys) =>
+    [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens] as const;
+  /** A read attempt by `who`: `waiterTtlMs` 0 never queues; `heldWriter` '' for none. */
+  const read = (k: LockKeys, who: string, ttlMs: number, waiterTtlMs = 0, heldWriter = '') =>
+    readAcquireScript.run(client, acquireKeys(k), [
+      who,
+      ttlMs,
+      waiterTtlMs,
+      ttlMs + 5_000,
+      heldWriter,
+    ]);
+  const renewRead = (k: LockKeys, who: string, token: string, ttlMs: number) =>
+    readRenewScript.run(client, [k.lock, k.readers, k.readerTokens], [who, token, ttlMs]);
+  const inspectLock = (k: LockKeys) =>
+    inspectLockScript.run(client, [k.lock, k.fence, k.readers, k.readerTokens], []);
+
+  it("a reader's grant whose time ran out is not held: release and renew say not-held", async () => {
+    const k = keysFor('read-expired');
+    const me = owner();
+    const token = tokenOf(await read(k, me, 50));
+    await delay(120);
+    // Redis's expiry of the readers' keys alone frees the lock.
+    expect(await client.exists(k.readers, k.readerTokens)).toBe(0);
+    expect(await renewRead(k, me, token, 10_000)).toBe(0);
+    expect(await release(k, me, token)).toBe(0);
+    expect(await client.exists(k.readers, k.readerTokens)).toBe(0);
+  });
+
+  it('a writer waits for live readers only; an expired reader among them is dropped', async () => {
+    const k = keysFor('read-then-write');
+    const [short, long] = [owner(), owner()];
+    tokenOf(await read(k, short, 50));
+    const longToken = tokenOf(await read(k, long, 1_000));
+    await delay(120);
+    const busy = await grant(k, owner(), 10_000);
+    expect(busy[0]).toBe(0);
+    expect(busy[1]).toBeGreaterThan(500);
+    expect(busy[1]).toBeLessThanOrEqual(1_000);
+    // The expired reader's entry is gone; the live one stays, its key living as long as it.
+    expect(await client.zrange(k.readers, '0', '-1')).toEqual([long]);
+    expect(await client.pttl(k.readers)).toBeLessThanOrEqual(1_000);
+    // Its renewal compares the token, and extends the readers' keys with the grant.
+    expect(await renewRead(k, long, String(BigInt(longToken) + 1n), 60_000)).toBe(-1);
+    expect(await renewRead(k, long, longToken, 60_000)).toBe(1);
+    expect(await client.pttl(k.readers)).toBeGreaterThan(30_000);
+    expect(await client.pttl(k.readerTokens)).toBeGreaterThan(30_000);
+    expect(await release(k, long, longToken)).toBe(1);
+    expect(await client.exists(k.readers, k.readerTokens)).toBe(0);
+    const writer = tokenOf(await grant(k, owner(), 1_000));
+    expect(BigInt(writer)).toBeGreaterThan(BigInt(longToken));
+  });
+
+  it('a downgrade blocked by a waiting writer answers [-2] and leaves nothing', async () => {
+    const k = keysFor('downgrade-blocked');
+    const [writer, waiting, reader] = [owner(), owner(), owner()];
+    const writerToken = tokenOf(await grant(k, writer, 10_000));
+    const queued = await queuedAcquireScript.run(client, acquireKeys(k), [
+      waiting,
+      10_000,
+      2_000,
+      15_000,
+    ]);
+    expect(queued[0]).toBe(0);
+    expect(await read(k, reader, 10_000, 2_000, writer)).toEqual([-2]);
+    expect(await client.lrange(k.queue, 0, -1)).toEqual([waiting]);
+    expect(await client.hexists(k.waiters, reader)).toBe(0);
+    expect(await client.exists(k.readers)).toBe(0);
+    // With no writer waiting, the same downgrade passes its own writer.
+    await client.del(k.queue, k.waiters);
+    const readToken = tokenOf(await read(k, reader, 10_000, 2_000, writer));
+    expect(BigInt(readToken)).toBeGreaterThan(BigInt(writerToken));
+    // A downgrade naming another writer than the holder is blocked too.
+    expect(await read(k, owner(), 10_000, 2_000, owner())).toEqual([-2]);
+    await client.del(k.lock, k.readers, k.readerTokens);
+  });
+
+  it('inspect-lock.lua: the writer first, else the earliest reader and the highest token', async () => {
+    const k = keysFor('inspect-lock');
+    expect(await inspectLock(k)).toEqual([null, -2, null, null, null, 0, null]);
+    const [r1, r2] = [owner(), owner()];
+    const t1 = tokenOf(await read(k, r1, 10_000));
+    const t2 = tokenOf(await read(k, r2, 20_000));
+    const [value, pttl, last, reader, readerToken, leftMs, highest] = await inspectLock(k);
+    expect([value, pttl, last, reader, readerToken, highest]).toEqual([null, -2, t2, r1, t1, t2]);
+    expect(leftMs).toBeGreaterThan(5_000);
+    expect(leftMs).toBeLessThanOrEqual(10_000);
+    await client.del(k.readers, k.readerTokens);
   });
 });
 

@@ -24,6 +24,20 @@
  * `LINE_RECHECK_MS` at most), so that polling and notified waiters of one key are served in one
  * order.
  *
+ * Read-write locks (`mode: 'read'`, Curator's `InterProcessReadWriteLock` rules): readers share
+ * the key, a writer is alone, in one FIFO line whose entries are marked with their mode. A reader
+ * is granted when no writer holds the key and no live writer's entry is ahead of its own; a
+ * writer when nobody holds it and it heads the line. Each read grant is an entry of a sorted set
+ * of readers (owner → expiry, ms by Redis `TIME`) with its own fencing token (a hash beside it)
+ * from the key's one counter; both keys expire with the latest read grant, so a crashed reader
+ * frees the key by its TTL. A writer's release hands the key to a writer at the head as above;
+ * when readers head the line it wakes each of them up to the first writer, by owner id (they
+ * attempt and are granted), and nobody behind that writer. The last reader's release hands the
+ * key to the writer at the head. A downgrade (`heldWriter`) passes the caller's own writer and is
+ * refused (`downgradeBlocked`) when another writer holds the key or waits. Read grants are
+ * renewed one script call each. A writer that never meets a reader pays one `EXISTS` of the
+ * readers' key per grant of a free key, and nothing more.
+ *
  * Failover caveat (the Redis documentation, "Distributed locks with Redis"): replication is
  * asynchronous, so a promoted replica may not have the key and grant it again. The fence counter
  * can be lost the same way; the token still rises when the new primary's clock is not behind the
@@ -44,20 +58,23 @@ import type {
 } from '../../core/backend.js';
 import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
 import { sleep } from '../../core/retry.js';
+import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, PermitsMismatchError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { isClusterClient, RedisConnection } from './connection.js';
 import { composeToken, counterOf, type FailoverEpoch } from './failover-epoch.js';
 import { FENCE_GRACE_MS, fenceTtlMs } from './fence-counter.js';
-import { type LockKeys, lockKeys, semaphoreKeys } from './lock-keys.js';
+import { type ReadWriteLockKeys, readWriteLockKeys, semaphoreKeys } from './lock-keys.js';
 import type { NodeRedisClientLike } from './node-redis.js';
 import { ReleaseWaiters } from './release-waiters.js';
 import {
-  inspectScript,
+  inspectLockScript,
   queuedAbandonScript,
   queuedAcquireScript,
   queuedReleaseScript,
+  readAcquireScript,
+  readRenewScript,
   renewManyScript,
   renewScript,
   semaphoreAbandonScript,
@@ -97,6 +114,12 @@ export interface RedisBackendOptions {
 const RENEW_BATCH_LIMIT = 1_000;
 
 /**
+ * Most owners of read grants this backend remembers (to renew them with the readers' script
+ * at once); past it the oldest is forgotten, and its next renewal takes one more call.
+ */
+const READ_GRANTS_REMEMBERED = 10_000;
+
+/**
  * The last arguments of the scripts that may hand a key to the head of its line (release,
  * abandon): the longest first TTL of a handed grant (`QUEUE_ENTRY_TTL_MS`: more than the
  * `LINE_RECHECK_MS` after which a waiter whose message was lost attempts again), and how long the
@@ -109,8 +132,9 @@ export class RedisBackend implements Backend {
   readonly name = 'redis';
   readonly maxTtlMs = MAX_TIMER_MS;
   /**
-   * A FIFO of waiters per key (`leaveQueue`). Renewals of one turn go as one script call (see
-   * `renew`); not on a Cluster, where one call cannot span the slots of many keys.
+   * Write and read locks in one FIFO of waiters per key (`leaveQueue`). Renewals of one turn go
+   * as one script call (see `renew`); not on a Cluster, where one call cannot span the slots of
+   * many keys, nor for read grants (one call each).
    */
   readonly capabilities: BackendCapabilities;
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
@@ -122,6 +146,12 @@ export class RedisBackend implements Backend {
   /** On Sentinel: the failover epoch that prefixes every token; undefined on a single node. */
   readonly #epochs: FailoverEpoch | undefined;
   readonly #waiters: ReleaseWaiters;
+  /**
+   * Owners of the read grants this backend made and has not seen released: their renewals go to
+   * the readers' script (`read-renew.lua`) directly. A hint only: a renewal the write path refuses
+   * is asked of that script too, so a forgotten owner costs one call more, nothing else.
+   */
+  readonly #readGrants = new Set<string>();
 
   constructor(
     client: Redis | Cluster,
@@ -154,7 +184,7 @@ export class RedisBackend implements Backend {
     this.#waiters = new ReleaseWaiters(client);
     this.#epochs = epochs;
     this.capabilities = Object.freeze({
-      modes: Object.freeze(['write'] as const),
+      modes: Object.freeze(['write', 'read'] as const),
       sessions: false,
       queue: true,
       batchRenew: !isClusterClient(client),
@@ -167,31 +197,36 @@ export class RedisBackend implements Backend {
   }
 
   /**
-   * The Redis keys of a lock, all in one hash slot: its lease, its fencing counter, its release
-   * channel, and its line of waiters (a list of owners and a hash of their entries' expiry and
-   * requested TTL).
-   * Each expires: the lease with its TTL, the counter `FENCE_GRACE_MS` after the TTL of its last
-   * grant, the line `QUEUE_ENTRY_TTL_MS` after its newest entry.
+   * The Redis keys of a lock, all in one hash slot: its writer's lease, its fencing counter, its
+   * release channel, its line of waiters (a list of owners and a hash of their entries' expiry,
+   * requested TTL and mode), and its readers (a sorted set of their expiry and a hash of their
+   * tokens). Each expires: the lease with its TTL, the counter `FENCE_GRACE_MS` after the TTL of
+   * its last grant, the line `QUEUE_ENTRY_TTL_MS` after its newest entry, the readers' keys with
+   * the latest read grant.
    */
-  keysOf(key: string): LockKeys {
-    return lockKeys(this.#prefix, key);
+  keysOf(key: string): ReadWriteLockKeys {
+    return readWriteLockKeys(this.#prefix, key);
   }
 
   /**
-   * Run the acquire script: grant with a fresh token (max(last token + 1, server clock in µs)),
-   * or report the holder's PTTL. On Sentinel the token is `failover epoch × 2^53 + counter` (see
+   * Run the acquire script of the request's mode: grant with a fresh token (max(last token + 1,
+   * server clock in µs)), or report how long the key may stay unavailable. A writer
+   * (queued-acquire.lua) goes when no writer and no reader holds the key and it heads the line; a
+   * reader (read-acquire.lua) when no writer holds the key or waits ahead of it (Curator's
+   * read-write rule). On Sentinel the token is `failover epoch × 2^53 + counter` (see
    * failover-epoch.ts). Not an async function: on a single node the answer is the script's
    * promise and one reaction (the acquire path of every lease).
+   * @throws InvalidArgumentError (`downgradeBlocked`) when a read asked for inside the caller's
+   *   write lock (`heldWriter`) finds another writer holding the key or waiting for it; the
+   *   attempt is withdrawn first.
    */
   attempt(request: AttemptRequest): Promise<AttemptResult> {
     if (request.permits !== undefined) return this.#attemptPermit(request, request.permits);
     if (this.#epochs !== undefined) return this.#attemptWithEpoch(request, this.#epochs);
     const k = this.keysOf(request.key);
     const queue = this.#enterLine(request, k);
-    const keys = [k.lock, k.fence, k.queue, k.waiters] as const;
-    const args = this.#acquireArgs(request, queue);
     return this.#connection
-      .call('acquire', () => queuedAcquireScript.run(this.#connection.client, keys, args))
+      .call('acquire', () => this.#acquireScript(request, k, queue))
       .then((reply) => this.#answer(request, k, queue, reply, undefined));
   }
 
@@ -199,13 +234,25 @@ export class RedisBackend implements Backend {
   async #attemptWithEpoch(request: AttemptRequest, epochs: FailoverEpoch): Promise<AttemptResult> {
     const k = this.keysOf(request.key);
     const queue = this.#enterLine(request, k);
-    const keys = [k.lock, k.fence, k.queue, k.waiters] as const;
-    const args = this.#acquireArgs(request, queue);
     const [epoch, reply] = await this.#connection.call('acquire', async () => {
       const before = await epochs.current();
-      return [before, await queuedAcquireScript.run(this.#connection.client, keys, args)] as const;
+      return [before, await this.#acquireScript(request, k, queue)] as const;
     });
     return this.#answer(request, k, queue, reply, epoch);
+  }
+
+  /** The acquire script of the request's mode, run once. */
+  #acquireScript(
+    request: AttemptRequest,
+    k: ReadWriteLockKeys,
+    queue: boolean,
+  ): Promise<[1, string] | [0, number] | [-2]> {
+    const { client } = this.#connection;
+    const keys = [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens] as const;
+    const args = this.#acquireArgs(request, queue);
+    return request.mode === 'write'
+      ? queuedAcquireScript.run(client, keys, args)
+      : readAcquireScript.run(client, keys, [...args, request.heldWriter ?? '']);
   }
 
   /**
@@ -260,16 +307,25 @@ export class RedisBackend implements Backend {
     ] as const;
   }
 
-  /** The contract's answer to the acquire script's reply (and, on Sentinel, the epoch read). */
+  /**
+   * The contract's answer to the acquire script's reply (and, on Sentinel, the epoch read).
+   * @throws InvalidArgumentError (`downgradeBlocked`) for a blocked downgrade (`[-2]`).
+   */
   #answer(
     request: AttemptRequest,
     k: { readonly channel: string },
     queue: boolean,
-    reply: [1, string] | [0, number],
+    reply: [1, string] | [0, number] | [-2],
     epoch: Awaited<ReturnType<FailoverEpoch['current']>> | undefined,
   ): AttemptResult | Promise<AttemptResult> {
+    if (reply[0] === -2) {
+      // The script kept nothing of the attempt (read-acquire.lua).
+      if (queue) this.#waiters.leftLine(k.channel, request.owner);
+      throw downgradeBlocked(request.key);
+    }
     if (reply[0] === 1) {
       if (queue) this.#waiters.leftLine(k.channel, request.owner);
+      if (request.mode === 'read') this.#rememberReadGrant(request.owner);
       const counter = BigInt(reply[1]);
       if (epoch === undefined && this.#minReplicas === 0) {
         return { granted: true, token: counter, ttlMs: request.ttlMs };
@@ -376,13 +432,41 @@ export class RedisBackend implements Backend {
   /**
    * `PEXPIRE` only while owner and token match (never re-creates a vanished key). Renewals asked
    * for in one turn of the event loop go as one script call (`renew-many.lua`), except on a
-   * Cluster.
+   * Cluster. A read grant this backend made is renewed by the readers' script, one call each
+   * (`read-renew.lua`); a renewal the write path refuses is asked of that script too (a read
+   * grant this backend does not know of), which decides `not-held` or `not-owner` for both modes.
    */
   renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     if (lease.permits !== undefined) return this.#renewPermit(lease, ttlMs);
-    return this.capabilities.batchRenew
+    if (this.#readGrants.has(lease.owner)) return this.#renewRead(lease, ttlMs);
+    const renewed = this.capabilities.batchRenew
       ? this.#renewals.renew(lease, ttlMs)
       : this.#renewOne(lease, ttlMs);
+    return renewed.then((result) => (result.ok ? result : this.#renewRead(lease, ttlMs)));
+  }
+
+  /** A lease of either mode renewed by the readers' script (read-renew.lua). */
+  async #renewRead(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    const k = this.keysOf(lease.key);
+    const reply = await this.#connection.call('renew', () =>
+      readRenewScript.run(
+        this.#connection.client,
+        [k.lock, k.readers, k.readerTokens],
+        [lease.owner, this.#counterOf(lease), ttlMs],
+      ),
+    );
+    if (reply !== 1) this.#readGrants.delete(lease.owner);
+    return renewResultOf(reply, ttlMs);
+  }
+
+  /** Remember the owner of a read grant (the oldest is forgotten past the bound). */
+  #rememberReadGrant(owner: string): void {
+    this.#readGrants.add(owner);
+    if (this.#readGrants.size <= READ_GRANTS_REMEMBERED) return;
+    for (const oldest of this.#readGrants) {
+      this.#readGrants.delete(oldest);
+      return;
+    }
   }
 
   async #sendRenewals(batch: readonly RenewalRequest[]): Promise<RenewResult[]> {
@@ -428,11 +512,14 @@ export class RedisBackend implements Backend {
   }
 
   /**
-   * Compare-and-delete by owner and token, then hand the key to the head of its line (granted in
-   * the same script; its owner, token and first TTL go out on the key's release channel). A
-   * permit's release wakes the waiters the freed permit lets in.
+   * Compare-and-delete by owner and token, the writer's lease or a reader's grant, then hand the
+   * key on: a writer at the head of the line is granted in the same script once no writer or
+   * reader holds the key (its owner, token and first TTL go out on the key's release channel);
+   * readers at the head are woken by their owner ids, up to the first writer. A permit's release
+   * wakes the waiters the freed permit lets in.
    */
   release(lease: LeaseRef): Promise<ReleaseOutcome> {
+    this.#readGrants.delete(lease.owner);
     return this.#connection
       .call('release', () =>
         this.#releaseScript(lease.key, lease.owner, this.#counterOf(lease), lease.permits),
@@ -454,14 +541,23 @@ export class RedisBackend implements Backend {
       return semaphoreReleaseScript.run(client, keys, [owner, counter]);
     }
     const k = this.keysOf(key);
-    const keys = [k.lock, k.fence, k.channel, k.queue, k.waiters] as const;
+    const keys = [
+      k.lock,
+      k.fence,
+      k.channel,
+      k.queue,
+      k.waiters,
+      k.readers,
+      k.readerTokens,
+    ] as const;
     return queuedReleaseScript.run(client, keys, [owner, counter, ...HAND_OFF_ARGS]);
   }
 
   /**
-   * Delete the key if this owner holds it, whatever the token (also a grant a release handed to
-   * it meanwhile), and take the owner out of the key's line (handing the key to the next in line
-   * when that frees it, or removes the head while it is free).
+   * Delete this owner's grant, whatever the token (the key as its writer, also a grant a release
+   * handed to it meanwhile; its entry among the readers), and take the owner out of the key's
+   * line, handing the key on when no writer holds it and this freed it, removed the head of the
+   * line or removed a writer that readers behind it waited for.
    */
   async abandon(request: AttemptRequest): Promise<void> {
     await this.#withdraw(request, 'abandon');
@@ -487,29 +583,37 @@ export class RedisBackend implements Backend {
     }
     const k = this.keysOf(request.key);
     this.#waiters.leftLine(k.channel, request.owner);
+    if (keepGrant === '0') this.#readGrants.delete(request.owner);
     await this.#connection.call(operation, () =>
       queuedAbandonScript.run(
         client,
-        [k.lock, k.fence, k.channel, k.queue, k.waiters],
+        [k.lock, k.fence, k.channel, k.queue, k.waiters, k.readers, k.readerTokens],
         [request.owner, keepGrant, ...HAND_OFF_ARGS],
       ),
     );
   }
 
   /**
-   * Holder, remaining PTTL and the fence counter, read atomically. `lastFencingToken` is the
-   * larger of the counter and the holder's token (a renewed lease outlives the counter), 0n once
-   * the key has been idle past the counter's expiry (fence-counter.ts).
+   * Holder, remaining PTTL and the fence counter, read atomically (inspect-lock.lua): the writer
+   * when one holds the key, else the earliest reader (lowest token) with its time left.
+   * `lastFencingToken` is the largest of the counter and the holders' tokens (a renewed lease
+   * outlives the counter), 0n once the key has been idle past the counter's expiry
+   * (fence-counter.ts).
    */
   async inspect(key: string): Promise<LockInfo> {
     const k = this.keysOf(key);
-    const [epoch, [value, pttl, last]] = await this.#connection.call('inspect', async () => {
+    const [epoch, reply] = await this.#connection.call('inspect', async () => {
       const reading = await this.#epochs?.current();
       return [
         reading?.epoch,
-        await inspectScript.run(this.#connection.client, [k.lock, k.fence], []),
+        await inspectLockScript.run(
+          this.#connection.client,
+          [k.lock, k.fence, k.readers, k.readerTokens],
+          [],
+        ),
       ] as const;
     });
+    const [value, pttl, last, reader, readerCounter, readerLeftMs, highestReader] = reply;
     const tokenOf = (counter: string) =>
       epoch === undefined ? BigInt(counter) : composeToken(epoch, BigInt(counter));
     let holder: LockInfo['holder'] = null;
@@ -520,10 +624,17 @@ export class RedisBackend implements Backend {
         fencingToken: tokenOf(value.slice(sep + 1)),
         ttlMs: Math.max(0, pttl),
       };
+    } else if (reader !== null && readerCounter !== null) {
+      holder = { owner: reader, fencingToken: tokenOf(readerCounter), ttlMs: readerLeftMs };
     }
-    const counted = last === null ? 0n : tokenOf(last);
-    const held = holder?.fencingToken ?? 0n;
-    return { key, holder, lastFencingToken: held > counted ? held : counted };
+    let lastFencingToken = last === null ? 0n : tokenOf(last);
+    for (const token of [
+      holder?.fencingToken,
+      highestReader === null ? undefined : tokenOf(highestReader),
+    ]) {
+      if (token !== undefined && token > lastFencingToken) lastFencingToken = token;
+    }
+    return { key, holder, lastFencingToken };
   }
 
   /** Wake local waiters, quit the subscriber and (if owned) the client, each within 1 s. */

@@ -29,6 +29,25 @@ export function lockKeys(prefix: string, key: string): LockKeys {
 }
 
 /**
+ * The keys of a lock on single-node Redis (and Sentinel, Cluster), which also grants read locks:
+ * a lock's keys and its readers' (`lock-line.lua` says what each holds). Redlock grants no read
+ * locks and has none of these.
+ */
+export interface ReadWriteLockKeys extends LockKeys {
+  /** Sorted set: reading owner -> its grant's expiry (ms, Redis `TIME`). */
+  readonly readers: string;
+  /** Hash: reading owner -> its grant's fencing token. */
+  readonly readerTokens: string;
+}
+
+/** The keys of lock `key` under `prefix`, its readers' included. */
+export function readWriteLockKeys(prefix: string, key: string): ReadWriteLockKeys {
+  const keys = lockKeys(prefix, key);
+  const base = `${prefix}:{${key}}`;
+  return { ...keys, readers: `${base}:readers`, readerTokens: `${base}:reader-tokens` };
+}
+
+/**
  * The Redis keys of one semaphore (`semaphore-line.lua` says what each holds). They share the
  * `{key}` hash tag of the lock of the same key, under names of their own: a semaphore and a lock
  * of one key are different objects.

@@ -67,20 +67,50 @@ export const renewManyScript = defineScript<
   readonly (string | number)[],
   (1 | 0 | -1)[]
 >('renew-many');
-type QueueKeys = readonly [lockKey: string, fenceKey: string, queueKey: string, waitersKey: string];
+/**
+ * The keys of the lock scripts that grant (`lock-line.lua` says what each holds): the lease, its
+ * fence counter, the line of waiters, and the readers.
+ */
+type QueueKeys = readonly [
+  lockKey: string,
+  fenceKey: string,
+  queueKey: string,
+  waitersKey: string,
+  readersKey: string,
+  readerTokensKey: string,
+];
 
 /**
- * Grant in arrival order (single node): `[1, token]`, or `[0, ms]` where `ms` bounds how long
- * the key can stay unavailable to this contender without a change (the holder's PTTL, or the
- * queue head's remaining entry time). `waiterTtlMs` 0: a single attempt, never queued. The token
- * is max(last token + 1, server clock in µs); the fence counter expires `fenceTtlMs` after the
- * grant (fence-counter.ts).
+ * Grant a writer in arrival order (single node): `[1, token]`, or `[0, ms]` where `ms` bounds
+ * how long the key can stay unavailable to this contender without a change (the holder's PTTL,
+ * the queue head's remaining entry time, or the time until the last reader's grant ends).
+ * `waiterTtlMs` 0: a single attempt, never queued. The token is max(last token + 1, server clock
+ * in µs); the fence counter expires `fenceTtlMs` after the grant (fence-counter.ts). Readers cost
+ * it one EXISTS, only when no writer holds the key.
  */
 export const queuedAcquireScript = defineScript<
   QueueKeys,
   readonly [owner: string, ttlMs: number, waiterTtlMs: number, fenceTtlMs: number],
   [1, string] | [0, number]
->('queued-acquire');
+>('queued-acquire', SCRIPTS, ['lock-line']);
+/**
+ * Grant a read lock in arrival order (Curator's read-write rule: a reader waits only for writers
+ * holding the key or ahead of it in the line): `[1, token]`, `[0, ms]` as `queuedAcquireScript`,
+ * or `[-2]` when a downgrade (`heldWriter`, the owner of the caller's write lock; '' for none)
+ * finds another writer holding the key or waiting (nothing of the attempt is kept). Each reader
+ * gets its own token from the key's one sequence.
+ */
+export const readAcquireScript = defineScript<
+  QueueKeys,
+  readonly [
+    owner: string,
+    ttlMs: number,
+    waiterTtlMs: number,
+    fenceTtlMs: number,
+    heldWriter: string,
+  ],
+  [1, string] | [0, number] | [-2]
+>('read-acquire', SCRIPTS, ['lock-line', 'read-line']);
 /** The keys of the scripts that may hand a free key to the head of its line. */
 type HandOffKeys = readonly [
   lockKey: string,
@@ -88,28 +118,52 @@ type HandOffKeys = readonly [
   channel: string,
   queueKey: string,
   waitersKey: string,
+  readersKey: string,
+  readerTokensKey: string,
 ];
 
 /**
- * Release (single node, queued): 1 released, 0 not held, -1 not owner. The key is then handed to
- * the head of the line (`line-handoff.lua`): granted for a first TTL of min(its ttlMs,
- * `firstTtlCapMs`), and `<owner>:<token>:<first TTL>` published on the key's channel.
+ * Release a writer's or a reader's grant by owner and token (single node, queued): 1 released, 0
+ * not held, -1 not owner. A key that no writer holds any more is then handed on
+ * (`line-handoff.lua`): a writer at the head of the line is granted for a first TTL of min(its
+ * ttlMs, `firstTtlCapMs`), once no reader holds it, and `<owner>:<token>:<first TTL>` published
+ * on the key's channel; readers at the head are woken by their owner ids.
  */
 export const queuedReleaseScript = defineScript<
   HandOffKeys,
   readonly [owner: string, token: string, firstTtlCapMs: number, fenceGraceMs: number],
   1 | 0 | -1
->('queued-release', SCRIPTS, ['line-handoff']);
+>('queued-release', SCRIPTS, ['lock-line', 'line-handoff']);
 /**
  * Abandon (single node, queued): leave the line and, unless `keepGrant` is '1', delete this
- * owner's key; 1 deleted this owner's key, 0 nothing deleted. A key this frees (or left free by
- * the head that leaves) is handed to the next in line as `queuedReleaseScript` does.
+ * owner's grant (as the writer or a reader); 1 deleted a grant of this owner, 0 nothing deleted.
+ * A key this frees (or left free by the head that leaves) is handed on as `queuedReleaseScript`
+ * does.
  */
 export const queuedAbandonScript = defineScript<
   HandOffKeys,
   readonly [owner: string, keepGrant: '0' | '1', firstTtlCapMs: number, fenceGraceMs: number],
   1 | 0
->('queued-abandon', SCRIPTS, ['line-handoff']);
+>('queued-abandon', SCRIPTS, ['lock-line', 'line-handoff']);
+/**
+ * Renew a lease of either mode, one call each (readers are not in `renewManyScript`'s lock keys):
+ * the writer's key, or the owner's live reader entry, when owner and token match; 1 renewed, 0
+ * not held, -1 not owner.
+ */
+export const readRenewScript = defineScript<
+  readonly [lockKey: string, readersKey: string, readerTokensKey: string],
+  readonly [owner: string, token: string, ttlMs: number],
+  1 | 0 | -1
+>('read-renew', SCRIPTS, ['lock-line', 'read-line']);
+/**
+ * Inspect a lock with readers: `[writer "<owner>:<token>" | null, writer PTTL, last token | null,
+ * earliest reader | null, its token | null, its ms left, highest reader token | null]`.
+ */
+export const inspectLockScript = defineScript<
+  readonly [lockKey: string, fenceKey: string, readersKey: string, readerTokensKey: string],
+  readonly [],
+  [string | null, number, string | null, string | null, string | null, number, string | null]
+>('inspect-lock', SCRIPTS, ['lock-line']);
 /** The keys of the semaphore scripts that read or change its holders (semaphore-line.lua). */
 type PermitKeys = readonly [holdersKey: string, tokensKey: string, permitsKey: string];
 /** …and of those that may wake waiters too. */

@@ -1,61 +1,31 @@
--- Grant a lock key in arrival order (single node) and issue its fencing token, atomically.
--- Waiters line up in a FIFO: a list of owner ids, head first, and a hash of each entry's expiry
--- (ms on the Redis clock, TIME) and of the ttlMs its owner asked for ("<owner>:ttl"), with which
--- a release hands the key to the head (line-handoff.lua). A free key goes to the head of the
--- line, or to anyone when the line is empty; a waiting contender that is not the head joins the
--- tail (or keeps its place). A contender that already holds the key (handed to it by a release
--- whose message it has not seen) is answered with its token.
+-- Grant a lock key to a writer in arrival order (single node) and issue its fencing token,
+-- atomically (lock-line.lua precedes this script and describes the keys). Waiters line up in a
+-- FIFO: a list of owner ids, head first, and a hash of each entry's expiry (ms on the Redis
+-- clock, TIME) and of the ttlMs its owner asked for ("<owner>:ttl"), with which a release hands
+-- the key to the head (line-handoff.lua). A key that no writer and no reader holds goes to the
+-- head of the line, or to anyone when the line is empty; a waiting contender that is not the head
+-- joins the tail (or keeps its place). A contender that already holds the key (handed to it by a
+-- release whose message it has not seen) is answered with its token.
 -- An entry lives waiterTtlMs past its owner's latest attempt, so a waiter that vanished blocks
 -- the line for at most that long; one that gives up is removed at once (queued-abandon.lua).
 -- The fencing token is the larger of the key's last token + 1 and Redis's clock in microseconds
 -- (TIME), so it keeps rising after the counter expired or the server restarted empty, as long as
 -- the server's clock does not step back. The counter expires fenceTtlMs after the grant.
+-- Readers cost a writer one EXISTS of the readers' key, and only when the key is free.
 -- Returns {1, token} when granted; {0, ms} when not, where ms bounds how long the key can stay
--- unavailable to this contender with nothing changing: the holder's PTTL, or the remaining entry
--- time of the head of the line when the key is free but another waiter is first.
-local lockKey = KEYS[1]     -- holds "<owner>:<token>" with a PX expiry
-local fenceKey = KEYS[2]    -- the key's last token; expires fenceTtlMs after its grant
-local queueKey = KEYS[3]    -- list of waiting owners, head first
-local waitersKey = KEYS[4]  -- hash: owner -> entry expiry (ms, Redis TIME); owner:ttl -> ttlMs
-local owner = ARGV[1]       -- contender id (hex, no ':')
-local ttlMs = ARGV[2]       -- lease length in whole milliseconds
+-- unavailable to this contender with nothing changing: the holder's PTTL, the remaining entry
+-- time of the head of the line when the key is free but another waiter is first, or the time
+-- until the last reader's grant ends.
+local lockKey = KEYS[1]       -- holds "<owner>:<token>" with a PX expiry
+local fenceKey = KEYS[2]      -- the key's last token; expires fenceTtlMs after its grant
+local queueKey = KEYS[3]      -- list of waiting owners, head first
+local waitersKey = KEYS[4]    -- hash: owner -> entry expiry (ms, Redis TIME); owner:ttl -> ttlMs
+local readersKey = KEYS[5]    -- sorted set: reading owner -> grant expiry (ms, Redis TIME)
+local tokensKey = KEYS[6]     -- hash: reading owner -> its token
+local owner = ARGV[1]         -- contender id (hex, no ':')
+local ttlMs = ARGV[2]         -- lease length in whole milliseconds
 local waiterTtlMs = tonumber(ARGV[3]) -- entry lifetime; 0: a single attempt, never queued
-local fenceTtlMs = ARGV[4]  -- lifetime of the fence counter, ms (longer than ttlMs)
-
--- Redis's own clock ({seconds, microseconds}), read once, only when needed.
-local clock
-local function time()
-  if not clock then clock = redis.call('TIME') end
-  return clock
-end
--- The clock in ms.
-local function now()
-  return tonumber(time()[1]) * 1000 + math.floor(tonumber(time()[2]) / 1000)
-end
-
--- The head of the line after dropping expired entries there: owner and ms it has left, or nil.
-local function head()
-  while true do
-    local first = redis.call('LINDEX', queueKey, 0)
-    if not first then return nil, 0 end
-    local expiresAt = tonumber(redis.call('HGET', waitersKey, first) or '0')
-    if expiresAt > now() then return first, expiresAt - now() end
-    redis.call('LPOP', queueKey)
-    redis.call('HDEL', waitersKey, first, first .. ':ttl')
-  end
-end
-
--- Join the tail, or keep one's place and refresh the entry (and the TTL a handed grant is made
--- for); both keys outlive the newest entry.
-local function enqueue()
-  if waiterTtlMs <= 0 then return end
-  if redis.call('HSET', waitersKey, owner, now() + waiterTtlMs) == 1 then
-    redis.call('RPUSH', queueKey, owner)
-  end
-  redis.call('HSET', waitersKey, owner .. ':ttl', ttlMs)
-  if redis.call('PTTL', queueKey) < waiterTtlMs then redis.call('PEXPIRE', queueKey, waiterTtlMs) end
-  if redis.call('PTTL', waitersKey) < waiterTtlMs then redis.call('PEXPIRE', waitersKey, waiterTtlMs) end
-end
+local fenceTtlMs = ARGV[4]    -- lifetime of the fence counter, ms (longer than ttlMs)
 
 local current = redis.call('GET', lockKey)
 if current then
@@ -66,27 +36,25 @@ if current then
     redis.call('PEXPIRE', lockKey, ttlMs)
     return {1, string.sub(current, sep + 1)}
   end
-  enqueue()
+  enqueue(queueKey, waitersKey, owner, ttlMs, waiterTtlMs, false)
   return {0, redis.call('PTTL', lockKey)}
 end
 
--- Free: the head of the line goes first; a contender behind it waits its turn.
-local first, left = head()
+-- Free of writers: the head of the line goes first; a contender behind it waits its turn.
+local first, left = headOfLine(queueKey, waitersKey)
 if first and first ~= owner then
-  enqueue()
+  enqueue(queueKey, waitersKey, owner, ttlMs, waiterTtlMs, false)
   return {0, left}
 end
-if first then
-  redis.call('LPOP', queueKey)
-  redis.call('HDEL', waitersKey, owner, owner .. ':ttl')
+-- Readers share the key; a writer waits until the last of them is gone (keeping its place).
+local readers, readersLeft = liveReaders(readersKey, tokensKey)
+if readers > 0 then
+  enqueue(queueKey, waitersKey, owner, ttlMs, waiterTtlMs, false)
+  return {0, math.max(readersLeft, 1)}
 end
+if first then leaveLine(queueKey, waitersKey, owner) end
 
--- Issue the token and set the key in the same script, so no grant goes without a token. Both
--- numbers stay below 2^53 (microseconds until the year 2255), exact in Lua's doubles; '%d'
--- writes all digits (tostring and '..' would round to 14 significant digits).
-local last = tonumber(redis.call('GET', fenceKey) or '0')
-local clockUs = tonumber(time()[1]) * 1000000 + tonumber(time()[2])
-local token = string.format('%d', math.max(last + 1, clockUs))
-redis.call('SET', fenceKey, token, 'PX', fenceTtlMs)
+-- Issue the token and set the key in the same script, so no grant goes without a token.
+local token = nextToken(fenceKey, fenceTtlMs)
 redis.call('SET', lockKey, owner .. ':' .. token, 'PX', ttlMs)
 return {1, token}

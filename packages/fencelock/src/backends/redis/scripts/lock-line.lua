@@ -1,0 +1,113 @@
+-- Shared fragment of the lock scripts (scripts.ts puts it in front of them): Redis's clock, the
+-- fencing token, a lock's readers and its line of waiters (read-line.lua adds what only the
+-- readers' scripts use). A lock's keys, all under one hash tag (lock-keys.ts):
+--   lock          "<owner>:<token>" of the writer that holds the key, with a PX expiry
+--   fence         the key's last fencing token (fence-counter.ts), for writers and readers alike
+--   queue         list of waiting owners, head first (FIFO)
+--   waiters       hash: "<owner>" -> its entry's expiry (ms, Redis TIME); "<owner>:ttl" -> the
+--                 ttlMs a waiting writer asked for (a release grants it that); "<owner>:read" ->
+--                 '1' for a waiting reader (no field: a writer). Owners are hex, so no clash.
+--   readers       sorted set: reading owner -> its grant's expiry (ms, Redis TIME)
+--   readerTokens  hash: reading owner -> its grant's fencing token
+-- Readers share the key and a writer is alone (Curator's InterProcessReadWriteLock): a writer
+-- goes when nobody holds the key and it heads the line; a reader when no writer holds it (or only
+-- the caller's own, a downgrade) and no live writer's entry is ahead of its own. The readers'
+-- keys expire with their latest grant, the line's with its newest entry: nothing stays once the
+-- lock is idle.
+
+-- Redis's own clock ({seconds, microseconds}), read once per script, only when needed.
+local clock
+local function time()
+  if not clock then clock = redis.call('TIME') end
+  return clock
+end
+local function nowMs()
+  return tonumber(time()[1]) * 1000 + math.floor(tonumber(time()[2]) / 1000)
+end
+local function nowUs()
+  return tonumber(time()[1]) * 1000000 + tonumber(time()[2])
+end
+
+-- The next fencing token of the key, recorded in its counter for fenceTtlMs: the larger of the
+-- last token + 1 and the clock in µs (fence-counter.ts). '%d' writes every digit (tostring and
+-- '..' would round to 14 significant digits); both numbers stay below 2^53 (µs until the year
+-- 2255), exact in Lua's doubles.
+local function nextToken(fenceKey, fenceTtlMs)
+  local last = tonumber(redis.call('GET', fenceKey) or '0')
+  local token = string.format('%d', math.max(last + 1, nowUs()))
+  redis.call('SET', fenceKey, token, 'PX', fenceTtlMs)
+  return token
+end
+
+-- Drop the readers whose time ran out (crashed or cut off); returns how many hold the key now
+-- and the ms until the last of them ends (0, 0 when none). One EXISTS when nobody reads: the
+-- readers' keys expire with their latest grant, so no key means no live reader.
+local function liveReaders(readersKey, tokensKey)
+  if redis.call('EXISTS', readersKey) == 0 then return 0, 0 end
+  local expired = redis.call('ZRANGEBYSCORE', readersKey, '-inf', nowMs())
+  for _, reader in ipairs(expired) do
+    redis.call('ZREM', readersKey, reader)
+    redis.call('HDEL', tokensKey, reader)
+  end
+  local last = redis.call('ZRANGE', readersKey, -1, -1, 'WITHSCORES')
+  if #last == 0 then return 0, 0 end
+  return redis.call('ZCARD', readersKey), tonumber(last[2]) - nowMs()
+end
+
+-- Take `owner`'s entry out of the line (no-op when it has none).
+local function leaveLine(queueKey, waitersKey, owner)
+  if redis.call('HDEL', waitersKey, owner, owner .. ':ttl', owner .. ':read') > 0 then
+    redis.call('LREM', queueKey, 1, owner)
+  end
+end
+
+-- Walk the line from its head, `step` entries per read, dropping entries whose time ran out
+-- (their owners vanished), and call visit(owner, ms left, is a reader) on each live entry until
+-- it returns true.
+local function walkLine(queueKey, waitersKey, step, visit)
+  local start = 0
+  while true do
+    local batch = redis.call('LRANGE', queueKey, start, start + step - 1)
+    if #batch == 0 then return end
+    local dropped = 0
+    for _, entry in ipairs(batch) do
+      local fields = redis.call('HMGET', waitersKey, entry, entry .. ':read')
+      local left = tonumber(fields[1] or '0') - nowMs()
+      if left <= 0 then
+        redis.call('LREM', queueKey, 1, entry)
+        redis.call('HDEL', waitersKey, entry, entry .. ':ttl', entry .. ':read')
+        dropped = dropped + 1
+      elseif visit(entry, left, fields[2] == '1') then
+        return
+      end
+    end
+    start = start + #batch - dropped
+  end
+end
+
+-- The first live entry of the line: owner, ms it has left and whether it reads; nil when none.
+local function headOfLine(queueKey, waitersKey)
+  local first, firstLeft, firstReads
+  walkLine(queueKey, waitersKey, 1, function(entry, left, reads)
+    first, firstLeft, firstReads = entry, left, reads
+    return true
+  end)
+  return first, firstLeft, firstReads
+end
+
+-- Join the tail, or keep one's place and refresh the entry (and, for a writer, the TTL a handed
+-- grant is made for); both keys outlive the newest entry. waiterTtlMs 0: a single attempt,
+-- never queued.
+local function enqueue(queueKey, waitersKey, owner, ttlMs, waiterTtlMs, reads)
+  if waiterTtlMs <= 0 then return end
+  if redis.call('HSET', waitersKey, owner, nowMs() + waiterTtlMs) == 1 then
+    redis.call('RPUSH', queueKey, owner)
+  end
+  if reads then
+    redis.call('HSET', waitersKey, owner .. ':read', '1')
+  else
+    redis.call('HSET', waitersKey, owner .. ':ttl', ttlMs)
+  end
+  if redis.call('PTTL', queueKey) < waiterTtlMs then redis.call('PEXPIRE', queueKey, waiterTtlMs) end
+  if redis.call('PTTL', waitersKey) < waiterTtlMs then redis.call('PEXPIRE', waitersKey, waiterTtlMs) end
+end
