@@ -3,7 +3,9 @@
  * ever locked) keeps working: the first process that opens it moves it to the file's one token
  * counter, starting above every token the old counters and lease rows issued, and drops the old
  * table; an older fencelock can no longer start on the file (it would count again from 1).
- * Several processes opening the same old file at once migrate it once.
+ * Several processes opening the same old file at once migrate it once. A file of the version
+ * before semaphores (locks only) gets the semaphore tables, and its locks and token counter
+ * carry on.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -56,6 +58,22 @@ function oldFile(name: string): string {
   return path;
 }
 
+/** The store's objects in a file opened by this version, by name. */
+const CURRENT_OBJECTS = [
+  'view fencelock_fences',
+  'table fencelock_leases',
+  'index fencelock_leases_expires_at',
+  'table fencelock_permit_waiters',
+  'index fencelock_permit_waiters_expires_at',
+  'index fencelock_permit_waiters_line',
+  'table fencelock_permits',
+  'index fencelock_permits_expires_at',
+  'table fencelock_token',
+  'table fencelock_waiters',
+  'index fencelock_waiters_expires_at',
+  'index fencelock_waiters_line',
+];
+
 function objects(path: string): { type: string; name: string }[] {
   const db = new Database(path, { readonly: true });
   try {
@@ -84,6 +102,70 @@ describe('SQLite: a file made by this version', () => {
   });
 });
 
+/** The layout of the version before semaphores (one token counter, locks and their line). */
+const LOCKS_ONLY_SCHEMA = `
+CREATE TABLE IF NOT EXISTS fencelock_leases (
+  key        TEXT PRIMARY KEY,
+  owner      TEXT NOT NULL,
+  token      INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_leases_expires_at ON fencelock_leases (expires_at);
+CREATE TABLE IF NOT EXISTS fencelock_token (
+  id         INTEGER PRIMARY KEY CHECK (id = 1),
+  last_token INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO fencelock_token (id, last_token) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS fencelock_waiters (
+  key        TEXT NOT NULL,
+  owner      TEXT NOT NULL,
+  seq        INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  PRIMARY KEY (key, owner)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON fencelock_waiters (key, seq);
+CREATE INDEX IF NOT EXISTS fencelock_waiters_expires_at ON fencelock_waiters (expires_at);
+CREATE VIEW IF NOT EXISTS fencelock_fences (key, last_token) AS SELECT NULL, NULL WHERE 0;
+`;
+
+describe('SQLite: a file of the version before semaphores', () => {
+  it('gets the semaphore tables; its live lock and token counter carry on', async () => {
+    const path = join(dir, 'locks-only.db');
+    const db = new Database(path);
+    db.pragma('journal_mode = WAL');
+    db.exec(LOCKS_ONLY_SCHEMA);
+    db.exec(`UPDATE fencelock_token SET last_token = 20 WHERE id = 1`);
+    db.exec(`INSERT INTO fencelock_leases VALUES ('k', '${'c'.repeat(32)}', 20, ${NOW} + 60000)`);
+    db.close();
+
+    const locker = createLocker(createSqliteBackend({ path }));
+    expect(objects(path).map((o) => `${o.type} ${o.name}`)).toEqual(CURRENT_OBJECTS);
+    // The semaphore "k" is not the lock "k", still held; its token continues the one counter.
+    const permit = await locker.semaphore('k', { permits: 2 }).tryAcquire({ ttlMs: 10_000 });
+    expect(permit?.fencingToken).toBe(21n);
+    expect((await locker.inspect('k')).holder).toMatchObject({
+      owner: 'c'.repeat(32),
+      fencingToken: 20n,
+    });
+    const lease = await locker.acquire('other');
+    expect(lease.fencingToken).toBe(22n);
+    expect(await permit!.release()).toBe('released');
+    expect(await lease.release()).toBe('released');
+    await locker.close();
+
+    // The earlier version's set-up still runs on the file and changes nothing of it.
+    const earlier = new Database(path);
+    earlier.exec(LOCKS_ONLY_SCHEMA);
+    earlier.close();
+    expect(objects(path).map((o) => `${o.type} ${o.name}`)).toEqual(CURRENT_OBJECTS);
+    const reopened = createLocker(createSqliteBackend({ path }));
+    const again = await reopened.semaphore('k', { permits: 2 }).tryAcquire();
+    expect(again?.fencingToken).toBe(23n);
+    expect(await again!.release()).toBe('released');
+    await reopened.close();
+  });
+});
+
 describe('SQLite: a file of the per-key-counter layout', () => {
   it('moves to one counter above every token issued before, and keeps its live lease', async () => {
     const path = oldFile('single.db');
@@ -103,15 +185,7 @@ describe('SQLite: a file of the per-key-counter layout', () => {
     await again.release();
     await locker.close();
 
-    expect(objects(path)).toEqual([
-      { type: 'view', name: 'fencelock_fences' },
-      { type: 'table', name: 'fencelock_leases' },
-      { type: 'index', name: 'fencelock_leases_expires_at' },
-      { type: 'table', name: 'fencelock_token' },
-      { type: 'table', name: 'fencelock_waiters' },
-      { type: 'index', name: 'fencelock_waiters_expires_at' },
-      { type: 'index', name: 'fencelock_waiters_line' },
-    ]);
+    expect(objects(path).map((o) => `${o.type} ${o.name}`)).toEqual(CURRENT_OBJECTS);
     const db = new Database(path);
     expect(db.prepare('SELECT key FROM fencelock_leases').all()).toEqual([{ key: 'c' }]);
     // The old version's grant cannot run on the migrated file.
@@ -178,15 +252,7 @@ await locker.close();
         const tokens = await Promise.all([0, 1, 2, 3].map((n) => opener(path, start, n)));
         const values = tokens.map(BigInt).sort((x, y) => (x < y ? -1 : 1));
         expect(values).toEqual([46n, 47n, 48n, 49n]);
-        expect(objects(path).map((o) => `${o.type} ${o.name}`)).toEqual([
-          'view fencelock_fences',
-          'table fencelock_leases',
-          'index fencelock_leases_expires_at',
-          'table fencelock_token',
-          'table fencelock_waiters',
-          'index fencelock_waiters_expires_at',
-          'index fencelock_waiters_line',
-        ]);
+        expect(objects(path).map((o) => `${o.type} ${o.name}`)).toEqual(CURRENT_OBJECTS);
       }
     }, 120_000);
   });

@@ -3,9 +3,9 @@
  * renew and release are single IMMEDIATE transactions; the fencing token comes from one counter
  * for the whole database, bumped in the granting transaction, so a key's tokens strictly increase
  * (not consecutively) and nothing of a key stays once its lease row is gone: a release deletes
- * the row, and a row that expired unreleased is deleted by a later grant (see `SWEEP_LIMIT`).
- * Expiry uses SQLite's own clock (`unixepoch('subsec')`), the host's wall clock, which every
- * process on the host shares.
+ * the row, and a row that expired unreleased is deleted by a later grant (see `SWEEP_LIMIT` in
+ * schema.ts). Expiry uses SQLite's own clock (`unixepoch('subsec')`), the host's wall clock,
+ * which every process on the host shares.
  *
  * Waiters stand in a FIFO line per key (`fencelock_waiters`, the shape of the Redis backend's
  * line): a free key goes to the head of the line, and an entry lives `QUEUE_ENTRY_TTL_MS` past
@@ -14,6 +14,17 @@
  * counter that moves when another connection commits), reads the key only when it moved, and
  * attempts again only once the key is free and it is first in line (no herd). How often it
  * reads depends on its place in the line and on how long nothing changed (line-watch.ts).
+ *
+ * A semaphore (`AttemptRequest.permits`, semaphores.ts) is kept in tables of its own, apart from
+ * the locks' (a lock and a semaphore of one key never meet): one row per live permit in
+ * `fencelock_permits` (holder, fencing token from the same counter, expiry, and the permit count
+ * in use) and its own FIFO line in `fencelock_permit_waiters`. A permit is granted while fewer
+ * than `permits` are live and fewer live waiters stand ahead than permits are free; a permit
+ * lapses at its expiry unless renewed. Its waiters watch `data_version` as a lock's do, and a
+ * release lets in only the waiters its freed permit is for: those with fewer live entries ahead
+ * of them than permits free (the others keep watching). An attempt with another permit count
+ * while holders or waiters are live is refused with `PermitsMismatchError`, writing nothing; the
+ * count goes with the semaphore's last row.
  *
  * One host only: SQLite's locking is unreliable on network file systems, and the lease clock is
  * the host's.
@@ -31,19 +42,13 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
-import { BackendError } from '../../errors.js';
+import { BackendError, PermitsMismatchError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { type LineView, watchLine } from './line-watch.js';
-import { initialize, NOW } from './schema.js';
+import { initialize, NOW, prepareNextToken, prepareSweep } from './schema.js';
+import { Semaphores } from './semaphores.js';
 import type { SqliteUrlConfig } from './url.js';
-
-/**
- * Most expired rows of other keys one grant deletes (oldest expiry first). A grant adds at most
- * one row, so expired rows never pile up while keys are being locked; a process opening the file
- * deletes every expired row at once.
- */
-const SWEEP_LIMIT = 100;
 
 interface LeaseRow {
   owner: string;
@@ -67,13 +72,13 @@ export function addonHint(error: unknown): string {
 export class SqliteBackend implements Backend {
   readonly name = 'sqlite';
   readonly maxTtlMs = MAX_TIMER_MS;
-  /** A FIFO line of waiters per key (`leaveQueue`). */
+  /** A FIFO line of waiters per key and per semaphore (`leaveQueue`); semaphore permits. */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write'] as const),
     sessions: false,
     queue: true,
     batchRenew: false,
-    permits: false,
+    permits: true,
   });
   readonly #db: Database.Database;
   readonly #attempt: (request: AttemptRequest) => AttemptResult;
@@ -82,6 +87,8 @@ export class SqliteBackend implements Backend {
   readonly #abandon: (request: AttemptRequest) => void;
   readonly #leaveQueue: (request: AttemptRequest) => void;
   readonly #inspect: (key: string) => LockInfo;
+  /** The semaphores' permits and line (semaphores.ts). */
+  readonly #semaphores: Semaphores;
   /** What waiters watch (`watchLine`). */
   readonly #line: LineView;
   /** Commits of this connection that can let a waiter in (they do not move `data_version`). */
@@ -109,23 +116,12 @@ export class SqliteBackend implements Backend {
     const refresh = db.prepare<[bigint, string]>(
       `UPDATE fencelock_leases SET expires_at = ${NOW} + ? WHERE key = ?`,
     );
-    const bump = db.prepare<[], { last_token: bigint }>(
-      `UPDATE fencelock_token SET last_token = last_token + 1 WHERE id = 1 RETURNING last_token`,
-    );
+    const nextToken = prepareNextToken(db);
     const grant = db.prepare<[string, string, bigint, bigint]>(
       `INSERT OR REPLACE INTO fencelock_leases (key, owner, token, expires_at) VALUES (?, ?, ?, ${NOW} + ?)`,
     );
     const remove = db.prepare<[string]>(`DELETE FROM fencelock_leases WHERE key = ?`);
-    const sweep = db.prepare(
-      `DELETE FROM fencelock_leases WHERE key IN (
-         SELECT key FROM fencelock_leases WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT ${SWEEP_LIMIT}
-       )`,
-    );
-    const sweepWaiters = db.prepare(
-      `DELETE FROM fencelock_waiters WHERE (key, owner) IN (
-         SELECT key, owner FROM fencelock_waiters WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT ${SWEEP_LIMIT}
-       )`,
-    );
+    const sweep = prepareSweep(db);
     const head = db.prepare<[string], { owner: string; remaining: bigint }>(
       `SELECT owner, expires_at - ${NOW} AS remaining FROM fencelock_waiters
        WHERE key = ? AND expires_at > ${NOW} ORDER BY seq LIMIT 1`,
@@ -164,7 +160,8 @@ export class SqliteBackend implements Backend {
         holderTtlMs: Math.max(0, Number(holderTtlMs)),
         queued,
         recheckAfterMs: LINE_RECHECK_MS,
-        waitForChange: (signal, maxMs) => watchLine(this.#line, key, owner, signal, maxMs),
+        waitForChange: (signal, maxMs) =>
+          watchLine(this.#line, () => lockStanding(key, owner), signal, maxMs),
       };
     };
 
@@ -185,11 +182,10 @@ export class SqliteBackend implements Backend {
           return notGranted(request, first.remaining);
         }
         if (first !== undefined) dequeue.run(request.key, request.owner);
-        // Expired rows of other keys (holders and waiters that vanished) go; this key's is
-        // replaced.
-        sweep.run();
-        sweepWaiters.run();
-        const token = bump.get()!.last_token;
+        // Expired rows of other keys and of semaphores (holders and waiters that vanished) go;
+        // this key's is replaced.
+        sweep();
+        const token = nextToken();
         grant.run(request.key, request.owner, token, ttl);
         return { granted: true, token, ttlMs: request.ttlMs };
       })
@@ -235,15 +231,16 @@ export class SqliteBackend implements Backend {
     this.#leaveQueue = (request: AttemptRequest): void => {
       dequeue.run(request.key, request.owner);
     };
+    const lockStanding = (key: string, owner: string) => {
+      const row = standing.get({ key, owner })!;
+      return { free: row.held === 1n ? 0 : 1, ahead: Number(row.ahead) };
+    };
     this.#line = {
       isOpen: () => db.open,
       dataVersion: () => dataVersion.get() as bigint,
       localChanges: () => this.#localChanges,
-      standing: (key, owner) => {
-        const row = standing.get({ key, owner })!;
-        return { held: row.held === 1n, ahead: Number(row.ahead) };
-      },
     };
+    this.#semaphores = new Semaphores(db, this.#line);
 
     this.#inspect = (key: string): LockInfo => {
       const row = read.get(key);
@@ -258,33 +255,62 @@ export class SqliteBackend implements Backend {
 
   /**
    * One IMMEDIATE transaction: take a free or expired row with a token from the database's
-   * counter (deleting up to `SWEEP_LIMIT` expired rows of other keys first), or report the
-   * holder's remaining TTL.
+   * counter (deleting up to `SWEEP_LIMIT` expired rows of each table first), or report the
+   * holder's remaining TTL. With `permits`, a semaphore's permit (semaphores.ts).
+   * @throws PermitsMismatchError when the semaphore's live holders or waiters use another count.
+   * @throws BackendError when SQLite fails.
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
-    return this.#run('attempt', () => this.#attempt(request));
+    const { permits } = request;
+    if (permits === undefined) return this.#run('attempt', () => this.#attempt(request));
+    const answer = this.#run('attempt', () => this.#semaphores.attempt(request, permits));
+    if ('inUse' in answer) throw new PermitsMismatchError(request.key, permits, answer.inUse);
+    return answer;
   }
 
-  /** Move the row's expiry only while owner and token match and it has not expired. */
+  /**
+   * Move the row's expiry only while owner and token match and it has not expired (a permit's
+   * row with `lease.permits`).
+   */
   async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    if (lease.permits !== undefined) {
+      return this.#run('renew', () => this.#semaphores.renew(lease, ttlMs));
+    }
     return this.#run('renew', () => this.#renew(lease, ttlMs));
   }
 
-  /** Compare-and-delete by owner and token; an expired row of this owner is cleaned up as `not-held`. */
+  /**
+   * Compare-and-delete by owner and token; an expired row of this owner is cleaned up as
+   * `not-held` (or `not-owner` for a permit while others hold the semaphore's permits).
+   */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     this.#localChanges += 1;
+    if (lease.permits !== undefined) {
+      return this.#run('release', () => this.#semaphores.release(lease));
+    }
     return this.#run('release', () => this.#release(lease));
   }
 
-  /** Delete the row if this owner has it, whatever the token, and take it out of the key's line. */
+  /**
+   * Delete the row if this owner has it, whatever the token, and take it out of the key's line
+   * (a permit's row and the semaphore's line with `request.permits`).
+   */
   async abandon(request: AttemptRequest): Promise<void> {
     this.#localChanges += 1;
+    if (request.permits !== undefined) {
+      this.#run('abandon', () => this.#semaphores.withdraw(request, false));
+      return;
+    }
     this.#run('abandon', () => this.#abandon(request));
   }
 
-  /** Take the owner out of the key's line only; a grant it holds stays. */
+  /** Take the owner out of the key's (or semaphore's) line only; a grant it holds stays. */
   async leaveQueue(request: AttemptRequest): Promise<void> {
     this.#localChanges += 1;
+    if (request.permits !== undefined) {
+      this.#run('leave the line', () => this.#semaphores.withdraw(request, true));
+      return;
+    }
     this.#run('leave the line', () => this.#leaveQueue(request));
   }
 

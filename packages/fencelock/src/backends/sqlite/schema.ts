@@ -1,7 +1,8 @@
 /**
  * The SQLite store's tables, and the set-up of a connection to its file: pragmas, the tables and
  * indexes, the move from the per-key counters of earlier versions, and the deletion of expired
- * rows. Every statement of the backend reads time through `NOW`.
+ * rows (all of them at set-up, a bounded batch at each grant: `prepareSweep`). Every statement of
+ * the backend reads time through `NOW`.
  */
 import type Database from 'better-sqlite3';
 import type { SqliteUrlConfig } from './url.js';
@@ -11,7 +12,16 @@ export const NOW = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`;
 
 /**
  * The tables. `fencelock_token` has one row: the highest fencing token issued in this database,
- * for any key; it never decreases. The expiry index serves the sweep of expired rows.
+ * for any key and any semaphore; it never decreases. The expiry indexes serve the sweep of
+ * expired rows.
+ *
+ * A semaphore's state is kept apart from the locks' (a lock and a semaphore of one key never
+ * meet): `fencelock_permits` has one row per live permit (its holder, fencing token and expiry)
+ * and `fencelock_permit_waiters` the semaphore's line, the shape of `fencelock_waiters`. Each row
+ * of either carries the permit count its holder or waiter uses, so the count in use is stored
+ * with the semaphore's state and goes with its last row: nothing stays of an idle semaphore.
+ * Files of earlier versions get these tables (and nothing else changes) when a process of this
+ * version opens them; an earlier version ignores them.
  */
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS fencelock_leases (
@@ -35,7 +45,42 @@ CREATE TABLE IF NOT EXISTS fencelock_waiters (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON fencelock_waiters (key, seq);
 CREATE INDEX IF NOT EXISTS fencelock_waiters_expires_at ON fencelock_waiters (expires_at);
+CREATE TABLE IF NOT EXISTS fencelock_permits (
+  key        TEXT NOT NULL,
+  owner      TEXT NOT NULL,
+  token      INTEGER NOT NULL,
+  permits    INTEGER NOT NULL,  -- the semaphore's permit count its holder uses
+  expires_at INTEGER NOT NULL,  -- engine clock, ms since the epoch
+  PRIMARY KEY (key, owner)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_permits_expires_at ON fencelock_permits (expires_at);
+CREATE TABLE IF NOT EXISTS fencelock_permit_waiters (
+  key        TEXT NOT NULL,
+  owner      TEXT NOT NULL,
+  seq        INTEGER NOT NULL,  -- place in the semaphore's line, head first
+  permits    INTEGER NOT NULL,  -- the semaphore's permit count its waiter uses
+  expires_at INTEGER NOT NULL,  -- engine clock, ms since the epoch
+  PRIMARY KEY (key, owner)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_permit_waiters_line ON fencelock_permit_waiters (key, seq);
+CREATE INDEX IF NOT EXISTS fencelock_permit_waiters_expires_at
+  ON fencelock_permit_waiters (expires_at);
 `;
+
+/** The tables whose rows expire (each has an `expires_at` index), and their primary keys. */
+const EXPIRING_TABLES = [
+  { table: 'fencelock_leases', primaryKey: 'key' },
+  { table: 'fencelock_waiters', primaryKey: 'key, owner' },
+  { table: 'fencelock_permits', primaryKey: 'key, owner' },
+  { table: 'fencelock_permit_waiters', primaryKey: 'key, owner' },
+] as const;
+
+/**
+ * Most expired rows of each table one grant deletes (oldest expiry first). A grant adds at most
+ * one row, so expired rows never pile up while keys are being locked; a process opening the file
+ * deletes every expired row at once.
+ */
+export const SWEEP_LIMIT = 100;
 
 /**
  * Files written by earlier versions kept a counter per key in `fencelock_fences`, forever. The
@@ -98,6 +143,36 @@ function setUpSchema(db: Database.Database): void {
     .get();
   if (perKeyCounters !== undefined) db.exec(MIGRATE_PER_KEY_COUNTERS);
   db.exec(BLOCK_PER_KEY_COUNTERS);
-  db.prepare(`DELETE FROM fencelock_leases WHERE expires_at <= ${NOW}`).run();
-  db.prepare(`DELETE FROM fencelock_waiters WHERE expires_at <= ${NOW}`).run();
+  for (const { table } of EXPIRING_TABLES) {
+    db.prepare(`DELETE FROM ${table} WHERE expires_at <= ${NOW}`).run();
+  }
+}
+
+/**
+ * Prepare the draw of the next fencing token from the database's one counter (`fencelock_token`),
+ * for a grant's transaction: every grant of every key and semaphore takes the next value.
+ */
+export function prepareNextToken(db: Database.Database): () => bigint {
+  const bump = db.prepare<[], { last_token: bigint }>(
+    `UPDATE fencelock_token SET last_token = last_token + 1 WHERE id = 1 RETURNING last_token`,
+  );
+  return () => bump.get()!.last_token;
+}
+
+/**
+ * Prepare the sweep a grant runs (lock or permit): it deletes up to `SWEEP_LIMIT` expired rows of
+ * each table (holders and waiters that vanished), oldest expiry first, so no table keeps rows of
+ * idle keys for long while any key is granted.
+ */
+export function prepareSweep(db: Database.Database): () => void {
+  const sweeps = EXPIRING_TABLES.map(({ table, primaryKey }) =>
+    db.prepare(
+      `DELETE FROM ${table} WHERE (${primaryKey}) IN (
+         SELECT ${primaryKey} FROM ${table} WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT ${SWEEP_LIMIT}
+       )`,
+    ),
+  );
+  return () => {
+    for (const sweep of sweeps) sweep.run();
+  };
 }
