@@ -63,21 +63,23 @@ export function describeMultiLockContract(suite: MultiLockSuite): void {
     expect(await holder.release()).toBe('released');
   });
 
-  it('acquireAll waits for a busy key holding nothing else, and is granted on its release', async () => {
+  it('acquireAll waits in key order: holding only the keys below the busy one', async () => {
     const [a, b, c] = await Promise.all([newClient(), newClient(), newClient()]);
-    const busy = uniqueKey('wait-busy');
-    const other = uniqueKey('wait-other');
+    const base = uniqueKey('order');
+    const [below, busy, above] = [`${base}:a`, `${base}:b`, `${base}:c`];
     const holder = await a.locker.acquire(busy, { ttlMs: 10_000 });
-    const waiting = b.locker.acquireAll([other, busy], { ttlMs: 10_000, waitMs: 20_000 });
-    await delay(300);
-    // While it waits, the waiter holds nothing: the other key is free for anyone.
-    const meanwhile = await c.locker.tryAcquire(other, { ttlMs: 10_000 });
+    const waiting = b.locker.acquireAll([above, busy, below], { ttlMs: 10_000, waitMs: 20_000 });
+    await delay(500);
+    // While it waits for `busy`, the waiter holds the key below it, and nothing above it.
+    expect(await c.locker.tryAcquire(below, { ttlMs: 10_000 })).toBeNull();
+    const meanwhile = await c.locker.tryAcquire(above, { ttlMs: 10_000 });
     expect(meanwhile).not.toBeNull();
     expect(await meanwhile!.release()).toBe('released');
     expect(await holder.release()).toBe('released');
     const all = await waiting;
+    expect(all.keys).toEqual([below, busy, above]);
     expect(all.lease(busy)!.fencingToken).toBeGreaterThan(holder.fencingToken);
-    expect(await all.release()).toEqual(['released', 'released']);
+    expect(await all.release()).toEqual(['released', 'released', 'released']);
   });
 
   it('acquireAll times out holding nothing', async () => {

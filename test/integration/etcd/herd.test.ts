@@ -13,15 +13,22 @@
  * the successor h and at most one spurious waiter may issue a request; each client holds at most
  * one watch at a time; grants follow queue order; the totals are linear in the waiter count.
  */
-import { Etcd3 } from 'etcd3';
+import type { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createEtcdBackend,
   type EtcdBackend,
 } from '../../../packages/fencelock/src/backends/etcd/index.js';
 import { createLocker, type Locker } from '../../../packages/fencelock/src/index.js';
-import { ETCD_ENDPOINTS } from '../../helpers/engines.js';
-import { adminClient, etcdUrl, sleep, uniqueNamespace, waitForCount } from './support.js';
+import {
+  adminClient,
+  etcdUrl,
+  instrumentedClient,
+  type RequestEvent,
+  sleep,
+  uniqueNamespace,
+  waitForCount,
+} from './support.js';
 
 const namespace = uniqueNamespace('herd');
 const WAITERS = 50;
@@ -29,64 +36,6 @@ const HOLD_MS = 50;
 let admin: Etcd3;
 const lockers: Locker[] = [];
 const clients: Etcd3[] = [];
-
-interface RequestEvent {
-  readonly waiter: number;
-  readonly at: number;
-  readonly what: string;
-}
-
-/** The etcd3 internals the counters hook (plain JS properties of the client at runtime). */
-interface ClientInternals {
-  pool: {
-    exec: (service: string, method: string, ...rest: unknown[]) => Promise<unknown>;
-    withConnection: (service: string, ...rest: unknown[]) => Promise<unknown>;
-  };
-  watchManager: {
-    watchers: unknown[];
-    attach: (watcher: unknown) => void;
-    detach: (watcher: unknown) => Promise<void>;
-  };
-}
-
-/**
- * An etcd3 client whose requests are logged as `waiter`'s, with its peak number of watches held
- * at once and the keys it watched.
- */
-function instrumentedClient(
-  waiter: number,
-  log: RequestEvent[],
-): { client: Etcd3; peak: () => number; watched: string[] } {
-  const client = new Etcd3({ hosts: [...ETCD_ENDPOINTS], dialTimeout: 5000 });
-  const internals = client as unknown as ClientInternals;
-  const { pool, watchManager } = internals;
-  const exec = pool.exec.bind(pool);
-  pool.exec = (service, method, ...rest) => {
-    log.push({ waiter, at: performance.now(), what: `${service}.${method}` });
-    return exec(service, method, ...rest);
-  };
-  const withConnection = pool.withConnection.bind(pool);
-  pool.withConnection = (service, ...rest) => {
-    // Streams: Watch (counted as a request) and Lease keepalives (session traffic, not counted).
-    if (service === 'Watch') log.push({ waiter, at: performance.now(), what: 'Watch.stream' });
-    return withConnection(service, ...rest);
-  };
-  let peak = 0;
-  const watched: string[] = [];
-  const attach = watchManager.attach.bind(watchManager);
-  watchManager.attach = (watcher) => {
-    log.push({ waiter, at: performance.now(), what: 'Watch.create' });
-    watched.push(String((watcher as { request?: { key?: Buffer } }).request?.key));
-    attach(watcher);
-    peak = Math.max(peak, watchManager.watchers.length);
-  };
-  const detach = watchManager.detach.bind(watchManager);
-  watchManager.detach = (watcher) => {
-    log.push({ waiter, at: performance.now(), what: 'Watch.cancel' });
-    return detach(watcher);
-  };
-  return { client, peak: () => peak, watched };
-}
 
 beforeAll(() => {
   admin = adminClient();

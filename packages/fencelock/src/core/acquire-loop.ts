@@ -230,7 +230,12 @@ export class AcquireLoop<T> {
     let startedAt = handed.handedAt ?? monotonicNow();
     if (!this.#plan.grantConfirmsHandoff && this.#isUsable(handed, startedAt)) {
       startedAt = monotonicNow();
-      const lease = { key: request.key, owner: request.owner, fencingToken: handed.token };
+      const lease = {
+        key: request.key,
+        owner: request.owner,
+        fencingToken: handed.token,
+        permits: request.permits,
+      };
       const renewed = await this.#answerBeforeDeadline(backend.renew(lease, request.ttlMs));
       if (renewed === undefined) throw this.#noAnswer();
       if (!renewed.ok) return AGAIN;

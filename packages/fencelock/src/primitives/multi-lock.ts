@@ -3,17 +3,15 @@
  * `InterProcessMultiLock`, node-redlock's resource arrays), each key with its own lease and
  * fencing token. Keys are deduplicated and sorted, so every client sees them in one order.
  *
- * 1. A single attempt at every key at once (one round trip per engine when all are free).
- * 2. If any key is busy: release everything taken, and wait in the line of the smallest busy
- *    key, holding nothing else.
- * 3. With that key granted: single attempts at the keys below it. If one is busy, release
- *    everything and go back to 2 with that smaller key (so the key waited for decreases at
- *    every restart, and restarts end). Then the keys above it, in order, each waited for.
+ * 1. A single attempt at every key at once: one round trip per engine when all are free.
+ * 2. If any key is busy (or a Redlock vote was undecided): release everything taken, then take
+ *    the keys in sorted order, waiting for each in its fair line.
  *
  * A client waits only while holding keys smaller than the one it waits for (the resource
- * ordering rule of Havender, 1968), so no cycle of waiters, hence no deadlock, can form, in
- * whatever order the callers list their keys; the restarts are bounded, so there is no
- * livelock; and each wait keeps its place in a fair line, so nobody starves.
+ * ordering rule of Havender, 1968, which Curator's multi-lock also follows), so no cycle of
+ * waiters, hence no deadlock, can form, in whatever order callers list their keys. No attempt is
+ * ever undone to start again, so there is no livelock either; and each wait keeps its place in
+ * the key's line, so nobody starves.
  */
 
 import type { ReleaseOutcome } from '../core/backend.js';
@@ -21,7 +19,7 @@ import { monotonicNow } from '../core/clock.js';
 import type { Held } from '../core/hold.js';
 import type { Lease } from '../core/lease.js';
 import type { Lock } from '../core/lock.js';
-import { InvalidArgumentError, LockLostError } from '../errors.js';
+import { InvalidArgumentError, LockLostError, QuorumError } from '../errors.js';
 import { type LockOptions, validateKey } from '../options.js';
 
 /** Options of `acquireAll` / `withLocks`: a lock's, without reentrancy or a session. */
@@ -150,35 +148,19 @@ export async function acquireAll(
 ): Promise<MultiLease | null> {
   const deadline = monotonicNow() + waitMs;
   const held = new Map<string, Lease>();
-  const waitFor = async (key: string) => {
-    const remainingMs = Math.max(0, deadline - monotonicNow());
-    held.set(key, await handle(key, remainingMs).acquire());
-  };
   try {
-    let busy = await tryEach(keys, handle, held);
-    if (busy === undefined) return new MultiLease(keys.map((key) => held.get(key)!));
-    await releaseAll(held);
-    if (once) return null;
-    for (;;) {
-      // Wait in the busy key's line, holding nothing else.
-      await waitFor(busy);
-      const waited = busy;
-      // Below it: single attempts; a busy one starts again from that smaller key, so the key
-      // waited for decreases at every restart, and the restarts end.
-      busy = await tryEach(
-        keys.filter((key) => key < waited),
-        handle,
-        held,
-      );
-      if (busy !== undefined) {
-        await releaseAll(held);
-        continue;
-      }
-      // Above it: in order, each waited for while holding only smaller keys (the resource
-      // ordering that excludes a cycle of waiters).
-      for (const key of keys) if (key > waited) await waitFor(key);
+    if (await tryEach(keys, handle, held, once)) {
       return new MultiLease(keys.map((key) => held.get(key)!));
     }
+    await releaseAll(held);
+    if (once) return null;
+    // In key order, each waited for while holding only smaller keys (the resource ordering
+    // that excludes a cycle of waiters).
+    for (const key of keys) {
+      const remainingMs = Math.max(0, deadline - monotonicNow());
+      held.set(key, await handle(key, remainingMs).acquire());
+    }
+    return new MultiLease(keys.map((key) => held.get(key)!));
   } catch (error) {
     await releaseAll(held);
     throw error;
@@ -187,24 +169,32 @@ export async function acquireAll(
 
 /**
  * A single attempt at each of `keys` at once; the granted ones go into `held`.
- * @returns the smallest busy key, or undefined when all were granted.
+ * @param strict true for `tryAcquireAll`: an undecided vote (Redlock's `QuorumError`) is thrown;
+ *   false: it only makes the round fail, and the waiting acquires that follow retry it.
+ * @returns whether every key was granted.
  * @throws the first engine error (after every attempt settled; the granted ones stay in `held`).
  */
 async function tryEach(
   keys: readonly string[],
   handle: MultiLockHandle,
   held: Map<string, Lease>,
-): Promise<string | undefined> {
+  strict: boolean,
+): Promise<boolean> {
   const answers = await Promise.allSettled(keys.map((key) => handle(key).tryAcquire()));
-  let busy: string | undefined;
+  let all = true;
   let failure: { reason: unknown } | undefined;
-  for (const [i, answer] of answers.entries()) {
-    if (answer.status === 'rejected') failure ??= answer;
-    else if (answer.value === null) busy ??= keys[i];
-    else held.set(answer.value.key, answer.value);
+  for (const answer of answers) {
+    if (answer.status === 'fulfilled' && answer.value !== null) {
+      held.set(answer.value.key, answer.value);
+      continue;
+    }
+    all = false;
+    if (answer.status === 'rejected' && (strict || !(answer.reason instanceof QuorumError))) {
+      failure ??= answer;
+    }
   }
   if (failure) throw failure.reason;
-  return busy;
+  return all;
 }
 
 /** Release and forget every lease in `held`, best effort, in parallel. */

@@ -20,6 +20,26 @@
  * in one process never share a lock by accident. Keys under the lock's folder that this backend
  * did not write (another shape, or bound to no lease) are ignored everywhere: see
  * contender-key.ts.
+ *
+ * Semaphores (`AttemptRequest.permits` = N) keep their own line, apart from the lock of the same
+ * key: `<namespace>/semaphores/<key>/p-<lease hex>-<owner>`, bound to the session's lease, whose
+ * value is N (permit-key.ts). Nothing else is stored: the keys go with their release or lease.
+ * - Joining the line is a put conditional on the folder (permit-requests.ts): every key there
+ *   holds N, or no key was created since a read that found no other count. So the contenders of
+ *   a line always agree on N, and an attempt with another count gets `PermitsMismatchError`
+ *   having written nothing. A single attempt (`tryAcquire`) puts its key only when fewer than N
+ *   contenders are in line, so it never joins the line.
+ * - A contender with fewer than N keys older than its own holds a permit; its fencing token is
+ *   its key's create revision (permit-line.ts). Release, renewal and abandon are the lock's, on
+ *   this folder.
+ * - Waiting, without a herd: the first waiter (exactly N older keys, all holders) watches the
+ *   folder (one watcher) for the deletion of one of its holders; that event is its grant
+ *   (`Granted.handedAt`, no further request). Every later waiter watches its predecessor's key
+ *   only, for its deletion or a write to it. A waiter that gets its permit announces it by
+ *   touching its key (a put keeping value and lease: same create revision, same token), and the
+ *   keys of the later contenders its read shows holding permits too; each touch wakes the one
+ *   waiter behind that key, which asks again and finds a permit or that it is now first waiter.
+ *   So a release wakes the waiter it lets in and the one that moves up to first, not everyone.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Etcd3, type IKeyValue, type IRequestOp, type ITxnResponse } from 'etcd3';
@@ -29,28 +49,33 @@ import type {
   Backend,
   BackendCapabilities,
   BackendSession,
+  Granted,
   LeaseRef,
   LockInfo,
-  LockMode,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
+import { monotonicNow } from '../../core/clock.js';
 import { queueVerdict } from '../../core/predecessor.js';
 import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
-import { startWait } from '../../core/wait.js';
 import { BackendError, InvalidArgumentError, type Unreachable } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { type UnreachableReason, unreachableAt } from '../unreachable.js';
 import { contenderKey, contenderOf, contendersOf } from './contender-key.js';
 import { KeepaliveRoute } from './keepalive-route.js';
+import { type WatchTarget, type WatchTest, waitForWatchEvent } from './line-watch.js';
+import { permitContenderKey, permitContendersOf, permitCountValue } from './permit-key.js';
+import { grantsToAnnounce, hasSuccessor, permitVerdict } from './permit-line.js';
+import { announceGrants, joinPermitLine } from './permit-requests.js';
 import { EtcdSession } from './session.js';
 import type { EtcdUrlConfig } from './url.js';
 
 /**
- * How long a waiter trusts its watch before asking again, ms. The watch on the predecessor is
- * reliable (etcd resumes it from the last revision after a reconnect); the recheck only bounds
- * the cost of a bug or an unexpected stream end.
+ * How long a waiter trusts its watch before asking again, ms. The watch on the predecessor (or a
+ * semaphore's folder) is reliable (etcd resumes it from the last revision after a reconnect); the
+ * recheck only bounds the cost of a bug, an unexpected stream end, or a touch announcing a
+ * permit that the engine did not answer.
  */
 const RECHECK_AFTER_MS = 30_000;
 
@@ -72,12 +97,29 @@ function renewTryMs(ttlMs: number, timeoutMs: number): number {
  */
 const RENEW_BATCH_LIMIT = 128;
 
+/** A line of contender keys: a lock's (`w-`/`r-` keys) or a semaphore's (`p-` keys). */
+interface Line {
+  /** The folder its contender keys are under. */
+  readonly dir: string;
+  /** A semaphore's line (keys read with their values, the permit counts), or a lock's. */
+  readonly permits: boolean;
+}
+
 interface Contender {
   readonly key: string;
+  /** The line the key is in. */
+  readonly line: Line;
+  /** The value the key carries: the lock's mode, or the semaphore's permit count. */
+  readonly value: string;
   /** The session whose lease carries the key now (a renewal may move the key to another). */
   session: EtcdSession;
   /** Aborted when the session carrying the key is lost: the grant's `lost` signal. */
   readonly lost: AbortController;
+  /**
+   * A permit contender was answered "not granted" at least once: a later waiter may be watching
+   * its key, so its grant is announced by a touch of the key (see `#attemptPermit`).
+   */
+  waited: boolean;
 }
 
 /** The etcd backend. Build it with `createEtcdBackend`. */
@@ -90,7 +132,7 @@ export class EtcdBackend implements Backend {
     sessions: true,
     queue: true,
     batchRenew: true,
-    permits: false,
+    permits: true,
   });
   readonly #client: Etcd3;
   readonly #ownsClient: boolean;
@@ -107,6 +149,8 @@ export class EtcdBackend implements Backend {
   /** Keys this backend wrote, by owner. */
   readonly #contenders = new Map<string, Contender>();
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
+  /** Requests this backend runs after answering (touches of permit keys), until they settle. */
+  readonly #background = new Set<Promise<void>>();
   #closed = false;
 
   readonly #route: KeepaliveRoute;
@@ -130,9 +174,24 @@ export class EtcdBackend implements Backend {
     this.#timeoutMs = timeoutMs;
   }
 
-  /** The folder under which the contenders for `key` are written. */
+  /** The folder under which the contenders for the lock `key` are written. */
   dirOf(key: string): string {
     return `${this.#namespace}/locks/${encodeURIComponent(key)}/`;
+  }
+
+  /**
+   * The folder under which the contenders for the semaphore `key` are written: apart from the
+   * lock of the same key, so that the two never meet.
+   */
+  semaphoreDirOf(key: string): string {
+    return `${this.#namespace}/semaphores/${encodeURIComponent(key)}/`;
+  }
+
+  /** The line of `key`: a semaphore's when `permits` is set (a permit's request or lease). */
+  #lineOf(key: string, permits: number | undefined): Line {
+    return permits === undefined
+      ? { dir: this.dirOf(key), permits: false }
+      : { dir: this.semaphoreDirOf(key), permits: true };
   }
 
   /**
@@ -227,7 +286,9 @@ export class EtcdBackend implements Backend {
 
   async #attempt(request: AttemptRequest): Promise<AttemptResult> {
     this.#assertOpen('acquire');
-    const dir = this.dirOf(request.key);
+    if (request.permits !== undefined) return this.#attemptPermit(request, request.permits);
+    const line = this.#lineOf(request.key, undefined);
+    const { dir } = line;
     // A waiter keeps its key, and so its place in line, across attempts while its session lives.
     const known = this.#contenders.get(request.owner);
     let contender: Contender;
@@ -241,11 +302,18 @@ export class EtcdBackend implements Backend {
         ? this.#userSession(request.session)
         : await this.session(request.ttlMs);
       const key = contenderKey(dir, request.mode, session.leaseHex, request.owner);
-      contender = { key, session, lost: new AbortController() };
+      contender = {
+        key,
+        line,
+        value: request.mode,
+        session,
+        lost: new AbortController(),
+        waited: false,
+      };
     }
     const { key, session: contenderSession } = contender;
     this.#contenders.set(request.owner, contender);
-    const list = this.#listOp(dir);
+    const list = this.#listOp(line);
     const txn = await this.#callOnLease(contenderSession, 'acquire', () =>
       this.#client
         .if(key, 'Create', '==', 0)
@@ -253,8 +321,8 @@ export class EtcdBackend implements Backend {
         .else(list)
         .commit(),
     );
-    const line = contendersOf(rangeOf(txn, txn.succeeded ? 1 : 0), dir);
-    const mine = line.find((entry) => entry.key === key);
+    const entries = contendersOf(rangeOf(txn, txn.succeeded ? 1 : 0), dir);
+    const mine = entries.find((entry) => entry.key === key);
     if (mine === undefined) {
       // Our key vanished (its lease expired between two attempts): start again as a new contender.
       this.#forget(request.owner);
@@ -262,7 +330,7 @@ export class EtcdBackend implements Backend {
     }
     const token = mine.order;
     const verdict = queueVerdict(
-      line,
+      entries,
       { owner: request.owner, mode: request.mode, order: token },
       request.heldWriter,
     );
@@ -270,27 +338,192 @@ export class EtcdBackend implements Backend {
       await this.abandon(request);
       throw downgradeBlocked(request.key);
     }
-    if (verdict.outcome === 'granted') {
-      const held =
-        request.autoRenew || !contenderSession.shared
-          ? contenderSession
-          : await this.#moveToSingleUse(request, contender, token);
-      return {
-        granted: true,
-        token,
-        ttlMs: held.grantedTtlMs,
-        lost: contender.lost.signal,
-        validUntil: held.validUntil,
-      };
-    }
+    if (verdict.outcome === 'granted') return this.#granted(request, contender, token);
     const revision = BigInt(txn.header.revision);
+    const predecessor = verdict.predecessor.key;
+    return this.#waiting({ key: predecessor }, revision, (event) =>
+      event === 'delete' ? 'wake' : undefined,
+    );
+  }
+
+  /**
+   * The answer to a granted attempt: on the contender's session, or (no watchdog on a shared
+   * session) on a lease of its own.
+   */
+  async #granted(
+    request: AttemptRequest,
+    contender: Contender,
+    token: bigint,
+  ): Promise<AttemptResult> {
+    const held =
+      request.autoRenew || !contender.session.shared
+        ? contender.session
+        : await this.#moveToSingleUse(request, contender, token);
+    return {
+      granted: true,
+      token,
+      ttlMs: held.grantedTtlMs,
+      lost: contender.lost.signal,
+      validUntil: held.validUntil,
+    };
+  }
+
+  /**
+   * The answer to a queued contender: wait on `target` after `revision` until `test` says the
+   * event may let it in (`wake`: it asks again), or that it did (`granted`: `hand` gives the grant
+   * the wait resolves with, or undefined to ask again instead).
+   */
+  #waiting(
+    target: WatchTarget,
+    revision: bigint,
+    test: WatchTest<'wake' | 'granted'>,
+    hand?: () => Granted | undefined,
+  ): AttemptResult {
     return {
       granted: false,
       queued: true,
       recheckAfterMs: RECHECK_AFTER_MS,
-      waitForChange: (signal, maxMs) =>
-        this.#waitForDelete(verdict.predecessor.key, revision, signal, maxMs),
+      waitForChange: async (signal, maxMs) => {
+        if (this.#closed) return undefined;
+        const answer = await waitForWatchEvent(this.#client, target, revision, test, signal, maxMs);
+        return answer === 'granted' ? hand?.() : undefined;
+      },
     };
+  }
+
+  /**
+   * A semaphore's permit: join the semaphore's line (`joinPermitLine`), then `permitVerdict`
+   * says granted (fewer than `permits` keys older than the contender's), first waiter or later
+   * waiter. What wakes whom:
+   * - the first waiter (exactly `permits` older keys, all holders) watches the semaphore's folder
+   *   and is granted by the deletion of one of those holders (a release, an expired lease, an
+   *   abandon): its wait resolves with the grant (`#handOver`);
+   * - a later waiter watches its predecessor's key only and wakes on its deletion, or on a write
+   *   to it that announces the predecessor's grant, then asks again (and is granted, or is first
+   *   waiter now);
+   * - a contender granted after waiting announces its grant, and those of the later contenders
+   *   its read shows holding permits too (several permits freed at once), by touching their keys
+   *   (`grantsToAnnounce`), in the background.
+   * @throws PermitsMismatchError when the line's contenders use another permit count (nothing
+   *   is written).
+   */
+  async #attemptPermit(request: AttemptRequest, permits: number): Promise<AttemptResult> {
+    const line = this.#lineOf(request.key, permits);
+    // A waiter keeps its key, and so its place in line, across attempts while its session lives.
+    const known = this.#contenders.get(request.owner);
+    let contender: Contender;
+    if (known?.session.alive === true) {
+      contender = known;
+    } else {
+      const session = request.session
+        ? this.#userSession(request.session)
+        : await this.session(request.ttlMs);
+      contender = {
+        key: permitContenderKey(line.dir, session.leaseHex, request.owner),
+        line,
+        value: permitCountValue(permits),
+        session,
+        lost: new AbortController(),
+        waited: false,
+      };
+    }
+    const { session } = contender;
+    const joined = await joinPermitLine(
+      (txn) => this.#callOnLease(session, 'acquire', () => this.#client.kv.txn(txn)),
+      {
+        semaphore: request.key,
+        folder: { key: Buffer.from(line.dir), rangeEnd: prefixEnd(Buffer.from(line.dir)) },
+        list: this.#listOp(line),
+        key: contender.key,
+        permits,
+        leaseId: session.leaseId,
+        waits: request.willWait !== false,
+      },
+    );
+    // A single attempt that found every permit held: nothing written, nothing to withdraw.
+    if (joined === undefined) return { granted: false };
+    this.#contenders.set(request.owner, contender);
+    const { entries, mine, revision } = joined;
+    const token = mine.order;
+    const verdict = permitVerdict(entries, token, permits);
+    if (verdict.outcome === 'granted') {
+      // Moving the key to a lease of its own (no watchdog) is a write to it as well.
+      const moves = !request.autoRenew && contender.session.shared;
+      if (contender.waited) {
+        this.#announce(
+          grantsToAnnounce(entries, token, permits).filter(
+            (entry) => !(moves && entry.key === contender.key),
+          ),
+        );
+      }
+      return this.#granted(request, contender, token);
+    }
+    contender.waited = true;
+    if (verdict.outcome === 'later-waiter') {
+      return this.#waiting({ key: verdict.predecessor.key }, revision, () => 'wake');
+    }
+    // The first waiter: the deletion of one of its holders grants it a permit (no key can come
+    // ahead of it), so the event itself is the grant. Keys created since the read are behind it.
+    const holders = new Set(verdict.holders.map((entry) => entry.key));
+    const inLine = new Set(entries.map((entry) => entry.key));
+    let successor = hasSuccessor(entries, token);
+    return this.#waiting(
+      { prefix: line.dir },
+      revision,
+      (event, key) => {
+        if (event === 'put') {
+          if (!inLine.has(key)) successor = true;
+          return undefined;
+        }
+        // Its own key gone (its session lost): ask again, which queues it anew.
+        if (key === contender.key) return 'wake';
+        return holders.has(key) ? 'granted' : undefined;
+      },
+      () => this.#handOver(request, contender, token, successor),
+    );
+  }
+
+  /**
+   * The permit a first waiter's watch saw freed, as the grant its wait resolves with
+   * (`Granted.handedAt`: the core confirms it with a renewal at once), touching its key in the
+   * background when someone may wait behind it. Undefined (the waiter asks again) when the
+   * contender is no longer this backend's on a live session, or its grant must first move to a
+   * lease of its own (no watchdog).
+   */
+  #handOver(
+    request: AttemptRequest,
+    contender: Contender,
+    token: bigint,
+    successor: boolean,
+  ): Granted | undefined {
+    const { session } = contender;
+    if (this.#closed || this.#contenders.get(request.owner) !== contender || !session.alive) {
+      return undefined;
+    }
+    if (!request.autoRenew && session.shared) return undefined;
+    if (successor) this.#announce([{ key: contender.key, order: token }]);
+    return {
+      granted: true,
+      token,
+      ttlMs: session.grantedTtlMs,
+      lost: contender.lost.signal,
+      validUntil: session.validUntil,
+      handedAt: monotonicNow(),
+    };
+  }
+
+  /** Keep `work` (which never rejects) for `close()` to wait on. */
+  #inBackground(work: Promise<void>): void {
+    this.#background.add(work);
+    void work.finally(() => this.#background.delete(work));
+  }
+
+  /** Announce the grants of `holders` (`announceGrants`), in the background. */
+  #announce(holders: readonly { key: string; order: bigint }[]): void {
+    if (holders.length === 0) return;
+    this.#inBackground(
+      announceGrants((txn) => this.#call('touch', () => this.#client.kv.txn(txn)), holders),
+    );
   }
 
   /**
@@ -397,11 +630,12 @@ export class EtcdBackend implements Backend {
 
   async #renewOne(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     const contender = this.#contenders.get(lease.owner);
-    const dir = this.dirOf(lease.key);
+    // The contender's own line when known (a reference to a handed permit may lack `permits`).
+    const line = contender?.line ?? this.#lineOf(lease.key, lease.permits);
     if (contender === undefined || !contender.session.alive) {
       return {
         ok: false,
-        reason: (await this.#anyContender(dir)) ? 'not-owner' : 'not-held',
+        reason: (await this.#anyContender(line)) ? 'not-owner' : 'not-held',
       };
     }
     const seconds = ttlSeconds(ttlMs);
@@ -415,22 +649,22 @@ export class EtcdBackend implements Backend {
     const bind =
       target === current
         ? this.#client.get(contender.key)
-        : this.#client.put(contender.key).value(modeOf(contender.key, dir)).lease(target.leaseId);
+        : this.#client.put(contender.key).value(contender.value).lease(target.leaseId);
     const txn = await this.#call('renew', () =>
       this.#viaRoute(renewTryMs(target.grantedTtlMs, this.#timeoutMs), (via) =>
         via
           .if(contender.key, 'Create', '==', String(lease.fencingToken))
           .then(bind)
-          .else(this.#listOp(dir))
+          .else(this.#listOp(line))
           .commit(),
       ),
     );
     if (!txn.succeeded) {
       if (target !== current && !target.shared) void target.revoke();
-      const line = contendersOf(rangeOf(txn, 0), dir);
+      const entries = this.#entriesOf(rangeOf(txn, 0), line);
       // Our key gone: forget it. Our key there with another revision (a wrong token): not ours.
-      if (!line.some((entry) => entry.key === contender.key)) this.#forget(lease.owner);
-      return { ok: false, reason: line.length > 0 ? 'not-owner' : 'not-held' };
+      if (!entries.some((entry) => entry.key === contender.key)) this.#forget(lease.owner);
+      return { ok: false, reason: entries.length > 0 ? 'not-owner' : 'not-held' };
     }
     if (target !== current) {
       contender.session = target;
@@ -443,17 +677,17 @@ export class EtcdBackend implements Backend {
 
   /** Delete the owner's key only if its create revision equals the token; `not-owner` when others remain. */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
-    const dir = this.dirOf(lease.key);
-    const key = await this.#keyOf(lease.key, lease.owner);
+    const line = this.#contenders.get(lease.owner)?.line ?? this.#lineOf(lease.key, lease.permits);
+    const key = await this.#keyOf(lease.owner, line);
     if (key === undefined) {
       this.#forget(lease.owner);
-      return (await this.#anyContender(dir)) ? 'not-owner' : 'not-held';
+      return (await this.#anyContender(line)) ? 'not-owner' : 'not-held';
     }
     const txn = await this.#call('release', () =>
       this.#client
         .if(key, 'Create', '==', String(lease.fencingToken))
         .then(this.#client.delete().key(key))
-        .else(this.#listOp(dir))
+        .else(this.#listOp(line))
         .commit(),
     );
     // Forget (and so revoke a lease of its own) only once the key is gone: a revoke landing
@@ -463,22 +697,23 @@ export class EtcdBackend implements Backend {
       this.#forget(lease.owner);
       return 'released';
     }
-    const line = contendersOf(rangeOf(txn, 0), dir);
-    if (!line.some((entry) => entry.key === key)) this.#forget(lease.owner);
-    return line.length > 0 ? 'not-owner' : 'not-held';
+    const entries = this.#entriesOf(rangeOf(txn, 0), line);
+    if (!entries.some((entry) => entry.key === key)) this.#forget(lease.owner);
+    return entries.length > 0 ? 'not-owner' : 'not-held';
   }
 
   /** Delete this contender's key (waiting or granted), whatever its revision. */
   async abandon(request: AttemptRequest): Promise<void> {
-    const key = await this.#keyOf(request.key, request.owner);
+    const key = await this.#keyOf(request.owner, this.#lineOf(request.key, request.permits));
     this.#forget(request.owner);
     if (key !== undefined) await this.#call('abandon', () => this.#client.delete().key(key).exec());
   }
 
   /** Oldest contender (owner, revision token, lease TTL) and the newest contender's revision. */
   async inspect(key: string): Promise<LockInfo> {
-    const dir = this.dirOf(key);
-    const kvs = (await this.#list('inspect', dir)).filter(
+    const line = this.#lineOf(key, undefined);
+    const { dir } = line;
+    const kvs = (await this.#list('inspect', line)).filter(
       (kv) => contenderOf(kv, dir) !== undefined,
     );
     const first = kvs[0];
@@ -517,6 +752,7 @@ export class EtcdBackend implements Backend {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    await Promise.allSettled(this.#background);
     const sessions = await Promise.allSettled(this.#sessions.values());
     this.#sessions.clear();
     await Promise.allSettled([...this.#userSessions].map((session) => session.revoke()));
@@ -546,7 +782,7 @@ export class EtcdBackend implements Backend {
       moved = await this.#call('acquire', () =>
         this.#client
           .if(contender.key, 'Create', '==', String(token))
-          .then(this.#client.put(contender.key).value(request.mode).lease(single.leaseId))
+          .then(this.#client.put(contender.key).value(contender.value).lease(single.leaseId))
           .commit(),
       );
     } catch (error) {
@@ -596,15 +832,23 @@ export class EtcdBackend implements Backend {
     );
   }
 
-  /** Whether any contender key is under `dir`. */
-  async #anyContender(dir: string): Promise<boolean> {
-    const kvs = await this.#list('lookup', dir);
-    return kvs.some((kv) => contenderOf(kv, dir) !== undefined);
+  /** Whether any contender key is in `line`. */
+  async #anyContender(line: Line): Promise<boolean> {
+    const kvs = await this.#list('lookup', line);
+    return this.#entriesOf(kvs, line).length > 0;
   }
 
-  /** The keys under `dir` (names, create revisions and leases; no values), oldest first. */
-  async #list(operation: string, dir: string): Promise<IKeyValue[]> {
-    const { request_range: range } = this.#listOp(dir);
+  /** The contenders among `kvs` (keys under `line`'s folder): keys, owners, create revisions. */
+  #entriesOf(kvs: readonly IKeyValue[], line: Line): readonly { key: string; owner: string }[] {
+    return line.permits ? permitContendersOf(kvs, line.dir) : contendersOf(kvs, line.dir);
+  }
+
+  /**
+   * The keys under `line`'s folder (names, create revisions and leases; values for a semaphore,
+   * its permit counts), oldest first.
+   */
+  async #list(operation: string, line: Line): Promise<IKeyValue[]> {
+    const { request_range: range } = this.#listOp(line);
     const response = await this.#call(operation, () => this.#client.kv.range(range!));
     return response.kvs;
   }
@@ -616,53 +860,25 @@ export class EtcdBackend implements Backend {
     if (contender !== undefined && !contender.session.shared) void contender.session.revoke();
   }
 
-  /** The contender key of `owner` for `key`: known locally, or found by its owner id. */
-  async #keyOf(key: string, owner: string): Promise<string | undefined> {
+  /** The contender key of `owner` in `line`: known locally, or found by its owner id. */
+  async #keyOf(owner: string, line: Line): Promise<string | undefined> {
     const known = this.#contenders.get(owner)?.key;
     if (known !== undefined) return known;
-    const dir = this.dirOf(key);
-    const kvs = await this.#list('lookup', dir);
-    return contendersOf(kvs, dir).find((entry) => entry.owner === owner)?.key;
+    const kvs = await this.#list('lookup', line);
+    return this.#entriesOf(kvs, line).find((entry) => entry.owner === owner)?.key;
   }
 
-  #listOp(dir: string): IRequestOp {
+  /** The range read of `line`'s folder, oldest first (keys only for a lock). */
+  #listOp(line: Line): IRequestOp {
     return {
       request_range: {
-        key: Buffer.from(dir),
-        range_end: prefixEnd(Buffer.from(dir)),
+        key: Buffer.from(line.dir),
+        range_end: prefixEnd(Buffer.from(line.dir)),
         sort_order: 'Ascend',
         sort_target: 'Create',
-        keys_only: true,
+        keys_only: !line.permits,
       },
     };
-  }
-
-  /** Resolve when `key` is deleted (watched from `afterRevision` + 1), or at `maxMs`, or on abort. */
-  async #waitForDelete(
-    key: string,
-    afterRevision: bigint,
-    signal: AbortSignal,
-    maxMs: number,
-  ): Promise<void> {
-    if (signal.aborted || this.#closed) return;
-    // Bounded from the start: the watch's creation counts against maxMs and the signal too.
-    const { ended, wake: done } = startWait(signal, maxMs);
-    const creating = this.#client
-      .watch()
-      .key(key)
-      .startRevision(String(afterRevision + 1n))
-      .create();
-    const watcher = await Promise.race([creating, ended.then(() => undefined)]);
-    if (watcher === undefined) {
-      // Gave up before the watch existed: cancel it whenever it arrives.
-      creating.then((w) => w.cancel()).catch(() => undefined);
-      return;
-    }
-    watcher.on('delete', done);
-    watcher.on('error', done);
-    await ended;
-    // Never let a cancel on a stalled connection hold the caller.
-    void watcher.cancel().catch(() => undefined);
   }
 
   #assertOpen(operation: string): void {
@@ -708,10 +924,6 @@ function rangeOf(txn: ITxnResponse, index: number): IKeyValue[] {
 
 function isLeaseNotFound(error: unknown): boolean {
   return error instanceof BackendError && /lease not found/i.test(String(error.cause));
-}
-
-function modeOf(key: string, dir: string): LockMode {
-  return key.startsWith(`${dir}r-`) ? 'read' : 'write';
 }
 
 /** The end of the range of all keys that start with `prefix` (etcd's `GetPrefixRangeEnd`). */

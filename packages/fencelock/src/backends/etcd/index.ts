@@ -1,6 +1,6 @@
 /**
  * `fencelock/etcd`: locks on an etcd cluster (the `etcd3` package), with sessions, revision
- * fencing tokens, predecessor watches and read-write modes.
+ * fencing tokens, predecessor watches, read-write modes and semaphores (`locker.semaphore`).
  *
  * @example
  * import { createLocker } from 'fencelock';
