@@ -2,7 +2,8 @@
 // `npm run bench`: fencelock next to its peers and the raw engine, side by side in one run
 // (issues 7 and 20). Usage:
 //   node bench/run.mjs [--quick] [--only <store|contender>[,…]] [--runs N]
-//                      [--workload uncontended|contended|many|partial[,…]] [--out DIR] [--profile]
+//                      [--workload uncontended|contended|semaphore|multikey|many|partial[,…]]
+//                      [--out DIR] [--profile] [--reuse FILE]
 // Writes bench/results/<YYYY-MM-DD>.json, .md and .svg (a --quick or partial run writes to a
 // temporary folder unless --out is given, so it never replaces a committed result).
 import { mkdirSync, readFileSync } from 'node:fs';
@@ -29,8 +30,10 @@ import {
   closedPorts,
   contended,
   manyLeases,
+  multikey,
   PROCESSES,
   roundTripMs,
+  semaphore,
   uncontended,
 } from './lib/workloads.mjs';
 
@@ -40,6 +43,15 @@ const FULL = {
   holdMs: 1,
   uncontended: { levels: [1, 16, 64], warmupMs: 200, durationMs: 1000 },
   contended: { clients: [16, 64], warmupMs: 200, durationMs: 1500, drainMs: 1500 },
+  semaphore: { clients: [16, 64], permits: 4, warmupMs: 200, durationMs: 1500, drainMs: 1500 },
+  multikey: {
+    clients: [16, 64],
+    keys: 3,
+    pool: 8,
+    warmupMs: 200,
+    durationMs: 1500,
+    drainMs: 1500,
+  },
   many: {
     count: 10_000,
     ttlMs: TTL_MS,
@@ -57,6 +69,8 @@ const QUICK = {
   holdMs: 1,
   uncontended: { levels: [1, 16], warmupMs: 50, durationMs: 250 },
   contended: { clients: [16], warmupMs: 50, durationMs: 300, drainMs: 500 },
+  semaphore: { clients: [16], permits: 4, warmupMs: 50, durationMs: 300, drainMs: 500 },
+  multikey: { clients: [16], keys: 3, pool: 8, warmupMs: 50, durationMs: 300, drainMs: 500 },
   many: {
     count: 100,
     ttlMs: 6000,
@@ -72,9 +86,11 @@ const HELP = `Usage: node bench/run.mjs [options]   (npm run bench -- [options])
   --quick               every contender once, briefly (about a minute); never fails on a ratio
   --only <names>        stores (redis, redlock, etcd, zookeeper|zk, postgres|pg, sqlite),
                         contenders (fencelock, raw, node-redlock, sesame-redlock, redis-semaphore,
-                        etcd3-lock, curator) or ids (redis/node-redlock:tuned); comma-separated
+                        etcd3-lock, curator) or ids (redis/node-redlock:tuned,
+                        redis/redis-semaphore.Semaphore); comma-separated
   --runs N              repeats of each workload (default 3; --quick: 1)
-  --workload <names>    uncontended, contended, many, partial (default: all)
+  --workload <names>    uncontended, contended, semaphore (N permits of one key), multikey
+                        (K keys of a small pool per acquire), many, partial (default: all)
   --out DIR             where to write <date>.json/.md/.svg (default: bench/results for a full
                         run, a temporary folder for a --quick, --only, --workload or --runs one)
   --profile             run fencelock's workers with node --cpu-prof (profiles in <out>/profiles)
@@ -136,7 +152,12 @@ export async function main(argv) {
   const dist = ensureBuild(log);
   const stores = STORES.filter((s) => selected.some((c) => c.store === s));
   const unavailable = await ensureEngines(stores, log);
-  const curator = selected.some((c) => c.kind === 'java') ? ensureCurator(log) : undefined;
+  // Curator's worker is built (and its jars installed) only when it runs in a chosen workload.
+  const curator = selected.some(
+    (c) => c.kind === 'java' && workloads.some((w) => c.workloads.has(w)),
+  )
+    ? ensureCurator(log)
+    : undefined;
   const skipped = [];
   const runnable = selected.filter((c) => {
     const down = unavailable.get(ENGINE_OF[c.store]);
@@ -195,7 +216,7 @@ export async function main(argv) {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
 
-  const results = { uncontended: {}, contended: {}, many: {}, partial: {} };
+  const results = Object.fromEntries(WORKLOADS.map((w) => [w, {}]));
   const rtt = { redisMs: [], postgresMs: [] };
   const failures = [];
   const record = (bucket, key, value) => {
@@ -262,6 +283,56 @@ export async function main(argv) {
             if (!f.error) {
               log(
                 `contended ${c.id} ${clients} clients run ${run}: ${Math.round(f.grantsPerSec)} grants/s, gap p50 ${f.gapP50Ms?.toFixed(2)} ms, wait p99 ${Math.round(f.waitP99Ms)} ms`,
+              );
+            }
+          });
+        }
+      }
+    });
+
+    // fencelock on a store whose backend has no semaphores (`capabilities.permits` false): the
+    // first run says so, and the contender is left out of the workload with a note.
+    const refused = new Set();
+    await phase('semaphore', async () => {
+      for (let run = 1; run <= plan.runs; run++) {
+        for (const c of inWorkload('semaphore')) {
+          if (refused.has(c.id)) continue;
+          const levels = plan.semaphore.clients;
+          const figures = await attempt(`semaphore ${c.id} run ${run}`, () =>
+            semaphore(c, ctxFor(c, `s${run}`, { pgPoolSize: 2 }), plan, workerOptions(c)),
+          );
+          if (figures.unsupported) {
+            refused.add(c.id);
+            skipped.push({ id: c.id, workload: 'semaphore', reason: figures.unsupported });
+            log(`semaphore: skipped ${c.id}: ${figures.unsupported}`);
+            continue;
+          }
+          levels.forEach((clients, i) => {
+            const f = Array.isArray(figures) ? figures[i] : figures;
+            record('semaphore', `${c.id}@${clients}`, f);
+            if (!f.error) {
+              log(
+                `semaphore ${c.id} ${clients} clients run ${run}: ${Math.round(f.grantsPerSec)} grants/s, wait p99 ${Math.round(f.waitP99Ms)} ms, holders max ${f.maxHolders} of ${f.permits}, fairness ${f.fairness?.toFixed(2)}`,
+              );
+            }
+          });
+        }
+      }
+    });
+
+    await phase('multikey', async () => {
+      for (let run = 1; run <= plan.runs; run++) {
+        for (const c of inWorkload('multikey')) {
+          const levels = plan.multikey.clients;
+          const figures = await attempt(`multikey ${c.id} run ${run}`, () =>
+            multikey(c, ctxFor(c, `k${run}`, { pgPoolSize: 2 }), plan, workerOptions(c)),
+          );
+          levels.forEach((clients, i) => {
+            const f = Array.isArray(figures) ? figures[i] : figures;
+            record('multikey', `${c.id}@${clients}`, f);
+            if (!f.error) {
+              log(
+                `multikey ${c.id} ${clients} clients run ${run}: ${Math.round(f.acquiresPerSec)} acquires/s, wait p99 ${Math.round(f.waitP99Ms)} ms, overlaps ${f.overlaps}`,
               );
             }
           });
@@ -338,13 +409,21 @@ export async function main(argv) {
       what.startsWith(w === 'many' ? 'many leases' : w === 'partial' ? 'partial quorum' : w),
     );
   if (reused) {
-    for (const w of reusedWorkloads) results[w] = reused.runs[w] ?? {};
+    for (const w of reusedWorkloads) {
+      results[w] = reused.runs[w] ?? {};
+      // Their tables show the levels they were measured at.
+      if (reused.plan?.[w]) plan[w] = reused.plan[w];
+    }
     if (!workloads.includes('contended')) {
       rtt.redisMs = reused.rtt?.redisMs ?? [];
       rtt.postgresMs = reused.rtt?.postgresMs ?? [];
     }
     failures.unshift(
       ...reused.failures.filter((f) => reusedWorkloads.includes(failureWorkload(f.what))),
+    );
+    // A contender left out of one workload only (a store without semaphores) keeps its note.
+    skipped.push(
+      ...(reused.skipped ?? []).filter((s) => s.workload && reusedWorkloads.includes(s.workload)),
     );
   }
   const packageJson = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
@@ -382,6 +461,7 @@ export async function main(argv) {
           reused: {
             from: basename(values.reuse),
             workloads: reusedWorkloads,
+            runs: reused.plan?.runs,
             startedAt: reused.startedAt,
             command: reused.command,
             durationSec: reused.durationSec,

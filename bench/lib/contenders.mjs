@@ -7,7 +7,11 @@
 //   release(handle)
 //   holdRenewing(key, ttlMs) → { release(), lost() }   a lease kept alive in the background
 //                                                         (only for the many-leases workload)
+//   acquirePermit(key, permits, ttlMs) → handle   one of `permits` holders of key (semaphore)
+//   acquireAll(keys, ttlMs) → handle               every key of `keys` or none (multikey)
 //   close()
+// A contender has the methods of the workloads it runs in (`workloads`), and `release(handle)`
+// releases whatever its acquire returned.
 // Curator is a Java program (bench/curator/CuratorBench.java) that answers the same jobs.
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
@@ -20,6 +24,23 @@ const require = createRequire(import.meta.url);
 
 /** Lease length of every contender, ms: fencelock's default, set on the peers for parity. */
 export const TTL_MS = 30_000;
+
+/**
+ * The raw semaphore's acquire, the least a Redis semaphore with expiring permits costs (the shape
+ * of redis-semaphore's script, with the time from Redis): one sorted set per key, a member per
+ * holder scored by its grant time.
+ * KEYS[1] the set; ARGV[1] permits, ARGV[2] the holder's id, ARGV[3] ttl ms. Returns 1 or 0.
+ */
+const ZSET_SEMAPHORE_ACQUIRE = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Permits whose holder did not release within the TTL come back.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]))
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[1], now, ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 1
+end
+return 0`;
 
 /** Compare-and-delete, the raw ceiling's release (and what every Redis lock library sends). */
 const COMPARE_AND_DELETE = `if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -45,13 +66,15 @@ async function ioredisClients(nodes, tuned) {
   for (const client of clients) client.on('error', () => undefined);
   if (tuned) {
     // Without the offline queue a command sent before the connection is up fails: wait for
-    // the live nodes (a node that is down stays down).
+    // the live nodes, which on a busy machine can take seconds (64 clients connecting at once);
+    // a node that is down refuses the connection at once ('error') and stays down.
     await Promise.all(
       clients.map(
         (c) =>
           new Promise((resolve) => {
             c.once('ready', resolve);
-            setTimeout(resolve, 1000).unref();
+            c.once('error', resolve);
+            setTimeout(resolve, 10_000).unref();
           }),
       ),
     );
@@ -99,8 +122,20 @@ async function createFencelock(ctx, store) {
   }
   if (store === 'sqlite') mkdirSync(ctx.tmpDir, { recursive: true });
   const locker = createLocker(fencelockUrl(ctx, store));
+  const semaphores = new Map();
   return {
     acquire: (key, ttlMs) => locker.acquire(key, { ttlMs }),
+    // A Semaphore holds no state and makes no call until an acquire: one per key is reused.
+    acquirePermit(key, permits, ttlMs) {
+      let semaphore = semaphores.get(key);
+      if (!semaphore) {
+        semaphore = locker.semaphore(key, { permits });
+        semaphores.set(key, semaphore);
+      }
+      return semaphore.acquire({ ttlMs });
+    },
+    acquireAll: (keys, ttlMs) => locker.acquireAll(keys, { ttlMs }),
+    // A Lease or a MultiLease.
     release: (lease) => lease.release(),
     async holdRenewing(key, ttlMs) {
       const lease = await locker.acquire(key, { ttlMs });
@@ -149,6 +184,30 @@ async function createRawRedis(ctx, store) {
       else await releaseAll(key, value);
     },
     close: () => Promise.all(clients.map((c) => c.quit().catch(() => c.disconnect()))),
+  };
+}
+
+/**
+ * A Redis semaphore by hand (one node): `EVALSHA` of ZSET_SEMAPHORE_ACQUIRE, `ZREM` to release.
+ * While every permit is held it polls again after 0–2 ms, as the raw lock does. No line, so no
+ * fairness: what the least protocol costs, not a fair semaphore.
+ */
+async function createRawRedisSemaphore(ctx) {
+  const [client] = await ioredisClients([ctx.endpoints.redis], true);
+  const sha = await client.script('LOAD', ZSET_SEMAPHORE_ACQUIRE);
+  return {
+    async acquirePermit(name, permits, ttlMs) {
+      const key = `${ctx.prefix}:${name}`;
+      const value = randomId();
+      for (;;) {
+        if ((await client.evalsha(sha, 1, key, permits, value, ttlMs)) === 1) return { key, value };
+        await jitter(2);
+      }
+    },
+    async release({ key, value }) {
+      await client.zrem(key, value);
+    },
+    close: () => client.quit().catch(() => client.disconnect()),
   };
 }
 
@@ -329,6 +388,8 @@ async function createRedlockLibrary(ctx, store, module, setting) {
   const key = (name) => `${ctx.prefix}:${name}`;
   return {
     acquire: (name, ttlMs) => redlock.acquire([key(name)], ttlMs),
+    // One lock on several resources: on each node one script sets every key or none.
+    acquireAll: (names, ttlMs) => redlock.acquire(names.map(key), ttlMs),
     release: (lock) => lock.release(),
     async holdRenewing(name, ttlMs) {
       // `using` extends the lock automatically (automaticExtensionThreshold before expiry) and
@@ -362,9 +423,12 @@ async function createRedlockLibrary(ctx, store, module, setting) {
   };
 }
 
-/** redis-semaphore's `Mutex` (one node) or `RedlockMutex` (five). */
+/**
+ * redis-semaphore's `Mutex` (one node) or `RedlockMutex` (five); for permits its `Semaphore` or
+ * `RedlockSemaphore`, with the same settings.
+ */
 async function createRedisSemaphore(ctx, store, setting) {
-  const { Mutex, RedlockMutex } = await import('redis-semaphore');
+  const { Mutex, RedlockMutex, RedlockSemaphore, Semaphore } = await import('redis-semaphore');
   const clients = await ioredisClients(redisNodes(ctx, store), setting === 'tuned');
   let lostCount = 0;
   const options = {
@@ -387,6 +451,15 @@ async function createRedisSemaphore(ctx, store, setting) {
       const mutex = make(name, ttlMs);
       await mutex.acquire();
       return mutex;
+    },
+    async acquirePermit(name, permits, ttlMs) {
+      const o = { ...options, lockTimeout: ttlMs };
+      const semaphore =
+        store === 'redis'
+          ? new Semaphore(clients[0], `${ctx.prefix}:${name}`, permits, o)
+          : new RedlockSemaphore(clients, `${ctx.prefix}:${name}`, permits, o);
+      await semaphore.acquire();
+      return semaphore;
     },
     release: (mutex) => mutex.release(),
     async holdRenewing(name, ttlMs) {
@@ -461,7 +534,10 @@ const PEER_SETTINGS = {
 
 // -------------------------------------------------------------------------------
 
-const ALL = new Set(['uncontended', 'contended', 'many', 'partial']);
+const ALL = new Set(['uncontended', 'contended', 'many', 'partial', 'semaphore', 'multikey']);
+
+/** fencelock's workloads on every store. */
+const FENCELOCK_WORKLOADS = ['uncontended', 'contended', 'many', 'semaphore', 'multikey'];
 
 /**
  * Every contender. `workloads`: where it runs (tuned variants only where their settings matter:
@@ -469,13 +545,27 @@ const ALL = new Set(['uncontended', 'contended', 'many', 'partial']);
  */
 export const CONTENDERS = [
   // Redis, single node
-  fencelock('redis', ['uncontended', 'contended', 'many']),
+  fencelock('redis', FENCELOCK_WORKLOADS),
   raw('redis', 'ioredis SET NX PX + EVALSHA compare-and-delete', createRawRedis, [
     'uncontended',
     'contended',
   ]),
-  ...peerPair('redis', 'node-redlock', 'redlock', (ctx, s) =>
-    createRedlockLibrary(ctx, 'redis', 'redlock', s),
+  {
+    ...raw(
+      'redis',
+      'ioredis EVALSHA of a ZSET script (drop expired members, ZCARD < permits → ZADD, time from Redis TIME), ZREM to release; polls after 0–2 ms',
+      createRawRedisSemaphore,
+      ['semaphore'],
+    ),
+    id: 'redis/raw.semaphore',
+    label: 'raw ceiling (ZSET semaphore)',
+  },
+  ...peerPair(
+    'redis',
+    'node-redlock',
+    'redlock',
+    (ctx, s) => createRedlockLibrary(ctx, 'redis', 'redlock', s),
+    ['multikey'],
   ),
   ...peerPair('redis', 'sesame-redlock', '@sesamecare-oss/redlock', (ctx, s) =>
     createRedlockLibrary(ctx, 'redis', '@sesamecare-oss/redlock', s),
@@ -483,8 +573,11 @@ export const CONTENDERS = [
   ...peerPair('redis', 'redis-semaphore', 'redis-semaphore', (ctx, s) =>
     createRedisSemaphore(ctx, 'redis', s),
   ),
+  ...primitivePair('redis', 'redis-semaphore', 'Semaphore', 'semaphore', (ctx, s) =>
+    createRedisSemaphore(ctx, 'redis', s),
+  ),
   // Redlock, five nodes
-  fencelock('redlock', ['uncontended', 'contended', 'many', 'partial']),
+  fencelock('redlock', [...FENCELOCK_WORKLOADS, 'partial']),
   raw('redlock', 'ioredis SET NX PX on 5 nodes, majority, EVALSHA release', createRawRedis, [
     'uncontended',
     'contended',
@@ -495,7 +588,7 @@ export const CONTENDERS = [
     'node-redlock',
     'redlock',
     (ctx, s) => createRedlockLibrary(ctx, 'redlock', 'redlock', s),
-    ['partial'],
+    ['partial', 'multikey'],
   ),
   ...peerPair(
     'redlock',
@@ -511,8 +604,11 @@ export const CONTENDERS = [
     (ctx, s) => createRedisSemaphore(ctx, 'redlock', s),
     ['partial'],
   ),
+  ...primitivePair('redlock', 'redis-semaphore', 'RedlockSemaphore', 'semaphore', (ctx, s) =>
+    createRedisSemaphore(ctx, 'redlock', s),
+  ),
   // etcd
-  fencelock('etcd', ['uncontended', 'contended', 'many']),
+  fencelock('etcd', FENCELOCK_WORKLOADS),
   raw(
     'etcd',
     'etcd3 client: session lease, put-if-absent txn, compare-and-delete txn',
@@ -521,7 +617,7 @@ export const CONTENDERS = [
   ),
   ...peerPair('etcd', 'etcd3-lock', 'etcd3', (ctx, s) => createEtcd3Lock(ctx, s)),
   // ZooKeeper
-  fencelock('zookeeper', ['uncontended', 'contended', 'many']),
+  fencelock('zookeeper', FENCELOCK_WORKLOADS),
   raw(
     'zookeeper',
     'zookeeper client: ephemeral sequential create, children, delete',
@@ -542,12 +638,12 @@ export const CONTENDERS = [
       'one CuratorFramework (ZooKeeper session) per client, ExponentialBackoffRetry(1000, 3)',
   },
   // PostgreSQL
-  fencelock('postgres', ['uncontended', 'contended', 'many']),
+  fencelock('postgres', FENCELOCK_WORKLOADS),
   raw('postgres', 'pg: INSERT … ON CONFLICT DO NOTHING, DELETE', createRawPostgres, [
     'uncontended',
   ]),
   // SQLite
-  fencelock('sqlite', ['uncontended', 'contended', 'many']),
+  fencelock('sqlite', FENCELOCK_WORKLOADS),
   raw('sqlite', 'better-sqlite3: INSERT OR IGNORE, DELETE', createRawSqlite, ['uncontended']),
 ];
 
@@ -624,6 +720,39 @@ function peerPair(store, name, pkg, create, extra = []) {
       id: `${store}/${name}:tuned`,
       setting: 'tuned',
       workloads: new Set(['contended', ...extra]),
+      describe: tuned,
+      create: (ctx) => create(ctx, 'tuned'),
+    },
+  ];
+}
+
+/**
+ * A peer's other primitive (`redis-semaphore`'s `Semaphore`…) at default and tuned settings, in
+ * one workload only: ids `<store>/<name>.<primitive>` and `…:tuned`.
+ */
+function primitivePair(store, name, primitive, workload, create) {
+  const [defaults, tuned] = PEER_SETTINGS[name];
+  const base = {
+    store,
+    name,
+    label: `${name} ${primitive}`,
+    role: 'peer',
+    kind: 'node',
+    package: name,
+    workloads: new Set([workload]),
+  };
+  return [
+    {
+      ...base,
+      id: `${store}/${name}.${primitive}`,
+      setting: 'default',
+      describe: defaults,
+      create: (ctx) => create(ctx, 'default'),
+    },
+    {
+      ...base,
+      id: `${store}/${name}.${primitive}:tuned`,
+      setting: 'tuned',
       describe: tuned,
       create: (ctx) => create(ctx, 'tuned'),
     },

@@ -51,7 +51,7 @@ function summarizeResults(results) {
   }
   const keyed = (bucket, split) =>
     Object.fromEntries(
-      Object.entries(results[bucket]).map(([key, runs]) => {
+      Object.entries(results[bucket] ?? {}).map(([key, runs]) => {
         const [id, clients] = split ? key.split('@') : [key];
         return [key, { id, ...(clients ? { clients: Number(clients) } : {}), ...fold(runs) }];
       }),
@@ -59,9 +59,52 @@ function summarizeResults(results) {
   return {
     uncontended,
     contended: keyed('contended', true),
+    semaphore: keyed('semaphore', true),
+    multikey: keyed('multikey', true),
     partial: keyed('partial', false),
     many: keyed('many', false),
   };
+}
+
+// --- ratios against the peers (semaphore, multikey) ---------------------------------------------
+
+/** The rate field of the workloads whose tables carry ratios, and the wait compared beside it. */
+const RATIO_FIELDS = {
+  semaphore: { rate: 'grantsPerSec', unit: 'grants/s' },
+  multikey: { rate: 'acquiresPerSec', unit: 'acquires/s' },
+};
+
+/**
+ * fencelock against every other contender of its store measured in this run, per workload of
+ * RATIO_FIELDS and client count: its rate over theirs (above 1: fencelock grants more) and its
+ * wait p99 over theirs (below 1: fencelock's waiters wait less). No verdict: these workloads
+ * have no targets.
+ */
+function ratiosOf(summary, contenders) {
+  const ratios = [];
+  for (const [workload, { rate }] of Object.entries(RATIO_FIELDS)) {
+    for (const [key, s] of Object.entries(summary[workload])) {
+      const c = contenders.find((x) => x.id === s.id);
+      if (!c || c.role === 'fencelock') continue;
+      const own = summary[workload][`${c.store}/fencelock@${s.clients}`]?.median;
+      if (!own) continue;
+      const ratio = own[rate] / s.median[rate];
+      const waitRatio = own.waitP99Ms / s.median.waitP99Ms;
+      ratios.push({
+        workload,
+        clients: s.clients,
+        store: c.store,
+        against: s.id,
+        role: c.role,
+        key,
+        fencelock: own[rate],
+        reference: s.median[rate],
+        ratio: Number.isFinite(ratio) ? ratio : null,
+        waitP99Ratio: Number.isFinite(waitRatio) ? waitRatio : null,
+      });
+    }
+  }
+  return ratios;
 }
 
 // --- targets ------------------------------------------------------------------------------------
@@ -369,7 +412,7 @@ function markdownOf(report, summary, byId) {
   if (report.reused) {
     const r = report.reused;
     lines.push(
-      `The ${r.workloads.join(', ')} workload${r.workloads.length > 1 ? 's come' : ' comes'} from an earlier run of the same suite (\`${r.command}\`, started ${r.startedAt}, ${r.durationSec.total} s, load average before ${r.machine.loadAverageBefore.join(' / ')}), folded into this report with \`--reuse ${r.from}\`; this run measured the rest.`,
+      `The ${r.workloads.join(', ')} workload${r.workloads.length > 1 ? 's come' : ' comes'} from an earlier run of the same suite (\`${r.command}\`, started ${r.startedAt}, ${r.durationSec.total} s, load average before ${r.machine.loadAverageBefore.join(' / ')}${r.runs && r.runs !== plan.runs ? `, medians of ${r.runs} run${r.runs > 1 ? 's' : ''}` : ''}), folded into this report with \`--reuse ${r.from}\`; this run measured the rest.`,
     );
     lines.push('');
   }
@@ -457,6 +500,9 @@ function markdownOf(report, summary, byId) {
     );
     lines.push('');
   }
+
+  lines.push(...semaphoreSection(report, summary, label));
+  lines.push(...multikeySection(report, summary, label));
 
   if (Object.keys(summary.partial).length > 0) {
     lines.push('## Redlock with a partial quorum');
@@ -549,7 +595,9 @@ function markdownOf(report, summary, byId) {
   );
   lines.push('');
   if (report.skipped.length > 0) {
-    lines.push(`Skipped: ${report.skipped.map((s) => `\`${s.id}\` (${s.reason})`).join('; ')}`);
+    lines.push(
+      `Skipped: ${report.skipped.map((s) => `\`${s.id}\`${s.workload ? ` in the ${s.workload} workload` : ''} (${s.reason})`).join('; ')}`,
+    );
     lines.push('');
   }
   if (report.failures.length > 0) {
@@ -559,117 +607,314 @@ function markdownOf(report, summary, byId) {
   return `${lines.join('\n')}\n`;
 }
 
+/** The largest `field` of any run (NaN when none has it): a safety count is judged by its worst run. */
+function worst(s, field) {
+  const values = s.runs.map((r) => r?.[field]).filter(Number.isFinite);
+  return values.length > 0 ? Math.max(...values) : Number.NaN;
+}
+
+/** `fencelock ÷ this` cells of a row: rate and wait p99, or – on fencelock's own rows. */
+function ratioCell(report, workload, id, clients) {
+  const r = report.ratios.find((x) => x.workload === workload && x.key === `${id}@${clients}`);
+  if (!r) return '–';
+  const x = (v) => (v === null ? '–' : `${v.toFixed(2)}×`);
+  return `${x(r.ratio)} · ${x(r.waitP99Ratio)}`;
+}
+
+/** One line per client count: fencelock against the best peer and the raw ceiling of each store. */
+function bestRatiosLine(report, workload, clients, label) {
+  const parts = [];
+  for (const store of Object.keys(STORE_TITLES)) {
+    const rows = report.ratios.filter(
+      (r) => r.workload === workload && r.clients === clients && r.store === store,
+    );
+    const best = rows
+      .filter((r) => r.role === 'peer' && r.ratio !== null)
+      .sort((a, b) => b.reference - a.reference)[0];
+    const raw = rows.find((r) => r.role === 'raw' && r.ratio !== null);
+    const said = [
+      best ? `${best.ratio.toFixed(2)}× the best peer (${label(best.against)})` : undefined,
+      raw ? `${raw.ratio.toFixed(2)}× the raw ceiling` : undefined,
+    ].filter(Boolean);
+    if (said.length > 0) parts.push(`${STORE_TITLES[store]} ${said.join(', ')}`);
+  }
+  const { unit } = RATIO_FIELDS[workload];
+  return parts.length > 0
+    ? [`fencelock’s ${unit} at ${clients} clients: ${parts.join('; ')}.`, '']
+    : [];
+}
+
+const RATIO_NOTE =
+  '“fencelock ÷ this”: fencelock’s figure on the same store over the row’s, in this run: the rate (above 1×: fencelock grants more) · wait p99 (below 1×: fencelock’s waiters wait less).';
+
+function semaphoreSection(report, summary, label) {
+  const plan = report.plan.semaphore;
+  if (!plan || Object.keys(summary.semaphore).length === 0) return [];
+  const lines = [
+    `## Semaphore: ${plan.permits} permits of one key, clients across 4 processes, ${report.plan.holdMs} ms of work per grant`,
+    '',
+    'Each client asks for a permit, holds it, releases it, and asks again. Wait: request to grant (requests still waiting at the end count with the time waited so far). ' +
+      `Fairness: share of grants that went to a client none of the previous ${plan.permits} grants went to (a line in arrival order gives 1.00). “starved”: clients without a grant in the window. ` +
+      `Holders: the most at once (must be ≤ ${plan.permits}) and the mean over the window, from every grant’s interval from its grant to its release call on one clock (inside the time the engine counts it held, so a maximum above ${plan.permits} is a broken semaphore); “over” counts the grants that went past ${plan.permits}. ` +
+      `${plan.durationMs} ms measured after ${plan.warmupMs} ms of warm-up. ${RATIO_NOTE}`,
+    '',
+  ];
+  for (const n of plan.clients) {
+    const rows = [];
+    for (const c of report.contenders) {
+      const s = summary.semaphore[`${c.id}@${n}`];
+      if (!s) continue;
+      const x = s.median;
+      rows.push([
+        STORE_TITLES[c.store],
+        label(c.id),
+        `${int(x.grantsPerSec)}${pm(s.spread.grantsPerSec)}`,
+        ms(x.holdP50Ms),
+        `${ms(x.waitP50Ms)} / ${ms(x.waitP99Ms)} / ${ms(x.waitMaxMs)}`,
+        Number.isFinite(x.fairness) ? x.fairness.toFixed(2) : '–',
+        int(x.clientsWithoutGrant),
+        // The worst run's maximum, not the median: one run past the limit is a broken semaphore.
+        `${int(worst(s, 'maxHolders'))} / ${ms(x.meanHolders)}`,
+        int(worst(s, 'overPermits')),
+        int(x.errors),
+        ratioCell(report, 'semaphore', c.id, n),
+      ]);
+    }
+    lines.push(`### ${n} clients`, '');
+    lines.push(
+      table(
+        [
+          'store',
+          'contender',
+          'grants/s',
+          'hold p50 ms',
+          'wait p50 / p99 / max ms',
+          'fairness',
+          'starved',
+          'holders max / mean',
+          'over',
+          'gave up',
+          'fencelock ÷ this',
+        ],
+        rows,
+      ),
+    );
+    lines.push('');
+    lines.push(...bestRatiosLine(report, 'semaphore', n, label));
+  }
+  return lines;
+}
+
+function multikeySection(report, summary, label) {
+  const plan = report.plan.multikey;
+  if (!plan || Object.keys(summary.multikey).length === 0) return [];
+  const lines = [
+    `## Multi-key: ${plan.keys} keys of a pool of ${plan.pool} per acquire, clients across 4 processes, ${report.plan.holdMs} ms of work per grant`,
+    '',
+    `Each acquire takes ${plan.keys} keys chosen at random from ${plan.pool}, all or none, holds them, releases them, and asks again with new keys. ` +
+      `Holders mean: acquires held at once over the window (at most ${Math.floor(plan.pool / plan.keys)} can be). ` +
+      'Overlaps: grants of a key before its previous holder called release (mutual exclusion broken), must be 0. “gave up”: acquires that failed (a peer’s retry limit), asked again at once. ' +
+      `${plan.durationMs} ms measured after ${plan.warmupMs} ms of warm-up. ${RATIO_NOTE}`,
+    '',
+  ];
+  for (const n of plan.clients) {
+    const rows = [];
+    for (const c of report.contenders) {
+      const s = summary.multikey[`${c.id}@${n}`];
+      if (!s) continue;
+      const x = s.median;
+      rows.push([
+        STORE_TITLES[c.store],
+        label(c.id),
+        `${int(x.acquiresPerSec)}${pm(s.spread.acquiresPerSec)}`,
+        ms(x.holdP50Ms),
+        `${ms(x.waitP50Ms)} / ${ms(x.waitP99Ms)} / ${ms(x.waitMaxMs)}`,
+        ms(x.meanHolders),
+        int(x.clientsWithoutGrant),
+        int(worst(s, 'overlaps')),
+        int(x.errors),
+        ratioCell(report, 'multikey', c.id, n),
+      ]);
+    }
+    lines.push(`### ${n} clients`, '');
+    lines.push(
+      table(
+        [
+          'store',
+          'contender',
+          'acquires/s',
+          'hold p50 ms',
+          'wait p50 / p99 / max ms',
+          'holders mean',
+          'starved',
+          'overlaps',
+          'gave up',
+          'fencelock ÷ this',
+        ],
+        rows,
+      ),
+    );
+    lines.push('');
+    lines.push(...bestRatiosLine(report, 'multikey', n, label));
+  }
+  return lines;
+}
+
 // --- svg ----------------------------------------------------------------------------------------
 
 const esc = (s) => String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 /**
- * Horizontal bars per store: uncontended pairs/s and pair latency at c=16, contended grants/s and
- * wait p99 at 16 clients. Each column is scaled to its largest value within the store, so bars
- * compare contenders of one engine; the numbers are printed beside them.
+ * Horizontal bars per store, in panels of four columns: uncontended pairs/s and pair latency at
+ * c=16, contended grants/s and wait p99 at 16 clients; then (when measured) semaphore grants/s
+ * and multikey acquires/s with their wait p99 at their first client count. Each column is scaled
+ * to its largest value within the store, so bars compare contenders of one engine; the numbers
+ * are printed beside them.
  */
 function svgOf(report, summary, byId) {
-  const columns = [
-    {
-      title: 'uncontended pairs/s, c=16',
-      get: (id) => summary.uncontended[`${id}@16`],
-      field: 'pairsPerSec',
-      better: 'more',
-      color: '#2f6db5',
-    },
-    {
-      title: 'pair latency p50 | p99 ms, c=16',
-      get: (id) => summary.uncontended[`${id}@16`],
-      field: 'p99Ms',
-      inner: 'p50Ms',
-      better: 'less',
-      color: '#9bb8dd',
-      innerColor: '#2f6db5',
-    },
-    {
-      title: 'contended grants/s, 16 clients',
-      get: (id) => summary.contended[`${id}@16`],
-      field: 'grantsPerSec',
-      better: 'more',
-      color: '#c0702a',
-    },
-    {
-      title: 'contended wait p99 ms, 16 clients',
-      get: (id) => summary.contended[`${id}@16`],
-      field: 'waitP99Ms',
-      better: 'less',
-      color: '#e0b48a',
-    },
+  const semaphoreAt = report.plan.semaphore?.clients?.[0] ?? 16;
+  const multikeyAt = report.plan.multikey?.clients?.[0] ?? 16;
+  const panels = [
+    [
+      {
+        title: 'uncontended pairs/s, c=16',
+        get: (id) => summary.uncontended[`${id}@16`],
+        field: 'pairsPerSec',
+        better: 'more',
+        color: '#2f6db5',
+      },
+      {
+        title: 'pair latency p50 | p99 ms, c=16',
+        get: (id) => summary.uncontended[`${id}@16`],
+        field: 'p99Ms',
+        inner: 'p50Ms',
+        better: 'less',
+        color: '#9bb8dd',
+        innerColor: '#2f6db5',
+      },
+      {
+        title: 'contended grants/s, 16 clients',
+        get: (id) => summary.contended[`${id}@16`],
+        field: 'grantsPerSec',
+        better: 'more',
+        color: '#c0702a',
+      },
+      {
+        title: 'contended wait p99 ms, 16 clients',
+        get: (id) => summary.contended[`${id}@16`],
+        field: 'waitP99Ms',
+        better: 'less',
+        color: '#e0b48a',
+      },
+    ],
+    [
+      {
+        title: `semaphore grants/s, ${semaphoreAt} clients`,
+        get: (id) => summary.semaphore[`${id}@${semaphoreAt}`],
+        field: 'grantsPerSec',
+        better: 'more',
+        color: '#3c8d5a',
+      },
+      {
+        title: `semaphore wait p99 ms, ${semaphoreAt} clients`,
+        get: (id) => summary.semaphore[`${id}@${semaphoreAt}`],
+        field: 'waitP99Ms',
+        better: 'less',
+        color: '#a3cfb1',
+      },
+      {
+        title: `multikey acquires/s, ${multikeyAt} clients`,
+        get: (id) => summary.multikey[`${id}@${multikeyAt}`],
+        field: 'acquiresPerSec',
+        better: 'more',
+        color: '#7a4fa3',
+      },
+      {
+        title: `multikey wait p99 ms, ${multikeyAt} clients`,
+        get: (id) => summary.multikey[`${id}@${multikeyAt}`],
+        field: 'waitP99Ms',
+        better: 'less',
+        color: '#c8b3dd',
+      },
+    ],
   ];
-  const labelWidth = 250;
+  const labelOf = (c) => `${c.label}${c.setting === 'tuned' ? ' (tuned)' : ''}`;
+  // 250 px, wider when a label needs it (about 6.2 px a character at 11.5 px, 14 px indent).
+  const longest = Math.max(0, ...report.contenders.map((c) => labelOf(c).length));
+  const labelWidth = Math.max(250, Math.ceil(22 + 6.2 * longest));
   const colWidth = 215;
   const rowHeight = 18;
-  const width = labelWidth + columns.length * colWidth + 10;
+  const width = labelWidth + 4 * colWidth + 10;
   const parts = [];
-  let y = 62;
   const stores = [...new Set(report.contenders.map((c) => c.store))];
-  for (const store of stores) {
-    const ids = report.contenders
-      .filter((c) => c.store === store && columns.some((col) => col.get(c.id)))
-      .map((c) => c.id);
-    if (ids.length === 0) continue;
-    parts.push(`<text x="6" y="${y + 13}" class="store">${esc(STORE_TITLES[store])}</text>`);
-    y += 20;
-    const maxOf = columns.map((col) =>
-      Math.max(...ids.map((id) => col.get(id)?.median?.[col.field]).filter(Number.isFinite), 0),
-    );
-    for (const id of ids) {
-      const c = byId.get(id);
-      const fence = c.role === 'fencelock';
+  let y = 30;
+  let drawn = 0;
+  for (const columns of panels) {
+    if (!report.contenders.some((c) => columns.some((col) => col.get(c.id)))) continue;
+    if (drawn++ > 0) y += 10;
+    columns.forEach((col, i) => {
+      const x = labelWidth + i * colWidth;
       parts.push(
-        `<text x="14" y="${y + 13}" class="${fence ? 'label fence' : 'label'}">${esc(`${c.label}${c.setting === 'tuned' ? ' (tuned)' : ''}`)}</text>`,
+        `<text x="${x}" y="${y + 10}" class="col">${esc(col.title)}</text>` +
+          `<text x="${x}" y="${y + 23}" class="note">${col.better === 'more' ? 'longer is better' : 'shorter is better'}</text>`,
       );
-      columns.forEach((col, i) => {
-        const x0 = labelWidth + i * colWidth;
-        const s = col.get(id);
-        const v = s?.median?.[col.field];
-        if (!Number.isFinite(v) || maxOf[i] <= 0) {
-          parts.push(`<text x="${x0}" y="${y + 13}" class="value">–</text>`);
-          return;
-        }
-        const barMax = colWidth - 70;
-        const w = Math.max(1, (v / maxOf[i]) * barMax);
+    });
+    y += 32;
+    for (const store of stores) {
+      const ids = report.contenders
+        .filter((c) => c.store === store && columns.some((col) => col.get(c.id)))
+        .map((c) => c.id);
+      if (ids.length === 0) continue;
+      parts.push(`<text x="6" y="${y + 13}" class="store">${esc(STORE_TITLES[store])}</text>`);
+      y += 20;
+      const maxOf = columns.map((col) =>
+        Math.max(...ids.map((id) => col.get(id)?.median?.[col.field]).filter(Number.isFinite), 0),
+      );
+      for (const id of ids) {
+        const c = byId.get(id);
+        const fence = c.role === 'fencelock';
         parts.push(
-          `<rect x="${x0}" y="${y + 3}" width="${w.toFixed(1)}" height="${rowHeight - 6}" fill="${col.color}"${fence ? ' stroke="#222" stroke-width="1"' : ''}/>`,
+          `<text x="14" y="${y + 13}" class="${fence ? 'label fence' : 'label'}">${esc(labelOf(c))}</text>`,
         );
-        let text = col.field.endsWith('Ms') ? ms(v) : int(v);
-        if (col.inner) {
-          const inner = s.median[col.inner];
-          if (Number.isFinite(inner)) {
-            const wi = Math.max(1, (inner / maxOf[i]) * barMax);
-            parts.push(
-              `<rect x="${x0}" y="${y + 3}" width="${wi.toFixed(1)}" height="${rowHeight - 6}" fill="${col.innerColor}"/>`,
-            );
-            text = `${ms(inner)} | ${ms(v)}`;
+        columns.forEach((col, i) => {
+          const x0 = labelWidth + i * colWidth;
+          const s = col.get(id);
+          const v = s?.median?.[col.field];
+          if (!Number.isFinite(v) || maxOf[i] <= 0) {
+            parts.push(`<text x="${x0}" y="${y + 13}" class="value">–</text>`);
+            return;
           }
-        }
-        parts.push(
-          `<text x="${(x0 + w + 4).toFixed(1)}" y="${y + 13}" class="value">${esc(text)}</text>`,
-        );
-      });
-      y += rowHeight;
+          const barMax = colWidth - 70;
+          const w = Math.max(1, (v / maxOf[i]) * barMax);
+          parts.push(
+            `<rect x="${x0}" y="${y + 3}" width="${w.toFixed(1)}" height="${rowHeight - 6}" fill="${col.color}"${fence ? ' stroke="#222" stroke-width="1"' : ''}/>`,
+          );
+          let text = col.field.endsWith('Ms') ? ms(v) : int(v);
+          if (col.inner) {
+            const inner = s.median[col.inner];
+            if (Number.isFinite(inner)) {
+              const wi = Math.max(1, (inner / maxOf[i]) * barMax);
+              parts.push(
+                `<rect x="${x0}" y="${y + 3}" width="${wi.toFixed(1)}" height="${rowHeight - 6}" fill="${col.innerColor}"/>`,
+              );
+              text = `${ms(inner)} | ${ms(v)}`;
+            }
+          }
+          parts.push(
+            `<text x="${(x0 + w + 4).toFixed(1)}" y="${y + 13}" class="value">${esc(text)}</text>`,
+          );
+        });
+        y += rowHeight;
+      }
+      y += 8;
     }
-    y += 8;
   }
-  const header = columns
-    .map(
-      (col, i) =>
-        `<text x="${labelWidth + i * colWidth}" y="40" class="col">${esc(col.title)}</text>` +
-        `<text x="${labelWidth + i * colWidth}" y="53" class="note">${col.better === 'more' ? 'longer is better' : 'shorter is better'}</text>`,
-    )
-    .join('');
   const height = y + 24;
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="Helvetica, Arial, sans-serif">
 <title>${esc(`fencelock bench ${report.date}: throughput and latency per contender`)}</title>
 <style>.title{font-size:15px;font-weight:bold}.col{font-size:10.5px;fill:#333}.store{font-size:12.5px;font-weight:bold}.label{font-size:11.5px;fill:#222}.fence{font-weight:bold}.value{font-size:10.5px;fill:#333}.note{font-size:10px;fill:#555}</style>
 <rect width="100%" height="100%" fill="#fff"/>
 <text x="6" y="20" class="title">${esc(`fencelock bench ${report.date}: medians of ${report.plan.runs} run${report.plan.runs > 1 ? 's' : ''}, each bar scaled within its store`)}</text>
-${header}
 ${parts.join('\n')}
 <text x="6" y="${height - 8}" class="note">${esc(`${report.reused ? `${report.reused.command} (${report.reused.workloads.join(', ')}) and ` : ''}${report.command}; ${report.machine.cpus} cores shared with other work. Tables: ${report.date}.md`)}</text>
 </svg>
@@ -696,12 +941,15 @@ export function buildReport(raw) {
     rtt: raw.rtt,
     ...(raw.reused ? { reused: raw.reused } : {}),
     targets,
+    ratios: ratiosOf(summary, raw.contenders),
   };
   const json = roundDeep({
     ...report,
     summary: {
       uncontended: Object.values(summary.uncontended).map(({ runs, ...rest }) => rest),
       contended: Object.values(summary.contended).map(({ runs, ...rest }) => rest),
+      semaphore: Object.values(summary.semaphore).map(({ runs, ...rest }) => rest),
+      multikey: Object.values(summary.multikey).map(({ runs, ...rest }) => rest),
       partial: Object.values(summary.partial).map(({ runs, ...rest }) => rest),
       many: Object.values(summary.many).map(({ runs, ...rest }) => rest),
     },

@@ -2,8 +2,11 @@
 // the parent's jobs over IPC. Jobs (one at a time):
 //   init        { contender, ctx }                         → ready
 //   uncontended { levels, warmupMs, durationMs, keyTag }   → uncontended { levels: [...] }
-//   open        { clients }                                → opened
-//   contended   { startAt, warmupUntil, endAt, drainMs, holdMs, key, clientBase } → contended
+//   open        { clients, warm }                          → opened, or unsupported { reason }
+//   contended   { startAt, endAt, drainMs, holdMs, key, clientBase } → contended
+//   semaphore   { …contended's, permits }                  → contended (records of permits)
+//   multikey    { startAt, endAt, drainMs, holdMs, keyTag, pool, keys, clientBase } → contended
+//               (each record also carries the bit mask of its keys)
 //   hold-many   { count, ttlMs, concurrency, keyTag }      → held, then after `go { holdMs }`: many
 //               (the leases stay held: the parent kills the worker and the clean-up removes them)
 //   close                                                  → closed, then the process exits
@@ -23,20 +26,64 @@ let inboxWaiter;
 const send = (message) => process.send(message);
 
 /**
- * Open `count` instances and warm each up with a few pairs on a key of its own: connections
- * made, scripts loaded, sessions opened and code compiled before anything is measured.
+ * The acquire of a workload's primitive on `instance`: a lock on `key`, one of `warm.permits`
+ * permits of `key`, or every key of `[key-a, key-b, …]` (`warm.keys` of them).
  */
-async function openInstances(count) {
+function acquireFor(warm) {
+  switch (warm?.kind ?? 'lock') {
+    case 'lock':
+      return (instance, key) => instance.acquire(key, TTL_MS);
+    case 'permit':
+      return (instance, key) => instance.acquirePermit(key, warm.permits, TTL_MS);
+    case 'multi':
+      return (instance, key) =>
+        instance.acquireAll(
+          Array.from({ length: warm.keys }, (_, i) => `${key}-${i}`),
+          TTL_MS,
+        );
+    default:
+      throw new Error(`no primitive ${warm.kind}`);
+  }
+}
+
+/**
+ * Open `count` instances and warm each up with a few pairs on a key of its own, with the
+ * primitive the workload uses (`warm`, see acquireFor): connections made, scripts loaded,
+ * sessions opened and code compiled before anything is measured.
+ */
+async function openInstances(count, warm) {
   const opened = await Promise.all(Array.from({ length: count }, () => contender.create(ctx)));
-  await Promise.all(
-    opened.map(async (instance, i) => {
-      for (let pair = 0; pair < (ctx.warmPairs ?? 3); pair++) {
-        await instance.release(await instance.acquire(`warm-${process.pid}-${i}`, TTL_MS));
-      }
-    }),
-  );
+  const take = acquireFor(warm);
+  try {
+    await Promise.all(
+      opened.map(async (instance, i) => {
+        for (let pair = 0; pair < (ctx.warmPairs ?? 3); pair++) {
+          await instance.release(await take(instance, `warm-${process.pid}-${i}`));
+        }
+      }),
+    );
+  } catch (error) {
+    await Promise.all(opened.map((instance) => instance.close().catch(() => undefined)));
+    throw error;
+  }
   instances.push(...opened);
   return opened;
+}
+
+/** fencelock refusing a primitive its store lacks (`capabilities.permits` false): no engine call. */
+const unsupportedByStore = (error) =>
+  error?.code === 'ERR_INVALID_ARGUMENT' && error?.argument === 'store';
+
+/** `keys` distinct numbers of 0 … pool − 1, at random, as a bit mask. */
+function pickKeys(pool, keys) {
+  let mask = 0;
+  for (let picked = 0; picked < keys; ) {
+    const bit = 1 << Math.floor(Math.random() * pool);
+    if (mask & bit) continue;
+    mask |= bit;
+    picked += 1;
+  }
+  return mask;
 }
 
 /**
@@ -100,11 +147,36 @@ async function uncontended({ levels, warmupMs, durationMs, keyTag }) {
 }
 
 /**
- * Every client of this process loops on one shared key: request, grant, hold `holdMs`, release.
- * New requests stop at `endAt`; requests still waiting `drainMs` later are reported as pending
- * (their wait is at least that long).
+ * What one request of a contended-style job asks for: `[acquire(instance), tag]`, the tag being
+ * recorded with the grant (the key mask of a multikey request).
  */
-async function contended({ startAt, endAt, drainMs, holdMs, key, clientBase }) {
+function requestFor(job) {
+  switch (job.type) {
+    case 'contended':
+      return () => [(instance) => instance.acquire(job.key, TTL_MS)];
+    case 'semaphore':
+      return () => [(instance) => instance.acquirePermit(job.key, job.permits, TTL_MS)];
+    case 'multikey':
+      return () => {
+        const mask = pickKeys(job.pool, job.keys);
+        const keys = [];
+        for (let i = 0; i < job.pool; i++) if (mask & (1 << i)) keys.push(`${job.keyTag}-${i}`);
+        return [(instance) => instance.acquireAll(keys, TTL_MS), mask];
+      };
+    default:
+      throw new Error(`no contended job ${job.type}`);
+  }
+}
+
+/**
+ * Every client of this process loops: request (one shared key, a permit of one shared key, or
+ * `keys` keys of a shared pool), grant, hold `holdMs`, release. New requests stop at `endAt`;
+ * requests still waiting `drainMs` later are reported as pending (their wait is at least that
+ * long).
+ */
+async function contended(job) {
+  const { startAt, endAt, drainMs, holdMs, clientBase } = job;
+  const next = requestFor(job);
   const records = [];
   const pending = new Map();
   let errors = 0;
@@ -113,11 +185,12 @@ async function contended({ startAt, endAt, drainMs, holdMs, key, clientBase }) {
   const loops = instances.map(async (instance, index) => {
     const client = clientBase + index;
     while (nowMs() < endAt) {
+      const [acquire, tag] = next();
       const requestedAt = nowMs();
       pending.set(client, requestedAt);
       let handle;
       try {
-        handle = await instance.acquire(key, TTL_MS);
+        handle = await acquire(instance);
       } catch (error) {
         // A peer gave up (its retry limit): the application asks again at once.
         pending.delete(client);
@@ -135,7 +208,9 @@ async function contended({ startAt, endAt, drainMs, holdMs, key, clientBase }) {
         errors += 1;
         lastError = String(error?.message ?? error);
       }
-      records.push([client, requestedAt, grantedAt, releaseAt, nowMs()]);
+      const record = [client, requestedAt, grantedAt, releaseAt, nowMs()];
+      if (tag !== undefined) record.push(tag);
+      records.push(record);
     }
   });
   await Promise.race([Promise.all(loops), sleepUntil(endAt + drainMs)]);
@@ -239,9 +314,16 @@ async function handle(message) {
     case 'uncontended':
       return uncontended(message);
     case 'open':
-      await openInstances(message.clients);
+      try {
+        await openInstances(message.clients, message.warm);
+      } catch (error) {
+        if (unsupportedByStore(error)) return { type: 'unsupported', reason: error.message };
+        throw error;
+      }
       return { type: 'opened' };
     case 'contended':
+    case 'semaphore':
+    case 'multikey':
       return contended(message);
     case 'hold-many':
       return holdMany(message);

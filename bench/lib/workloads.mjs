@@ -51,18 +51,40 @@ export async function uncontended(contender, ctx, plan, options) {
  * `contendedFigures` for what is measured.
  * @returns the figures of each level, in order.
  */
-export async function contended(contender, ctx, plan, levels, options, window = plan.contended) {
+export function contended(contender, ctx, plan, levels, options, window = plan.contended) {
+  return clientLevels(contender, ctx, levels, options, window, {
+    job: (clients) => ({ type: 'contended', holdMs: plan.holdMs, key: `hot-${clients}` }),
+    figures: contendedFigures,
+  });
+}
+
+/**
+ * The contended run of `clients` clients and levels with a job of another primitive, on the
+ * processes and clock of `contended`: `job(clients)` is the worker's job of a level (its type
+ * and what it asks for), `warm` the primitive the clients warm up with (see worker.mjs), and
+ * `figures(replies, { from, to, clients })` turns the workers' records into a level's figures.
+ * @returns the figures of each level, in order; `{ unsupported: reason }` when the contender's
+ *   store refuses the primitive (fencelock on a store without semaphores).
+ */
+async function clientLevels(contender, ctx, levels, options, window, { job, warm, figures }) {
   const workers = await Promise.all(
     Array.from({ length: PROCESSES }, () => Worker.start(contender, ctx, options)),
   );
-  const figures = [];
+  const all = [];
   try {
     let open = 0;
     for (const clients of levels) {
       const perProcess = Math.ceil(clients / PROCESSES);
-      await Promise.all(
-        workers.map((w) => w.request({ type: 'open', clients: perProcess - open }, 120_000)),
+      const opened = await Promise.all(
+        workers.map((w) =>
+          w.request(
+            { type: 'open', clients: perProcess - open, ...(warm ? { warm } : {}) },
+            120_000,
+          ),
+        ),
       );
+      const refused = opened.find((reply) => reply.type === 'unsupported');
+      if (refused) return { unsupported: refused.reason };
       open = perProcess;
       const startAt = nowMs() + 300;
       const from = startAt + window.warmupMs;
@@ -70,22 +92,14 @@ export async function contended(contender, ctx, plan, levels, options, window = 
       const replies = await Promise.all(
         workers.map((w, i) =>
           w.request(
-            {
-              type: 'contended',
-              startAt,
-              endAt: to,
-              drainMs: window.drainMs,
-              holdMs: plan.holdMs,
-              key: `hot-${clients}`,
-              clientBase: i * 1000,
-            },
+            { ...job(clients), startAt, endAt: to, drainMs: window.drainMs, clientBase: i * 1000 },
             to - nowMs() + window.drainMs + 30_000,
           ),
         ),
       );
-      figures.push(contendedFigures(replies, { from, to, clients: perProcess * PROCESSES }));
+      all.push(figures(replies, { from, to, clients: perProcess * PROCESSES }));
     }
-    return figures;
+    return all;
   } finally {
     // A peer still stuck in a vote may never close: it gets a few seconds, then SIGKILL.
     await Promise.all(workers.map((w) => w.close(window.closeMs ?? 5000)));
@@ -120,11 +134,7 @@ export function contendedFigures(replies, { from, to, clients }) {
     else gaps.push(gap);
     if (previous[2] >= from && client !== previous[0]) switches += 1;
   }
-  const waits = records.filter((r) => r[1] <= to && r[2] >= from).map((r) => r[2] - r[1]);
-  for (const reply of replies) {
-    for (const [, requestedAt] of reply.pending) waits.push(reply.reportedAt - requestedAt);
-  }
-  const wait = summarize(waits);
+  const wait = waitsOf(records, replies, from, to);
   const gap = summarize(gaps);
   const hold = summarize(inWindow.map((r) => r[3] - r[2]));
   const granted = new Set(inWindow.map((r) => r[0]));
@@ -143,10 +153,181 @@ export function contendedFigures(replies, { from, to, clients }) {
     clientsWithoutGrant: clients - granted.size,
     stillWaiting: replies.reduce((n, r) => n + r.pending.length, 0),
     overlaps,
-    errors: replies.reduce((n, r) => n + r.errors, 0),
-    ...(replies.find((r) => r.lastError)
-      ? { lastError: replies.find((r) => r.lastError).lastError }
-      : {}),
+    ...errorsOf(replies),
+  };
+}
+
+// --- 2b. semaphore ------------------------------------------------------------------------------
+
+/**
+ * The contended run on a semaphore: each client asks for one of `plan.semaphore.permits` permits
+ * of one shared key, holds it `holdMs` and releases it. See `semaphoreFigures`.
+ * @returns the figures of each level (`plan.semaphore.clients`), or `{ unsupported: reason }`.
+ */
+export function semaphore(contender, ctx, plan, options) {
+  const { permits, clients: levels } = plan.semaphore;
+  return clientLevels(contender, ctx, levels, options, plan.semaphore, {
+    job: (clients) => ({ type: 'semaphore', holdMs: plan.holdMs, key: `sem-${clients}`, permits }),
+    warm: { kind: 'permit', permits },
+    figures: (replies, span) => semaphoreFigures(replies, { ...span, permits }),
+  });
+}
+
+/**
+ * How many of the intervals `[start, end]` overlap at most, and how many starts raised the count
+ * above `limit` (an end at the same instant as a start counts first).
+ */
+export function maxOverlap(intervals, limit) {
+  const events = [];
+  for (const [start, end] of intervals) events.push([start, 1], [end, -1]);
+  events.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  let now = 0;
+  let max = 0;
+  let over = 0;
+  for (const [, step] of events) {
+    now += step;
+    if (step > 0 && now > limit) over += 1;
+    max = Math.max(max, now);
+  }
+  return { max, over };
+}
+
+/** Σ of the parts of the intervals `[start, end]` inside `[from, to]`, over its length. */
+function meanInside(intervals, from, to) {
+  let sum = 0;
+  for (const [start, end] of intervals)
+    sum += Math.max(0, Math.min(end, to) - Math.max(start, from));
+  return sum / (to - from);
+}
+
+/** The wait figures every contended-style run shares: requests made before `to`, and pending. */
+function waitsOf(records, replies, from, to) {
+  const waits = records.filter((r) => r[1] <= to && r[2] >= from).map((r) => r[2] - r[1]);
+  for (const reply of replies) {
+    for (const [, requestedAt] of reply.pending) waits.push(reply.reportedAt - requestedAt);
+  }
+  return summarize(waits);
+}
+
+const errorsOf = (replies) => ({
+  errors: replies.reduce((n, r) => n + r.errors, 0),
+  ...(replies.find((r) => r.lastError)
+    ? { lastError: replies.find((r) => r.lastError).lastError }
+    : {}),
+});
+
+/**
+ * Figures of one semaphore run, from the records of `contendedFigures`:
+ * - grants/s, hold p50 and wait p50 / p99 / max, as the contended run's;
+ * - fairness: share of the window's grants that went to a client none of the previous `permits`
+ *   grants went to (with one permit, the contended run's figure); with more clients than
+ *   permits, a line in arrival order gives 1;
+ * - starved: clients without a grant in the window;
+ * - holders: the most holders at once and their mean over the window, from every grant's
+ *   interval `[granted, release called]` on one clock. The interval is inside the time the
+ *   engine counts the permit as held (it is stamped after the grant's answer and before the
+ *   release's request), so a maximum above `permits` is a broken semaphore, never a clock
+ *   artefact; `over permits` counts the grants that made it so (should be 0).
+ */
+export function semaphoreFigures(replies, { from, to, clients, permits }) {
+  const records = replies.flatMap((r) => r.records).sort((a, b) => a[2] - b[2]);
+  const inWindow = records.filter((r) => r[2] >= from && r[2] <= to);
+  let fresh = 0;
+  let counted = 0;
+  for (let i = permits; i < records.length; i++) {
+    const [client, , grantedAt] = records[i];
+    if (grantedAt < from || grantedAt > to) continue;
+    counted += 1;
+    let seen = false;
+    for (let j = i - permits; j < i; j++) if (records[j][0] === client) seen = true;
+    if (!seen) fresh += 1;
+  }
+  const holds = records.map((r) => [r[2], r[3]]);
+  const holders = maxOverlap(holds, permits);
+  const wait = waitsOf(records, replies, from, to);
+  const hold = summarize(inWindow.map((r) => r[3] - r[2]));
+  const granted = new Set(inWindow.map((r) => r[0]));
+  return {
+    clients,
+    permits,
+    grants: inWindow.length,
+    grantsPerSec: (inWindow.length / (to - from)) * 1000,
+    holdP50Ms: hold.p50,
+    waitP50Ms: wait.p50,
+    waitP99Ms: wait.p99,
+    waitMaxMs: wait.max,
+    fairness: counted > 0 ? fresh / counted : Number.NaN,
+    clientsWithoutGrant: clients - granted.size,
+    stillWaiting: replies.reduce((n, r) => n + r.pending.length, 0),
+    maxHolders: holders.max,
+    meanHolders: meanInside(holds, from, to),
+    overPermits: holders.over,
+    ...errorsOf(replies),
+  };
+}
+
+// --- 2c. multikey -------------------------------------------------------------------------------
+
+/**
+ * The contended run on several keys: each client takes `plan.multikey.keys` keys of a pool of
+ * `plan.multikey.pool`, chosen at random per acquire, all or none, holds them `holdMs` and
+ * releases them. See `multikeyFigures`.
+ * @returns the figures of each level (`plan.multikey.clients`).
+ */
+export function multikey(contender, ctx, plan, options) {
+  const { keys, pool, clients: levels } = plan.multikey;
+  if (!(keys >= 1 && keys <= pool && pool <= 30)) throw new Error('multikey: 1 ≤ keys ≤ pool ≤ 30');
+  return clientLevels(contender, ctx, levels, options, plan.multikey, {
+    job: (clients) => ({
+      type: 'multikey',
+      holdMs: plan.holdMs,
+      keyTag: `mk-${clients}`,
+      pool,
+      keys,
+    }),
+    warm: { kind: 'multi', keys },
+    figures: (replies, span) => multikeyFigures(replies, { ...span, pool }),
+  });
+}
+
+/**
+ * Figures of one multikey run, from records `[client, requestedAt, grantedAt, releaseAt,
+ * releasedAt, key mask]`:
+ * - acquires/s (all keys granted) in the window, hold p50, wait p50 / p99 / max (requests
+ *   still waiting count with the time waited so far), starved clients;
+ * - holders: the mean number of acquires held at once over the window (at most
+ *   ⌊pool / keys⌋ can be);
+ * - overlaps: grants of a key made while another holder of that key had not called release
+ *   yet (intervals as in `semaphoreFigures`): mutual exclusion broken, should be 0.
+ */
+export function multikeyFigures(replies, { from, to, clients, pool }) {
+  const records = replies.flatMap((r) => r.records).sort((a, b) => a[2] - b[2]);
+  const inWindow = records.filter((r) => r[2] >= from && r[2] <= to);
+  let overlaps = 0;
+  for (let key = 0; key < pool; key++) {
+    const holds = records.filter((r) => r[5] & (1 << key)).map((r) => [r[2], r[3]]);
+    overlaps += maxOverlap(holds, 1).over;
+  }
+  const wait = waitsOf(records, replies, from, to);
+  const hold = summarize(inWindow.map((r) => r[3] - r[2]));
+  const granted = new Set(inWindow.map((r) => r[0]));
+  return {
+    clients,
+    acquires: inWindow.length,
+    acquiresPerSec: (inWindow.length / (to - from)) * 1000,
+    holdP50Ms: hold.p50,
+    waitP50Ms: wait.p50,
+    waitP99Ms: wait.p99,
+    waitMaxMs: wait.max,
+    clientsWithoutGrant: clients - granted.size,
+    stillWaiting: replies.reduce((n, r) => n + r.pending.length, 0),
+    meanHolders: meanInside(
+      records.map((r) => [r[2], r[3]]),
+      from,
+      to,
+    ),
+    overlaps,
+    ...errorsOf(replies),
   };
 }
 
