@@ -13,8 +13,8 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
-  lockKeys as keysOf,
-  type LockKeys,
+  readWriteLockKeys as keysOf,
+  type ReadWriteLockKeys,
 } from '../../../packages/fencelock/src/backends/redis/lock-keys.js';
 import {
   grantOnNodeScript,
@@ -47,10 +47,10 @@ afterAll(async () => {
 });
 
 /** The Redis keys of a fresh lock, named as the backend names them (one hash slot). */
-function lockKeys(label: string): LockKeys {
+function lockKeys(label: string): ReadWriteLockKeys {
   return keysOf(run, `${label}:${randomBytes(4).toString('hex')}`);
 }
-type Keys = LockKeys;
+type Keys = ReadWriteLockKeys;
 
 function owner(): string {
   return randomBytes(16).toString('hex');
@@ -80,14 +80,18 @@ const ENTRY_TTL_MS = 2_000;
 function grant(k: Keys, who: string, ttlMs: number, ticket = '0', entryTtlMs = ENTRY_TTL_MS) {
   return grantOnNodeScript.run(
     client,
-    [k.lock, k.fence, k.queue, k.waiters],
+    [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens],
     [who, ttlMs, FENCE_TTL_MS, ticket, entryTtlMs],
   );
 }
 
 /** Release on the node: 1 released, 0 not held, -1 not owner. */
 function release(k: Keys, who: string, token: string) {
-  return releaseOnNodeScript.run(client, [k.lock, k.queue, k.waiters, k.channel], [who, token]);
+  return releaseOnNodeScript.run(
+    client,
+    [k.lock, k.queue, k.waiters, k.channel, k.readers, k.readerTokens],
+    [who, token],
+  );
 }
 
 /**
@@ -97,8 +101,8 @@ function release(k: Keys, who: string, token: string) {
 function withdraw(k: Keys, who: string, keep?: 'grant' | 'place', ticket = '0') {
   return withdrawOnNodeScript.run(
     client,
-    [k.lock, k.queue, k.waiters, k.channel],
-    [who, keep === 'grant' ? '1' : '0', keep === 'place' ? '1' : '0', ticket, ENTRY_TTL_MS],
+    [k.lock, k.queue, k.waiters, k.channel, k.readers, k.readerTokens],
+    [who, keep === 'grant' ? '1' : '0', keep === 'place' ? '1' : '0', ticket, ENTRY_TTL_MS, '0'],
   );
 }
 
@@ -109,7 +113,11 @@ function lineOf(k: Keys): Promise<string[]> {
 
 /** Settle `token` on the node: 1 settled, 0 not this owner's key. */
 function settleToken(k: Keys, who: string, token: string) {
-  return settleTokenScript.run(client, [k.lock, k.fence], [who, token, FENCE_TTL_MS]);
+  return settleTokenScript.run(
+    client,
+    [k.lock, k.fence, k.readers, k.readerTokens],
+    [who, token, FENCE_TTL_MS],
+  );
 }
 
 /** The token of a granting reply (fails on a refusal). */

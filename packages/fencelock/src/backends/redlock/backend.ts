@@ -33,6 +33,25 @@
  * - Renew and release run on every node and need a majority too. A failed vote lists every node's
  *   outcome (`QuorumError.nodes`).
  *
+ * Read locks (`mode: 'read'`, Curator's InterProcessReadWriteLock): every node keeps the
+ * key's readers beside its writer key, under the same hash tag (`readWriteLockKeys`): a sorted
+ * set of reading owners by grant expiry and a hash of their tokens, both expiring with the latest
+ * grant. A read grant is voted on like a write grant, by a majority: a node grants a reader when
+ * no writer holds the key there and no live writer's entry is ahead of the reader's ticket in its
+ * line (`read-grant-on-node.lua`), and a writer only when no live reader holds it there either;
+ * any read majority and write majority share a node, so a reader and a writer are never both
+ * valid, while readers never conflict among themselves. Each read grant has its own owner and
+ * token, from the key's counter on each node and settled as a lock's. One line per key holds
+ * both modes (an entry of a waiting reader is marked `<owner>:read`): a writer's release wakes
+ * the consecutive readers at the head of the line, each by its owner id, and nobody behind the
+ * next writer; the last reader's release wakes the writer at the head. Release and renew find a
+ * grant by owner and token in either mode (`release-on-node.lua`, `renew-many-on-node.lua`); a
+ * plain write lock pays one EXISTS of the readers' key in the grant script on each node (no
+ * extra round trip); its renewal and release, matched by the GET they did before, nothing more
+ * (a release asks for readers only when a writer heads the line, to wake it). A downgrade (`heldWriter`) passes the caller's writer; another
+ * writer holding or waiting makes a node answer -2, and the attempt is withdrawn and refused
+ * (`downgradeBlocked`). A crashed reader's grant lapses by its TTL on every node.
+ *
  * Semaphores (`locker.semaphore(key, { permits })`, permits.ts): every node keeps the
  * single-node backend's semaphore state under `semaphoreKeys` (apart from the lock of the same
  * key): its live permits (holder → expiry, holder → token), the permit count in use, its line of
@@ -64,12 +83,16 @@ import type {
   RenewResult,
 } from '../../core/backend.js';
 import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
+import { downgradeBlocked } from '../../core/rwlock.js';
 import { QuorumError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { CLOSE_TIMEOUT_MS, quit } from '../redis/connection.js';
 import { fenceTtlMs } from '../redis/fence-counter.js';
-import { type LockKeys, lockKeys, type SemaphoreKeys } from '../redis/lock-keys.js';
-import { inspectScript, renewManyScript } from '../redis/scripts.js';
+import {
+  type ReadWriteLockKeys,
+  readWriteLockKeys,
+  type SemaphoreKeys,
+} from '../redis/lock-keys.js';
 import { LINE_RECHECK_MS, REDLOCK_ENTRY_TTL_MS } from '../waiting-line.js';
 import { LineWaits } from './line-waits.js';
 import type { RedlockNode } from './node.js';
@@ -78,7 +101,10 @@ import { type NodeResult, outcomesOf, quorumOf } from './quorum.js';
 import { RestartWatch } from './restarts.js';
 import {
   grantOnNodeScript,
+  inspectOnNodeScript,
+  readGrantOnNodeScript,
   releaseOnNodeScript,
+  renewManyOnNodeScript,
   settleTokenScript,
   withdrawOnNodeScript,
 } from './scripts.js';
@@ -96,7 +122,7 @@ export class RedlockBackend implements Backend {
    * command per lease and node would queue behind itself past the per-node timeout.
    */
   readonly capabilities: BackendCapabilities = Object.freeze({
-    modes: Object.freeze(['write'] as const),
+    modes: Object.freeze(['write', 'read'] as const),
     sessions: false,
     queue: true,
     batchRenew: true,
@@ -139,9 +165,9 @@ export class RedlockBackend implements Backend {
     return this.#nodes;
   }
 
-  /** The Redis keys of a lock on every node (as the single-node backend's). */
-  keysOf(key: string): LockKeys {
-    return lockKeys(this.#prefix, key);
+  /** The Redis keys of a lock on every node, its readers' included (as the single-node backend's). */
+  keysOf(key: string): ReadWriteLockKeys {
+    return readWriteLockKeys(this.#prefix, key);
   }
 
   /** The Redis keys of a semaphore on every node (as the single-node backend's). */
@@ -158,8 +184,12 @@ export class RedlockBackend implements Backend {
    * Acquire on every node; granted on a majority, else withdrawn everywhere. When fewer than a
    * majority of the nodes answered (or the token could not be settled on a majority), the answer
    * is `{ granted: false, reason: 'no-quorum', error: QuorumError }`. A semaphore's permit is
-   * voted on with the permit quorum instead (permits.ts).
+   * voted on with the permit quorum instead (permits.ts). A read lock (`mode: 'read'`) is voted
+   * on with the same majority: any two majorities share a node, where a reader and a writer
+   * cannot both be granted, so a read grant and a write grant are never valid together.
    * @throws PermitsMismatchError for a permit whose semaphore uses another count.
+   * @throws InvalidArgumentError (`downgradeBlocked`) for a downgrade (`heldWriter`) that another
+   *   writer waiting or holding on some node blocks; the attempt is withdrawn first.
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     if (request.permits !== undefined) return this.#permits.attempt(request, request.permits);
@@ -168,20 +198,29 @@ export class RedlockBackend implements Backend {
     // A release message that names this owner while the vote runs is kept for its next wait.
     if (waiting) this.#line.inLine(k.channel, request.owner);
     const ticket = waiting ? this.#line.ticketOf(request) : '0';
-    const isGrant = (r: NodeResult<[1, string] | [0, number]>) =>
-      r.status === 'ok' && r.value[0] === 1;
-    const acquiring = this.#vote(
+    const isGrant = (r: NodeResult<GrantReply>) => r.status === 'ok' && r.value[0] === 1;
+    const keys = [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens] as const;
+    const args = [
+      request.owner,
+      request.ttlMs,
+      fenceTtlMs(request.ttlMs),
+      ticket,
+      REDLOCK_ENTRY_TTL_MS,
+    ] as const;
+    const reads = request.mode === 'read';
+    const heldWriter = reads ? (request.heldWriter ?? '') : '';
+    const acquiring = this.#vote<GrantReply>(
       this.#voter.timeoutFor(request.ttlMs),
       (client) =>
-        grantOnNodeScript.run(
-          client,
-          [k.lock, k.fence, k.queue, k.waiters],
-          [request.owner, request.ttlMs, fenceTtlMs(request.ttlMs), ticket, REDLOCK_ENTRY_TTL_MS],
-        ),
+        reads
+          ? readGrantOnNodeScript.run(client, keys, [...args, heldWriter])
+          : grantOnNodeScript.run(client, keys, args),
       (results) => this.#voter.decided(this.quorum, results.filter(isGrant).length, results.length),
     );
     const early = await acquiring.early;
-    const grants = early.flatMap((r) => (r.status === 'ok' && r.value[0] === 1 ? [r] : []));
+    const grants = early.flatMap((r) =>
+      r.status === 'ok' && r.value[0] === 1 ? [{ node: r.node, value: r.value }] : [],
+    );
     if (grants.length >= this.quorum) {
       const token = maxOf(grants.map((r) => BigInt(r.value[1])));
       const agreeing = grants.filter((r) => BigInt(r.value[1]) === token).length;
@@ -201,7 +240,7 @@ export class RedlockBackend implements Backend {
         if (!unsettled || this.#voter.closed) return;
         return this.#settleVote(request, token, () => false).all;
       });
-      const on = (results: readonly NodeResult<[1, string] | [0, number]>[]) =>
+      const on = (results: readonly NodeResult<GrantReply>[]) =>
         results.filter(isGrant).map((r) => r.node);
       this.#restarts.granted(request.owner, request.key, request.ttlMs, on(early));
       void acquiring.all.then((all) => this.#restarts.alsoOn(request.owner, on(all)));
@@ -210,13 +249,18 @@ export class RedlockBackend implements Backend {
     // No majority: withdraw the grants on every node (where the reply was lost too) before the
     // core waits; a waiter keeps its place in the lines.
     const all = await acquiring.all;
-    await this.#withdraw(request, waiting ? 'grant' : 'everything').catch(() => undefined);
+    const blocked = heldWriter !== '' && all.some((r) => r.status === 'ok' && r.value[0] === -2);
+    const keepPlace = waiting && !blocked;
+    if (!keepPlace) this.#leftLine(request);
+    await this.#withdraw(request, keepPlace ? 'grant' : 'everything').catch(() => undefined);
+    // A downgrade that another writer blocks would wait for itself (core/rwlock.ts).
+    if (blocked) throw downgradeBlocked(request.key);
     const answered = all.filter((r) => r.status === 'ok').length;
     if (answered < this.quorum) {
       const error = new QuorumError(
         request.key,
         'acquire',
-        outcomesOf(all, (v) => v[0] === 0),
+        outcomesOf(all, (v) => v[0] !== 1),
       );
       return { granted: false, reason: 'no-quorum', error };
     }
@@ -278,13 +322,16 @@ export class RedlockBackend implements Backend {
     batch: readonly RenewalRequest[],
     timeoutMs: number,
   ): Promise<(RenewResult | Error)[]> {
-    const keys = batch.map((r) => this.keysOf(r.lease.key).lock);
-    const args = batch.flatMap((r) => [`${r.lease.owner}:${r.lease.fencingToken}`, r.ttlMs]);
+    const keys = batch.flatMap((r) => {
+      const k = this.keysOf(r.lease.key);
+      return [k.lock, k.readers, k.readerTokens];
+    });
+    const args = batch.flatMap((r) => [r.lease.owner, String(r.lease.fencingToken), r.ttlMs]);
     const renewedOn = (results: readonly NodeResult<(1 | 0 | -1)[]>[], i: number) =>
       results.filter((r) => r.status === 'ok' && r.value[i] === 1).length;
     const renewing = this.#vote(
       timeoutMs,
-      (client) => renewManyScript.run(client, keys, args),
+      (client) => renewManyOnNodeScript.run(client, keys, args),
       (results) =>
         batch.every((_, i) =>
           this.#voter.decided(this.quorum, renewedOn(results, i), results.length),
@@ -331,7 +378,7 @@ export class RedlockBackend implements Backend {
       (client) =>
         releaseOnNodeScript.run(
           client,
-          [k.lock, k.queue, k.waiters, k.channel],
+          [k.lock, k.queue, k.waiters, k.channel, k.readers, k.readerTokens],
           [lease.owner, String(lease.fencingToken)],
         ),
       // Done once a majority deleted it (the rest finish in the background); any other verdict
@@ -377,10 +424,12 @@ export class RedlockBackend implements Backend {
       what === 'grant' ? '1' : '0',
       what === 'grant' ? this.#line.ticketOf(request) : '0',
       REDLOCK_ENTRY_TTL_MS,
+      request.mode === 'read' ? '1' : '0',
     ] as const;
+    const keys = [k.lock, k.queue, k.waiters, k.channel, k.readers, k.readerTokens] as const;
     const all = await this.#vote(
       this.#nodeTimeoutMs,
-      (client) => withdrawOnNodeScript.run(client, [k.lock, k.queue, k.waiters, k.channel], args),
+      (client) => withdrawOnNodeScript.run(client, keys, args),
       () => false,
     ).all;
     if (!all.some((r) => r.status === 'ok')) {
@@ -407,7 +456,7 @@ export class RedlockBackend implements Backend {
       // Nothing is granted on this answer, so no validity shrinks while waiting: give nodes time
       // to connect (the first call of a fresh locker) rather than fail for want of a quorum.
       Math.max(this.#nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),
-      (client) => inspectScript.run(client, [k.lock, k.fence], []),
+      (client) => inspectOnNodeScript.run(client, [k.lock, k.fence, k.readers, k.readerTokens], []),
       () => false,
     ).all;
     const answers = all.flatMap((r) => (r.status === 'ok' ? [r.value] : []));
@@ -415,34 +464,51 @@ export class RedlockBackend implements Backend {
       throw new QuorumError(
         key,
         'inspect',
-        outcomesOf(all, (v) => v[0] !== null),
+        outcomesOf(all, (v) => v[0] !== null || v[3].length > 0),
       );
     }
-    const byOwner = new Map<string, { tokens: bigint[]; ttls: number[] }>();
     // The quorum-th highest counter (a node without one counts as 0n).
     const counters = answers.map(([, , last]) => (last === null ? 0n : BigInt(last)));
     counters.sort((a, b) => (a > b ? -1 : a < b ? 1 : 0));
-    const lastFencingToken = counters[this.quorum - 1] ?? 0n;
-    for (const [value, pttl] of answers) {
-      if (value === null) continue;
-      const sep = value.indexOf(':');
-      const owner = value.slice(0, sep);
-      const entry = byOwner.get(owner) ?? { tokens: [], ttls: [] };
-      entry.tokens.push(BigInt(value.slice(sep + 1)));
-      entry.ttls.push(Math.max(0, pttl));
-      byOwner.set(owner, entry);
+    let lastFencingToken = counters[this.quorum - 1] ?? 0n;
+    const writers = new Map<string, { tokens: bigint[]; ttls: number[] }>();
+    const readers = new Map<string, { tokens: bigint[]; ttls: number[] }>();
+    const add = (to: typeof writers, owner: string, token: string, ttlMs: number) => {
+      const entry = to.get(owner) ?? { tokens: [], ttls: [] };
+      entry.tokens.push(BigInt(token));
+      entry.ttls.push(Math.max(0, ttlMs));
+      to.set(owner, entry);
+    };
+    for (const [value, pttl, , reading] of answers) {
+      if (value !== null) {
+        const sep = value.indexOf(':');
+        add(writers, value.slice(0, sep), value.slice(sep + 1), pttl);
+      }
+      for (let i = 0; i + 2 < reading.length; i += 3) {
+        add(readers, String(reading[i]), String(reading[i + 1]), Number(reading[i + 2]));
+      }
     }
-    for (const [owner, { tokens, ttls }] of byOwner) {
-      if (tokens.length < this.quorum) continue;
+    // Holders granted on a majority: the writer, else the reader with the lowest token (the
+    // earliest grant).
+    const holders = [...writers, ...readers].flatMap(([owner, { tokens, ttls }]) => {
+      if (tokens.length < this.quorum) return [];
       // The token a majority carries; a node that granted late may still show its own counter
       // until it is settled in the background.
       const fencingToken = majorityToken(tokens, this.quorum) ?? maxOf(tokens);
       // The majority holds the key until the quorum-th longest remaining TTL runs out.
       const ttlMs = [...ttls].sort((a, b) => b - a)[this.quorum - 1] ?? 0;
-      const last = fencingToken > lastFencingToken ? fencingToken : lastFencingToken;
-      return { key, holder: { owner, fencingToken, ttlMs }, lastFencingToken: last };
-    }
-    return { key, holder: null, lastFencingToken };
+      if (fencingToken > lastFencingToken) lastFencingToken = fencingToken;
+      return [{ owner, fencingToken, ttlMs, writes: writers.has(owner) }];
+    });
+    const holder =
+      holders.find((h) => h.writes) ??
+      holders.reduce<(typeof holders)[number] | undefined>(
+        (first, h) => (first === undefined || h.fencingToken < first.fencingToken ? h : first),
+        undefined,
+      );
+    if (holder === undefined) return { key, holder: null, lastFencingToken };
+    const { owner, fencingToken, ttlMs } = holder;
+    return { key, holder: { owner, fencingToken, ttlMs }, lastFencingToken };
   }
 
   /** Quit the connections this backend opened, each within 1 s. */
@@ -492,7 +558,7 @@ export class RedlockBackend implements Backend {
       (client) =>
         settleTokenScript.run(
           client,
-          [k.lock, k.fence],
+          [k.lock, k.fence, k.readers, k.readerTokens],
           [request.owner, String(token), fenceTtlMs(request.ttlMs)],
         ),
       decided,
@@ -522,6 +588,9 @@ export class RedlockBackend implements Backend {
     return this.#voter.run(timeoutMs, run, decided);
   }
 }
+
+/** One node's answer to a grant script: granted, not yet, or a blocked downgrade (readers). */
+type GrantReply = [1, string] | [0, number] | [-2];
 
 /** Per-node timeout of `inspect` and `release`, which grant nothing, ms. */
 export const SLOW_VOTE_TIMEOUT_MS = 2_000;

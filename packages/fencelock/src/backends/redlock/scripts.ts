@@ -1,8 +1,8 @@
 /**
  * The Lua scripts only the Redlock backend runs, one per operation in `scripts/*.lua`, each run
- * on one node of a vote through the Redis backend's typed loader (`defineScript`); grant,
- * release and withdraw begin with `line.lua`, the key's line of waiters on the node. Redlock also
- * runs single-node scripts as they are: `renew-many.lua` and `inspect.lua` for locks, and for a
+ * on one node of a vote through the Redis backend's typed loader (`defineScript`); the lock
+ * scripts begin with `line.lua`, the key's line of waiters and its readers on the node. Redlock
+ * also runs single-node scripts as they are: for a
  * semaphore's permits `semaphore-acquire.lua`, `-renew`, `-release` and `-abandon`; its own two
  * permit scripts (the withdrawal of a lost vote, the token's settling) begin with that backend's
  * `semaphore-line.lua`.
@@ -12,7 +12,32 @@ import { defineScript } from '../redis/scripts.js';
 /** This module's folder of scripts. */
 const SCRIPTS = new URL('./scripts/', import.meta.url);
 
-type LockKeys = readonly [lockKey: string, fenceKey: string];
+type LockKeys = readonly [
+  lockKey: string,
+  fenceKey: string,
+  readersKey: string,
+  readerTokensKey: string,
+];
+
+/** A lock's keys on one node that the grant scripts touch (`readWriteLockKeys`). */
+type GrantKeys = readonly [
+  lockKey: string,
+  fenceKey: string,
+  queueKey: string,
+  waitersKey: string,
+  readersKey: string,
+  readerTokensKey: string,
+];
+
+/** A lock's keys on one node that release and withdraw touch. */
+type LineKeys = readonly [
+  lockKey: string,
+  queueKey: string,
+  waitersKey: string,
+  channel: string,
+  readersKey: string,
+  readerTokensKey: string,
+];
 
 /** The fragment of shared functions the line's scripts begin with. */
 const LINE = ['line'];
@@ -30,49 +55,93 @@ const SEMAPHORE_LINE = ['../../redis/scripts/semaphore-line'];
  * after a grant.
  */
 export const grantOnNodeScript = defineScript<
-  readonly [lockKey: string, fenceKey: string, queueKey: string, waitersKey: string],
+  GrantKeys,
   readonly [owner: string, ttlMs: number, fenceTtlMs: number, ticket: string, waiterTtlMs: number],
   [1, string] | [0, number]
 >('grant-on-node', SCRIPTS, LINE);
 
 /**
- * Compare-and-delete on one node, then wake the head of the line on the key's channel (and take
- * the owner out of the line, where its entry was left): 1 released, 0 not held, -1 not owner.
+ * Grant a read lock on one node (Curator's read-write rule, in the order of the key's line):
+ * `[1, node token]`, `[0, ms]` (a writer holds the key or waits ahead), or `[-2]` for a downgrade
+ * (`heldWriter`, the caller's write lock's owner, or `''`) that another writer blocks (nothing of
+ * it stays). A waiting reader (`ticket` > 0) keeps its place in the line, marked as a reader.
+ */
+export const readGrantOnNodeScript = defineScript<
+  GrantKeys,
+  readonly [
+    owner: string,
+    ttlMs: number,
+    fenceTtlMs: number,
+    ticket: string,
+    waiterTtlMs: number,
+    heldWriter: string,
+  ],
+  [1, string] | [0, number] | [-2]
+>('read-grant-on-node', SCRIPTS, LINE);
+
+/**
+ * Compare-and-delete a grant of either mode on one node, then wake the front of the line on the
+ * key's channel (the readers at the head, or the head writer; the last reader's release wakes the
+ * head writer), and take the owner out of the line where its entry was left: 1 released, 0 not
+ * held, -1 not owner.
  */
 export const releaseOnNodeScript = defineScript<
-  readonly [lockKey: string, queueKey: string, waitersKey: string, channel: string],
+  LineKeys,
   readonly [owner: string, token: string],
   1 | 0 | -1
 >('release-on-node', SCRIPTS, LINE);
 
 /**
- * Withdraw on one node: delete this owner's key whatever its token (unless `keepGrant` is
- * `'1'`), and take it out of the line (unless `keepPlace` is `'1'`: then its entry is written
- * with `ticket`, living `waiterTtlMs`), waking the head where that freed the key for it. 1
- * deleted this owner's key, 0 nothing deleted.
+ * Withdraw on one node: delete this owner's grant (writer's key or read grant) whatever its token
+ * (unless `keepGrant` is `'1'`), and take it out of the line (unless `keepPlace` is `'1'`: then
+ * its entry is written with `ticket`, living `waiterTtlMs`, a reader's when `reads` is `'1'`),
+ * waking the front of the line where that may let others in. 1 deleted this owner's grant, 0
+ * nothing deleted.
  */
 export const withdrawOnNodeScript = defineScript<
-  readonly [lockKey: string, queueKey: string, waitersKey: string, channel: string],
+  LineKeys,
   readonly [
     owner: string,
     keepGrant: '0' | '1',
     keepPlace: '0' | '1',
     ticket: string,
     waiterTtlMs: number,
+    reads: '0' | '1',
   ],
   1 | 0
 >('withdraw-on-node', SCRIPTS, LINE);
 
 /**
- * After a grant on a quorum, write the combined token on one node and raise its counter to it
- * (expiring `fenceTtlMs` later): 1 this owner's key now carries the token, 0 not held by this
- * owner.
+ * After a grant on a quorum, write the combined token on one node (on this owner's key or its
+ * live read grant) and raise its counter to it (expiring `fenceTtlMs` later): 1 this owner's
+ * grant now carries the token, 0 this owner holds nothing here.
  */
 export const settleTokenScript = defineScript<
   LockKeys,
   readonly [owner: string, token: string, fenceTtlMs: number],
   1 | 0
->('settle-token', SCRIPTS);
+>('settle-token', SCRIPTS, LINE);
+
+/**
+ * Renew many leases of either mode on one node in one call: keys in triples (lock, readers,
+ * reader tokens), arguments in triples (owner, token, ttlMs); one code per lease, 1 renewed, 0
+ * not held, -1 not owner.
+ */
+export const renewManyOnNodeScript = defineScript<
+  readonly string[],
+  readonly (string | number)[],
+  (1 | 0 | -1)[]
+>('renew-many-on-node', SCRIPTS, LINE);
+
+/**
+ * A lock's state on one node: `[writer "<owner>:<token>" | null, its PTTL, last token | null,
+ * readers as flat (owner, token, ms left) triples]`.
+ */
+export const inspectOnNodeScript = defineScript<
+  LockKeys,
+  readonly [],
+  [string | null, number, string | null, (string | number)[]]
+>('inspect-on-node', SCRIPTS);
 
 /** The keys of a semaphore's permit scripts that may change its line (semaphore-line.lua). */
 type PermitLineKeys = readonly [

@@ -12,12 +12,16 @@
 -- grant, and grants of one key are further apart than 1 µs). The counter expires fenceTtlMs
 -- after the grant.
 -- Returns {1, token} when granted; {0, ms} when not, where ms bounds how long the key can stay
--- unavailable to this contender with nothing changing: the holder's PTTL, or the remaining entry
--- time of the head of the line when the key is free but another waiter is first.
+-- unavailable to this contender with nothing changing: the holder's PTTL, the time the last
+-- live reader has left, or the remaining entry time of the head of the line when the key is free
+-- but another waiter is first. Live readers (read-grant-on-node.lua) keep a writer out: the one
+-- check a plain write lock pays for them is an EXISTS of the readers' key (liveReaders).
 local lockKey = KEYS[1]    -- holds "<owner>:<token>" with a PX expiry
 local fenceKey = KEYS[2]   -- the key's last token on this node; expires fenceTtlMs after a grant
 local queueKey = KEYS[3]   -- sorted set: waiting owners by ticket
-local waitersKey = KEYS[4] -- hash: owner -> entry expiry (ms, TIME)
+local waitersKey = KEYS[4] -- hash: owner -> entry expiry (ms, TIME); owner:read -> '1'
+local readersKey = KEYS[5] -- sorted set: reading owner -> grant expiry (ms, TIME)
+local tokensKey = KEYS[6]  -- hash: reading owner -> its token
 local owner = ARGV[1]      -- contender id (hex, no ':')
 local ttlMs = ARGV[2]      -- lease length in whole milliseconds
 local fenceTtlMs = ARGV[3] -- lifetime of the fence counter, ms (longer than ttlMs)
@@ -26,7 +30,7 @@ local waiterTtlMs = tonumber(ARGV[5]) -- entry lifetime past this attempt, ms
 
 -- A waiting contender joins the line, or keeps its place; a single attempt never does.
 local function enqueue()
-  if ticket ~= '0' then joinLine(queueKey, waitersKey, owner, ticket, waiterTtlMs) end
+  if ticket ~= '0' then joinLine(queueKey, waitersKey, owner, ticket, waiterTtlMs, false) end
 end
 
 local current = redis.call('GET', lockKey)
@@ -39,6 +43,13 @@ if current then
   end
   enqueue()
   return {0, redis.call('PTTL', lockKey)}
+end
+
+-- Readers hold the key: wait until the last of them is gone.
+local readers, readersLeft = liveReaders(readersKey, tokensKey)
+if readers > 0 then
+  enqueue()
+  return {0, math.max(readersLeft, 1)}
 end
 
 -- Free: the head of the line goes first. A waiter whose entry this node lacked (an earlier
@@ -55,15 +66,6 @@ end
 -- entry lapses, as renewals do not refresh it).
 
 -- Issue the token and set the key in the same script, so no grant goes without a token.
--- Below 2^53 (microseconds until the year 2255), exact in Lua's doubles; '%d' writes every digit.
-local last = redis.call('GET', fenceKey)
-local token
-if last then
-  token = string.format('%d', tonumber(last) + 1)
-else
-  local time = redis.call('TIME')
-  token = string.format('%d', tonumber(time[1]) * 1000000 + math.floor(tonumber(time[2]) / 1000) * 1000)
-end
-redis.call('SET', fenceKey, token, 'PX', fenceTtlMs)
+local token = issueToken(fenceKey, fenceTtlMs)
 redis.call('SET', lockKey, owner .. ':' .. token, 'NX', 'PX', ttlMs)
 return {1, token}
