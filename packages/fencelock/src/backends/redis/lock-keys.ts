@@ -29,9 +29,9 @@ export function lockKeys(prefix: string, key: string): LockKeys {
 }
 
 /**
- * The keys of a lock on single-node Redis (and Sentinel, Cluster), which also grants read locks:
- * a lock's keys and its readers' (`lock-line.lua` says what each holds). Redlock grants no read
- * locks and has none of these.
+ * The keys of a lock whose store also grants read locks: a lock's keys and its readers'
+ * (`lock-line.lua` says what each holds on a single node; Redlock keeps the same keys on every
+ * node, with its own scripts).
  */
 export interface ReadWriteLockKeys extends LockKeys {
   /** Sorted set: reading owner -> its grant's expiry (ms, Redis `TIME`). */
