@@ -5,7 +5,10 @@
  * table; an older fencelock can no longer start on the file (it would count again from 1).
  * Several processes opening the same old file at once migrate it once. A file of the version
  * before semaphores (locks only) gets the semaphore tables, and its locks and token counter
- * carry on.
+ * carry on. A file of the version before read locks (semaphores, a line without modes) gets the
+ * readers' table and a mode for each line entry (those already there are writers); its locks,
+ * line and token counter carry on, and a process of that version finds a key held by readers
+ * held.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -68,6 +71,8 @@ const CURRENT_OBJECTS = [
   'index fencelock_permit_waiters_line',
   'table fencelock_permits',
   'index fencelock_permits_expires_at',
+  'table fencelock_readers',
+  'index fencelock_readers_expires_at',
   'table fencelock_token',
   'table fencelock_waiters',
   'index fencelock_waiters_expires_at',
@@ -255,5 +260,77 @@ await locker.close();
         expect(objects(path).map((o) => `${o.type} ${o.name}`)).toEqual(CURRENT_OBJECTS);
       }
     }, 120_000);
+  });
+});
+
+/** The layout of the version before read locks: locks, semaphores, a line without modes. */
+const SEMAPHORES_SCHEMA = `${LOCKS_ONLY_SCHEMA}
+CREATE TABLE IF NOT EXISTS fencelock_permits (
+  key        TEXT NOT NULL,
+  owner      TEXT NOT NULL,
+  token      INTEGER NOT NULL,
+  permits    INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  PRIMARY KEY (key, owner)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_permits_expires_at ON fencelock_permits (expires_at);
+CREATE TABLE IF NOT EXISTS fencelock_permit_waiters (
+  key        TEXT NOT NULL,
+  owner      TEXT NOT NULL,
+  seq        INTEGER NOT NULL,
+  permits    INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  PRIMARY KEY (key, owner)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_permit_waiters_line ON fencelock_permit_waiters (key, seq);
+CREATE INDEX IF NOT EXISTS fencelock_permit_waiters_expires_at
+  ON fencelock_permit_waiters (expires_at);
+`;
+
+/** The earlier version's attempt reads the key's one row (and grants only when it is free). */
+const EARLIER_READ = `SELECT owner, token, expires_at - ${NOW} AS remaining FROM fencelock_leases WHERE key = ?`;
+
+describe('SQLite: a file of the version before read locks', () => {
+  it('gets the readers and the line modes; its lock, line and counter carry on', async () => {
+    const path = join(dir, 'semaphores.db');
+    const db = new Database(path);
+    db.pragma('journal_mode = WAL');
+    db.exec(SEMAPHORES_SCHEMA);
+    db.exec(`UPDATE fencelock_token SET last_token = 30 WHERE id = 1`);
+    // "w" is held by a writer; "q" is free with a writer waiting in its line.
+    db.exec(`INSERT INTO fencelock_leases VALUES ('w', '${'c'.repeat(32)}', 30, ${NOW} + 60000)`);
+    db.exec(`INSERT INTO fencelock_waiters VALUES ('q', '${'e'.repeat(32)}', 1, ${NOW} + 60000)`);
+    db.close();
+
+    const locker = createLocker(createSqliteBackend({ path }));
+    expect(objects(path).map((o) => `${o.type} ${o.name}`)).toEqual(CURRENT_OBJECTS);
+    // The writer of "w" still holds it: a reader is kept out.
+    expect(await locker.tryAcquire('w', { mode: 'read' })).toBeNull();
+    // The entry already in the line of "q" is a writer's: a reader does not pass it.
+    expect(await locker.tryAcquire('q', { mode: 'read' })).toBeNull();
+    const reader = await locker.tryAcquire('r', { mode: 'read', ttlMs: 10_000 });
+    expect(reader?.fencingToken).toBe(31n);
+
+    // A process of the earlier version finds "r" held (its grant would need a free row).
+    const earlier = new Database(path);
+    earlier.defaultSafeIntegers(true);
+    earlier.exec(SEMAPHORES_SCHEMA);
+    const row = earlier
+      .prepare<[string], { owner: string; remaining: bigint }>(EARLIER_READ)
+      .get('r');
+    expect(row?.remaining).toBeGreaterThan(5_000n);
+    expect(row?.owner).not.toBe(reader!.owner);
+    // Its line entries, without a mode, are writers'.
+    earlier.exec(
+      `INSERT INTO fencelock_waiters (key, owner, seq, expires_at) VALUES ('r', '${'f'.repeat(32)}', 1, ${NOW} + 60000)`,
+    );
+    earlier.close();
+    expect(await locker.tryAcquire('r', { mode: 'read' })).toBeNull();
+    expect(await reader!.release()).toBe('released');
+    expect(objects(path).map((o) => `${o.type} ${o.name}`)).toEqual(CURRENT_OBJECTS);
+    const check = new Database(path, { readonly: true });
+    expect(check.prepare(EARLIER_READ).get('r')).toBeUndefined();
+    check.close();
+    await locker.close();
   });
 });

@@ -26,6 +26,16 @@
  * while holders or waiters are live is refused with `PermitsMismatchError`, writing nothing; the
  * count goes with the semaphore's last row.
  *
+ * Read locks (`mode: 'read'`, readers.ts) share the key: one row per live read grant in
+ * `fencelock_readers` (holder, its own token from the same counter, expiry) and, while readers
+ * hold, a stand-in row of the key in `fencelock_leases` (owner `READERS_OWNER`, the latest
+ * reader's expiry), so a writer reads the one row it always read and finds the key held. Both
+ * modes stand in the key's one line (`fencelock_waiters.reads`): a reader waits only for writers
+ * holding or ahead of it, a writer for everyone ahead. A writer's release lets in the readers at
+ * the head of the line (each watcher resolves only once no writer holds or stands ahead of it);
+ * the last reader's release, the writer at the head. A renewal or release that is not the
+ * writer's looks for a read grant of that owner and token (a `LeaseRef` carries no mode).
+ *
  * One host only: SQLite's locking is unreliable on network file systems, and the lease clock is
  * the host's.
  */
@@ -42,11 +52,13 @@ import type {
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
+import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, PermitsMismatchError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { type LineView, watchLine } from './line-watch.js';
-import { initialize, NOW, prepareNextToken, prepareSweep } from './schema.js';
+import { DOWNGRADE_BLOCKED, ReadGrants } from './readers.js';
+import { initialize, NOW, prepareNextToken, prepareSweep, READERS_OWNER } from './schema.js';
 import { Semaphores } from './semaphores.js';
 import type { SqliteUrlConfig } from './url.js';
 
@@ -72,9 +84,12 @@ export function addonHint(error: unknown): string {
 export class SqliteBackend implements Backend {
   readonly name = 'sqlite';
   readonly maxTtlMs = MAX_TIMER_MS;
-  /** A FIFO line of waiters per key and per semaphore (`leaveQueue`); semaphore permits. */
+  /**
+   * Read and write locks; a FIFO line of waiters per key (both modes) and per semaphore
+   * (`leaveQueue`); semaphore permits.
+   */
   readonly capabilities: BackendCapabilities = Object.freeze({
-    modes: Object.freeze(['write'] as const),
+    modes: Object.freeze(['write', 'read'] as const),
     sessions: false,
     queue: true,
     batchRenew: false,
@@ -89,6 +104,8 @@ export class SqliteBackend implements Backend {
   readonly #inspect: (key: string) => LockInfo;
   /** The semaphores' permits and line (semaphores.ts). */
   readonly #semaphores: Semaphores;
+  /** The read grants (readers.ts). */
+  readonly #readers: ReadGrants;
   /** What waiters watch (`watchLine`). */
   readonly #line: LineView;
   /** Commits of this connection that can let a waiter in (they do not move `data_version`). */
@@ -122,9 +139,17 @@ export class SqliteBackend implements Backend {
     );
     const remove = db.prepare<[string]>(`DELETE FROM fencelock_leases WHERE key = ?`);
     const sweep = prepareSweep(db);
-    const head = db.prepare<[string], { owner: string; remaining: bigint }>(
-      `SELECT owner, expires_at - ${NOW} AS remaining FROM fencelock_waiters
-       WHERE key = ? AND expires_at > ${NOW} ORDER BY seq LIMIT 1`,
+    // The head of the line, and how long live readers hold the key (null: none).
+    const head = db.prepare<
+      { key: string },
+      { owner: string | null; remaining: bigint | null; readersLeft: bigint | null }
+    >(
+      `SELECT first.owner AS owner, first.expires_at - ${NOW} AS remaining,
+              (SELECT max(expires_at) - ${NOW} FROM fencelock_readers
+               WHERE key = $key AND expires_at > ${NOW}) AS readersLeft
+       FROM (SELECT 1) LEFT JOIN
+            (SELECT owner, expires_at FROM fencelock_waiters
+             WHERE key = $key AND expires_at > ${NOW} ORDER BY seq LIMIT 1) AS first`,
     );
     // Join the tail, or keep one's place and refresh the entry.
     const enqueue = db.prepare<{ key: string; owner: string; entryTtlMs: number }>(
@@ -139,7 +164,9 @@ export class SqliteBackend implements Backend {
     );
     // Live entries ahead of the owner's (all of them when it has none: it would join the tail).
     const standing = db.prepare<{ key: string; owner: string }, { held: bigint; ahead: bigint }>(
-      `SELECT EXISTS (SELECT 1 FROM fencelock_leases WHERE key = $key AND expires_at > ${NOW}) AS held,
+      `SELECT (EXISTS (SELECT 1 FROM fencelock_leases WHERE key = $key AND expires_at > ${NOW})
+               OR EXISTS (SELECT 1 FROM fencelock_readers WHERE key = $key AND expires_at > ${NOW}))
+              AS held,
               (SELECT count(*) FROM fencelock_waiters
                WHERE key = $key AND expires_at > ${NOW} AND owner <> $owner
                  AND seq < coalesce((SELECT seq FROM fencelock_waiters
@@ -147,6 +174,13 @@ export class SqliteBackend implements Backend {
                                     9223372036854775807)) AS ahead`,
     );
     const dataVersion = db.prepare('PRAGMA data_version').pluck();
+    this.#line = {
+      isOpen: () => db.open,
+      dataVersion: () => dataVersion.get() as bigint,
+      localChanges: () => this.#localChanges,
+    };
+    const readers = new ReadGrants(db, this.#line);
+    this.#readers = readers;
 
     /** A not-granted answer; a waiting contender keeps (or takes) its place in the line. */
     const notGranted = (request: AttemptRequest, holderTtlMs: bigint): AttemptResult => {
@@ -176,12 +210,16 @@ export class SqliteBackend implements Backend {
           }
           return notGranted(request, row.remaining);
         }
+        // Free of writers; readers granted past a writer whose row then expired (a downgrade)
+        // still hold it (read in the same statement as the head of the line: the one check a
+        // plain write lock pays, on a free key only).
+        const first = head.get({ key: request.key })!;
+        if (first.readersLeft !== null) return notGranted(request, first.readersLeft);
         // Free: the head of the line goes first; a contender behind it waits its turn.
-        const first = head.get(request.key);
-        if (first !== undefined && first.owner !== request.owner) {
-          return notGranted(request, first.remaining);
+        if (first.owner !== null && first.owner !== request.owner) {
+          return notGranted(request, first.remaining ?? 0n);
         }
-        if (first !== undefined) dequeue.run(request.key, request.owner);
+        if (first.owner !== null) dequeue.run(request.key, request.owner);
         // Expired rows of other keys and of semaphores (holders and waiters that vanished) go;
         // this key's is replaced.
         sweep();
@@ -190,6 +228,10 @@ export class SqliteBackend implements Backend {
         return { granted: true, token, ttlMs: request.ttlMs };
       })
       .immediate.bind(null);
+
+    /** The answer for an owner and token that hold nothing: `not-owner` while readers hold. */
+    const heldBySomeone = (key: string, state: 'not-held' | 'not-owner') =>
+      state === 'not-held' && readers.anyLive(key) ? 'not-owner' : state;
 
     const holds = (
       row: LeaseRow | undefined,
@@ -202,9 +244,13 @@ export class SqliteBackend implements Backend {
     this.#renew = db
       .transaction((lease: LeaseRef, ttlMs: number): RenewResult => {
         const state = holds(read.get(lease.key), lease);
-        if (state !== 'yes') return { ok: false, reason: state };
-        refresh.run(BigInt(ttlMs), lease.key);
-        return { ok: true, ttlMs };
+        if (state === 'yes') {
+          refresh.run(BigInt(ttlMs), lease.key);
+          return { ok: true, ttlMs };
+        }
+        // Not the writer: a reader's grant (a LeaseRef carries no mode), found by owner.
+        if (readers.renew(lease, ttlMs)) return { ok: true, ttlMs };
+        return { ok: false, reason: heldBySomeone(lease.key, state) };
       })
       .immediate.bind(null);
 
@@ -216,14 +262,23 @@ export class SqliteBackend implements Backend {
         // row with this owner but another token is not this lease's: it stays (`not-owner`).
         if (state === 'yes' || (state === 'not-held' && row?.owner === lease.owner)) {
           remove.run(lease.key);
+          // Readers granted past this writer (a downgrade) keep the key held.
+          readers.cover(lease.key);
+          if (state === 'yes') return 'released';
         }
-        return state === 'yes' ? 'released' : state;
+        // Not the writer: a reader's grant (a LeaseRef carries no mode), found by owner.
+        if (readers.release(lease) === 'released') return 'released';
+        return heldBySomeone(lease.key, state);
       })
       .immediate.bind(null);
 
     this.#abandon = db
       .transaction((request: AttemptRequest): void => {
-        if (read.get(request.key)?.owner === request.owner) remove.run(request.key);
+        if (read.get(request.key)?.owner === request.owner) {
+          remove.run(request.key);
+          readers.cover(request.key);
+        }
+        readers.drop(request.key, request.owner);
         dequeue.run(request.key, request.owner);
       })
       .immediate.bind(null);
@@ -235,20 +290,21 @@ export class SqliteBackend implements Backend {
       const row = standing.get({ key, owner })!;
       return { free: row.held === 1n ? 0 : 1, ahead: Number(row.ahead) };
     };
-    this.#line = {
-      isOpen: () => db.open,
-      dataVersion: () => dataVersion.get() as bigint,
-      localChanges: () => this.#localChanges,
-    };
     this.#semaphores = new Semaphores(db, this.#line);
 
     this.#inspect = (key: string): LockInfo => {
       const row = read.get(key);
-      if (!row || row.remaining <= 0n) return { key, holder: null, lastFencingToken: 0n };
+      const writer =
+        row !== undefined && row.remaining > 0n && row.owner !== READERS_OWNER ? row : undefined;
+      const reading = readers.live(key);
+      // Without a writer, the holder is the earliest reader.
+      const first = writer ?? reading[0];
+      if (first === undefined) return { key, holder: null, lastFencingToken: 0n };
+      const newest = reading.at(-1)?.token ?? 0n;
       return {
         key,
-        holder: { owner: row.owner, fencingToken: row.token, ttlMs: Number(row.remaining) },
-        lastFencingToken: row.token,
+        holder: { owner: first.owner, fencingToken: first.token, ttlMs: Number(first.remaining) },
+        lastFencingToken: first.token > newest ? first.token : newest,
       };
     };
   }
@@ -256,12 +312,20 @@ export class SqliteBackend implements Backend {
   /**
    * One IMMEDIATE transaction: take a free or expired row with a token from the database's
    * counter (deleting up to `SWEEP_LIMIT` expired rows of each table first), or report the
-   * holder's remaining TTL. With `permits`, a semaphore's permit (semaphores.ts).
+   * holder's remaining TTL. With `permits`, a semaphore's permit (semaphores.ts); with `mode`
+   * `read`, a read grant (readers.ts).
    * @throws PermitsMismatchError when the semaphore's live holders or waiters use another count.
+   * @throws InvalidArgumentError (`downgradeBlocked`) for a read attempt past the caller's own
+   * writer (`heldWriter`) while another writer waits in the line; the attempt is withdrawn.
    * @throws BackendError when SQLite fails.
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     const { permits } = request;
+    if (request.mode === 'read') {
+      const answer = this.#run('attempt', () => this.#readers.attempt(request));
+      if (answer === DOWNGRADE_BLOCKED) throw downgradeBlocked(request.key);
+      return answer;
+    }
     if (permits === undefined) return this.#run('attempt', () => this.#attempt(request));
     const answer = this.#run('attempt', () => this.#semaphores.attempt(request, permits));
     if ('inUse' in answer) throw new PermitsMismatchError(request.key, permits, answer.inUse);
@@ -270,7 +334,7 @@ export class SqliteBackend implements Backend {
 
   /**
    * Move the row's expiry only while owner and token match and it has not expired (a permit's
-   * row with `lease.permits`).
+   * row with `lease.permits`; a read grant's when the key's row is not this writer's).
    */
   async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     if (lease.permits !== undefined) {
@@ -280,8 +344,10 @@ export class SqliteBackend implements Backend {
   }
 
   /**
-   * Compare-and-delete by owner and token; an expired row of this owner is cleaned up as
-   * `not-held` (or `not-owner` for a permit while others hold the semaphore's permits).
+   * Compare-and-delete by owner and token (the writer's row, else a read grant); an expired row
+   * of this owner is cleaned up as `not-held` (or `not-owner` while others hold the key or the
+   * semaphore's permits). A writer's release leaves the readers' stand-in in its place when
+   * readers were granted past it (a downgrade).
    */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     this.#localChanges += 1;
@@ -292,8 +358,8 @@ export class SqliteBackend implements Backend {
   }
 
   /**
-   * Delete the row if this owner has it, whatever the token, and take it out of the key's line
-   * (a permit's row and the semaphore's line with `request.permits`).
+   * Delete the row (writer's or read grant) if this owner has it, whatever the token, and take
+   * it out of the key's line (a permit's row and the semaphore's line with `request.permits`).
    */
   async abandon(request: AttemptRequest): Promise<void> {
     this.#localChanges += 1;
@@ -315,7 +381,8 @@ export class SqliteBackend implements Backend {
   }
 
   /**
-   * The unexpired holder. `lastFencingToken` is its token, 0n when the key is free: tokens come
+   * The unexpired holder (the writer, else the reader with the oldest token). `lastFencingToken`
+   * is the newest token of the holders, 0n when the key is free: tokens come
    * from one counter for the whole database and a freed key leaves no row, so nothing per key
    * remains to tell its last token.
    */

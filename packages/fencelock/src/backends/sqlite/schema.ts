@@ -22,6 +22,12 @@ export const NOW = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`;
  * with the semaphore's state and goes with its last row: nothing stays of an idle semaphore.
  * Files of earlier versions get these tables (and nothing else changes) when a process of this
  * version opens them; an earlier version ignores them.
+ *
+ * Read locks: `fencelock_readers` has one row per live read grant (holder, fencing token from the
+ * same counter, expiry), and each entry of a key's line says its mode (`fencelock_waiters.reads`,
+ * added to files of earlier versions). While readers hold a key, its row in `fencelock_leases` is
+ * a stand-in owned by `READERS_OWNER`, so a writer's attempt reads one row as before, and a
+ * process of an earlier version on the same file finds the key held too.
  */
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS fencelock_leases (
@@ -41,6 +47,7 @@ CREATE TABLE IF NOT EXISTS fencelock_waiters (
   owner      TEXT NOT NULL,
   seq        INTEGER NOT NULL,  -- place in the key's line, head first
   expires_at INTEGER NOT NULL,  -- engine clock, ms since the epoch
+  reads      INTEGER NOT NULL DEFAULT 0,  -- 1: a reader; 0: a writer
   PRIMARY KEY (key, owner)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON fencelock_waiters (key, seq);
@@ -65,7 +72,29 @@ CREATE TABLE IF NOT EXISTS fencelock_permit_waiters (
 CREATE INDEX IF NOT EXISTS fencelock_permit_waiters_line ON fencelock_permit_waiters (key, seq);
 CREATE INDEX IF NOT EXISTS fencelock_permit_waiters_expires_at
   ON fencelock_permit_waiters (expires_at);
+CREATE TABLE IF NOT EXISTS fencelock_readers (
+  key        TEXT NOT NULL,
+  owner      TEXT NOT NULL,
+  token      INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,  -- engine clock, ms since the epoch
+  PRIMARY KEY (key, owner)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_readers_expires_at ON fencelock_readers (expires_at);
 `;
+
+/**
+ * The owner of a lock's row in `fencelock_leases` while readers hold the key (never a valid
+ * owner id, which is hex): its token is the newest reader's and its expiry the latest of theirs,
+ * so a writer (of this version or an earlier one) finds the key held.
+ */
+export const READERS_OWNER = '';
+
+/**
+ * Files of versions before read locks have a line without modes: each entry gets `reads` (1 for
+ * a reader, 0 for a writer); the entries already there, and those an earlier version still
+ * adds, are writers.
+ */
+const ADD_LINE_MODES = `ALTER TABLE fencelock_waiters ADD COLUMN reads INTEGER NOT NULL DEFAULT 0;`;
 
 /** The tables whose rows expire (each has an `expires_at` index), and their primary keys. */
 const EXPIRING_TABLES = [
@@ -73,6 +102,7 @@ const EXPIRING_TABLES = [
   { table: 'fencelock_waiters', primaryKey: 'key, owner' },
   { table: 'fencelock_permits', primaryKey: 'key, owner' },
   { table: 'fencelock_permit_waiters', primaryKey: 'key, owner' },
+  { table: 'fencelock_readers', primaryKey: 'key, owner' },
 ] as const;
 
 /**
@@ -143,6 +173,10 @@ function setUpSchema(db: Database.Database): void {
     .get();
   if (perKeyCounters !== undefined) db.exec(MIGRATE_PER_KEY_COUNTERS);
   db.exec(BLOCK_PER_KEY_COUNTERS);
+  const lineModes = db
+    .prepare(`SELECT 1 FROM pragma_table_info('fencelock_waiters') WHERE name = 'reads'`)
+    .get();
+  if (lineModes === undefined) db.exec(ADD_LINE_MODES);
   for (const { table } of EXPIRING_TABLES) {
     db.prepare(`DELETE FROM ${table} WHERE expires_at <= ${NOW}`).run();
   }
@@ -162,10 +196,13 @@ export function prepareNextToken(db: Database.Database): () => bigint {
 /**
  * Prepare the sweep a grant runs (lock or permit): it deletes up to `SWEEP_LIMIT` expired rows of
  * each table (holders and waiters that vanished), oldest expiry first, so no table keeps rows of
- * idle keys for long while any key is granted.
+ * idle keys for long while any key is granted. Lapsed read grants only with `withReaders` (read
+ * grants sweep them, so a plain write lock pays nothing for read locks here; a lapsed read grant
+ * is never counted, and its stand-in row in `fencelock_leases` goes with every sweep).
  */
-export function prepareSweep(db: Database.Database): () => void {
-  const sweeps = EXPIRING_TABLES.map(({ table, primaryKey }) =>
+export function prepareSweep(db: Database.Database, withReaders = false): () => void {
+  const tables = EXPIRING_TABLES.filter((t) => withReaders || t.table !== 'fencelock_readers');
+  const sweeps = tables.map(({ table, primaryKey }) =>
     db.prepare(
       `DELETE FROM ${table} WHERE (${primaryKey}) IN (
          SELECT ${primaryKey} FROM ${table} WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT ${SWEEP_LIMIT}
