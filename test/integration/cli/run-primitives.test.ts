@@ -136,7 +136,14 @@ describe('fencelock run: usage of --permits and --read', () => {
     [['--permits', '2', 'k', 'j'], '--permits'],
     [['--permits', '2', '--read', 'k'], '--permits'],
   ])('refuses %j with exit code 2, naming the option, before any lock', async (args, option) => {
-    const result = await runCli(['run', ...args, '--store', `sqlite:${join(scratch.dir, 'usage.db')}`, '--', 'true']);
+    const result = await runCli([
+      'run',
+      ...args,
+      '--store',
+      `sqlite:${join(scratch.dir, 'usage.db')}`,
+      '--',
+      'true',
+    ]);
     expect(result.code).toBe(2);
     expect(result.stderr).toContain(option);
   });
