@@ -87,6 +87,44 @@ describe.each(STORES)('fencelock run with other primitives on $name', ({ make })
     expect(tokens[2]).toBeGreaterThan(tokens[1]!);
   });
 
+  it('--read: two read commands run together, a write command waits for both', async () => {
+    const key = uniqueKey('read');
+    const log = file('read.log');
+    const go = ['R1', 'R2', 'W'].map((name) => file(`go-${name}`));
+    const start = (name: string, i: number, read: boolean) =>
+      startCli([
+        'run',
+        ...(read ? ['--read'] : []),
+        key,
+        '--store',
+        store.url,
+        ...childCommand('hold', log, name, go[i]!),
+      ]);
+    const r1 = start('R1', 0, true);
+    const r2 = start('R2', 1, true);
+    await lineStartingWith(log, 'start R1');
+    await lineStartingWith(log, 'start R2');
+    const w = start('W', 2, false);
+    await settle();
+    expect(linesOf(log).filter((l) => l.startsWith('start W'))).toEqual([]);
+    writeFileSync(go[0]!, '');
+    writeFileSync(go[1]!, '');
+    await lineStartingWith(log, 'start W');
+    writeFileSync(go[2]!, '');
+    const ends = await Promise.all([r1.done, r2.done, w.done]);
+    expect(ends.map((e) => [e.code, e.stderr])).toEqual([
+      [0, ''],
+      [0, ''],
+      [0, ''],
+    ]);
+    const starts = linesOf(log).filter((l) => l.startsWith('start'));
+    const tokens = starts.map((l) => BigInt(l.split(' ').at(-1)!));
+    // The writer came after both readers, with a greater token than either.
+    expect(starts[2]).toMatch(/^start W /);
+    expect(tokens[2]).toBeGreaterThan(tokens[0]!);
+    expect(tokens[2]).toBeGreaterThan(tokens[1]!);
+  });
+
   it('several keys: all held at once, sorted in FENCELOCK_KEYS with their FENCELOCK_TOKENS', async () => {
     const [x, y] = [uniqueKey('multi-b'), uniqueKey('multi-a')];
     const out = file('locks.json');
