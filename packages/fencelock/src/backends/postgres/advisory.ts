@@ -26,6 +26,12 @@
  *   slot locks per key) could be renewed or given back only by the connection that holds it, but
  *   any locker must be able to renew and release a permit by owner and token (owner-addressed
  *   permits, the sidecar's path). Lease mode grants them (permit-sql.ts).
+ * - Write locks only (`capabilities.modes` `['write']`): `pg_advisory_lock_shared` would share a
+ *   key among readers, but a session lock has no line (a `pg_try_` attempt is not queued, and a
+ *   blocking one waits in the server's own order, invisible to `leaveQueue` and deadlines), so a
+ *   reader arriving after a waiting writer would pass it (no FIFO, writer starvation), and the
+ *   readers' tokens, renewals and releases by owner would need rows that only the holding
+ *   connection can back. Lease mode grants read locks (read-sql.ts).
  * - Needs a real session: do not run this mode behind a transaction-mode pooler
  *   (`pooler: 'transaction'` is refused with this mode). A pooler the options do not name is
  *   found when the lock connection opens, before any lock is taken on it (see session-check.ts):

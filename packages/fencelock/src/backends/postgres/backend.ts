@@ -28,6 +28,17 @@
  *   function that takes the semaphore's transaction-level lock, then counts the live permits and
  *   the line exactly (at most N holders; FIFO among waiters), and a release NOTIFYs the one
  *   waiter its freed permit lets in, by owner (no herd).
+ * - Read locks (`mode: 'read'`, read-sql.ts and reads.ts): one row per read grant in
+ *   `<schema>.fencelock_readers` (key, owner, token from the same sequence, expiry); while
+ *   readers hold a key its lease row is a placeholder of owner `''` that lives as long as the
+ *   longest reader, so writers wait for it through the statements above, unchanged. One FIFO
+ *   line for both modes (`fencelock_waiters.reader`): a reader waits only for a writer holding
+ *   or lined up ahead of it. A writer's release wakes the head of the line; the first reader it
+ *   lets in wakes the readers after it up to the next write entry; the last reader's release
+ *   deletes the placeholder and wakes the head writer. Renewals and releases carry no mode: a
+ *   writer's statement runs first; a renewal that changed nothing says whether owner and token
+ *   are a read grant's, and a release answered `not-owner` is asked again as a reader's
+ *   (reads.ts, a second call).
  */
 import type {
   AttemptRequest,
@@ -44,6 +55,7 @@ import { MAX_TIMER_MS } from '../../options.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
 import { PostgresPermits } from './permits.js';
+import { PostgresReads } from './reads.js';
 import { xactLockPairOf } from './sql.js';
 import { Sweeper } from './sweeper.js';
 import { tokenParameter } from './tokens.js';
@@ -61,11 +73,11 @@ export class PostgresBackend implements Backend {
   readonly name = 'postgres';
   readonly maxTtlMs = MAX_TIMER_MS;
   /**
-   * A FIFO line of waiters per key and per semaphore (`leaveQueue`); renewals of one turn go as
-   * one statement; semaphore permits.
+   * Write and read locks; a FIFO line of waiters per key and per semaphore (`leaveQueue`);
+   * renewals of one turn go as one statement; semaphore permits.
    */
   readonly capabilities: BackendCapabilities = Object.freeze({
-    modes: Object.freeze(['write'] as const),
+    modes: Object.freeze(['write', 'read'] as const),
     sessions: false,
     queue: true,
     batchRenew: true,
@@ -73,6 +85,7 @@ export class PostgresBackend implements Backend {
   });
   readonly #db: PostgresConnectionSet;
   readonly #permits: PostgresPermits;
+  readonly #reads: PostgresReads;
   /** Deletes rows and permits that expired unreleased, and line entries of vanished waiters. */
   readonly #sweeper = new Sweeper(async () => {
     const { sql } = this.#db;
@@ -82,6 +95,7 @@ export class PostgresBackend implements Backend {
       sql.sweepWaiters,
       sql.permits.sweep,
       sql.permits.sweepWaiters,
+      sql.reads.sweep,
     ]) {
       const { rowCount } = await this.#db.query(statement, [SWEEP_BATCH]);
       full ||= rowCount === SWEEP_BATCH;
@@ -94,6 +108,7 @@ export class PostgresBackend implements Backend {
   constructor(settings: PostgresSettings) {
     this.#db = new PostgresConnectionSet(settings);
     this.#permits = new PostgresPermits(this.#db);
+    this.#reads = new PostgresReads(this.#db);
   }
 
   /** The schema-qualified lease table, for operators and tests. */
@@ -115,6 +130,13 @@ export class PostgresBackend implements Backend {
     if (request.permits !== undefined) {
       try {
         return await this.#permits.attempt(request, request.permits);
+      } finally {
+        this.#sweeper.start();
+      }
+    }
+    if (request.mode === 'read') {
+      try {
+        return await this.#reads.attempt(request);
       } finally {
         this.#sweeper.start();
       }
@@ -166,7 +188,7 @@ export class PostgresBackend implements Backend {
     const sql = this.#db.sql;
     const { rows } = await this.#db.run('renew', () =>
       batch.length === 1
-        ? this.#db.queryPrepared<{ ok: boolean; live: boolean }>(
+        ? this.#db.queryPrepared<{ ok: boolean; live: boolean; reader: boolean }>(
             batch[0]!.lease.permits === undefined ? sql.renew : sql.permits.renew,
             [
               batch[0]!.lease.key,
@@ -175,7 +197,7 @@ export class PostgresBackend implements Backend {
               batch[0]!.ttlMs,
             ],
           )
-        : this.#db.queryPrepared<{ ok: boolean; live: boolean }>(sql.renewMany, [
+        : this.#db.queryPrepared<{ ok: boolean; live: boolean; reader: boolean }>(sql.renewMany, [
             batch.map((r) => r.lease.key),
             batch.map((r) => r.lease.owner),
             batch.map((r) => tokenParameter(r.lease.fencingToken)),
@@ -183,12 +205,16 @@ export class PostgresBackend implements Backend {
             batch.map((r) => r.lease.permits !== undefined),
           ]),
     );
-    return batch.map((renewal, i) => {
-      const row = rows[i];
-      return row?.ok === true
-        ? { ok: true, ttlMs: renewal.ttlMs }
-        : { ok: false, reason: row?.live === true ? 'not-owner' : 'not-held' };
-    });
+    return Promise.all(
+      batch.map((renewal, i): RenewResult | Promise<RenewResult> => {
+        const row = rows[i];
+        if (row?.ok === true) return { ok: true, ttlMs: renewal.ttlMs };
+        // A read grant of this owner and token (the statement looks only when the lease was
+        // not renewed as a writer's) renews in read-sql.ts.
+        if (row?.reader === true) return this.#reads.renew(renewal.lease, renewal.ttlMs);
+        return { ok: false, reason: row?.live === true ? 'not-owner' : 'not-held' };
+      }),
+    );
   }
 
   /** Compare-and-delete by owner and token, then NOTIFY the waiters. */
@@ -202,12 +228,17 @@ export class PostgresBackend implements Backend {
         this.#db.sql.channel,
       ]),
     );
-    return rows[0]?.outcome ?? 'not-held';
+    const outcome = rows[0]?.outcome ?? 'not-held';
+    // Someone else's row: readers' placeholder, or the writer of a downgrade. A read grant of
+    // this owner is released in read-sql.ts (a reader's release costs a second call; so does a
+    // writer's refused one, which is rare).
+    return outcome === 'not-owner' ? this.#reads.release(lease) : outcome;
   }
 
   /** Take the owner out of the key's line only (a grant it holds stays); tell the new head. */
   async leaveQueue(request: AttemptRequest): Promise<void> {
     if (request.permits !== undefined) return this.#permits.withdraw(request, true);
+    if (request.mode === 'read') return this.#reads.withdraw(request, true);
     await this.#db.run('leave the line', () =>
       this.#db.queryPrepared(this.#db.sql.leaveQueue, [
         request.key,
@@ -223,6 +254,7 @@ export class PostgresBackend implements Backend {
    */
   async abandon(request: AttemptRequest): Promise<void> {
     if (request.permits !== undefined) return this.#permits.withdraw(request, false);
+    if (request.mode === 'read') return this.#reads.withdraw(request, false);
     await this.#db.run('abandon', () =>
       this.#db.queryPrepared(this.#db.sql.abandon, [
         request.key,
@@ -238,17 +270,21 @@ export class PostgresBackend implements Backend {
    */
   async inspect(key: string): Promise<LockInfo> {
     const { rows } = await this.#db.run('inspect', () =>
-      this.#db.query<{ owner: string; token: string; remaining_ms: string }>(this.#db.sql.inspect, [
-        key,
-      ]),
+      this.#db.query<{
+        owner: string;
+        token: string;
+        remaining_ms: string;
+        highest: string | null;
+      }>(this.#db.sql.reads.inspect, [key]),
     );
     const row = rows[0];
     if (row === undefined) return { key, holder: null, lastFencingToken: 0n };
     const fencingToken = BigInt(row.token);
+    const highest = row.highest === null ? 0n : BigInt(row.highest);
     return {
       key,
       holder: { owner: row.owner, fencingToken, ttlMs: Math.max(0, Number(row.remaining_ms)) },
-      lastFencingToken: fencingToken,
+      lastFencingToken: highest > fencingToken ? highest : fencingToken,
     };
   }
 

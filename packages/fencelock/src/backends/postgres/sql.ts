@@ -11,6 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import { permitSqlFor } from './permit-sql.js';
+import { readSqlFor } from './read-sql.js';
 
 /**
  * The 64-bit lock id of a key: the first 8 bytes of SHA-256 over the key's UTF-8 bytes, read as
@@ -107,6 +108,7 @@ export function sqlFor(schema: string) {
   const waiterSequence = `${s}.fencelock_waiter_seq`;
   const nextToken = `nextval('${s}.fencelock_token_seq')`;
   const permits = permitSqlFor(s);
+  const reads = readSqlFor(s);
   /**
    * The sequences, tables, indexes and functions of a schema, each created if missing (the
    * functions replaced), in the order versions added them: a schema of an earlier version gets
@@ -132,10 +134,12 @@ CREATE TABLE IF NOT EXISTS ${waiters} (
   owner      text NOT NULL,
   seq        bigint NOT NULL,       -- place in the key's line, head first
   expires_at timestamptz NOT NULL,  -- the entry's end unless its owner attempts again
+  reader     boolean NOT NULL DEFAULT false,  -- a read lock's entry (read-sql.ts)
   PRIMARY KEY (key, owner)
 );
 CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON ${waiters} (key, seq);
-${permits.objects}`;
+${permits.objects}
+${reads.objects}`;
   return {
     /** The NOTIFY channel of releases in this schema; the payload is the key. */
     channel: channelOf(schema),
@@ -146,9 +150,11 @@ ${permits.objects}`;
      * earlier version gets what it lacks).
      */
     ready: `SELECT to_regclass($1) IS NOT NULL AS ready`,
-    newestTable: permits.permitWaitersTable,
+    newestTable: reads.readersTable,
     /** The semaphores' statements (permit-sql.ts). */
     permits,
+    /** The read locks' statements (read-sql.ts). */
+    reads,
     /** True when the schema exists: the set-up then creates only what is missing inside it. */
     schemaExists: `SELECT to_regnamespace($1) IS NOT NULL AS exists`,
     schemaName: s,
@@ -239,7 +245,8 @@ WHERE h.key = $1 AND NOT EXISTS (SELECT 1 FROM granted)`,
 
     /**
      * Lease mode, renew while owner and token hold an unexpired lease. $1 key, $2 owner, $3 token,
-     * $4 ttlMs. `live` tells `not-owner` (someone holds it) from `not-held`.
+     * $4 ttlMs. `live` tells `not-owner` (someone holds it) from `not-held`; `reader`, looked
+     * up only when nothing was renewed, says the owner and token are a read grant's (read-sql.ts).
      */
     renew: `WITH renewed AS (
   UPDATE ${leases} SET expires_at = clock_timestamp() + $4::int8 * interval '1 millisecond'
@@ -247,7 +254,10 @@ WHERE h.key = $1 AND NOT EXISTS (SELECT 1 FROM granted)`,
   RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM renewed) AS ok,
-       EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp()) AS live`,
+       EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp()) AS live,
+       CASE WHEN EXISTS (SELECT 1 FROM renewed) THEN false
+            ELSE EXISTS (SELECT 1 FROM ${reads.readersTable} WHERE key = $1 AND owner = $2 AND token = $3::int8)
+       END AS reader`,
 
     /**
      * Lease mode, renew many leases and semaphore permits in one statement (renewals that fall
@@ -283,26 +293,44 @@ SELECT CASE WHEN i.permit
                       WHERE h.key = i.key AND h.expires_at > clock_timestamp())
          ELSE EXISTS (SELECT 1 FROM ${leases} h
                       WHERE h.key = i.key AND h.expires_at > clock_timestamp())
-       END AS live
+       END AS live,
+       CASE WHEN i.permit OR EXISTS (SELECT 1 FROM renewed r
+                                     WHERE r.key = i.key AND r.owner = i.owner AND r.token = i.token)
+         THEN false
+         ELSE EXISTS (SELECT 1 FROM ${reads.readersTable} g
+                      WHERE g.key = i.key AND g.owner = i.owner AND g.token = i.token)
+       END AS reader
 FROM input i ORDER BY i.n`,
 
     /**
      * Lease mode, compare-and-delete. $1 key, $2 owner, $3 token, $4 channel. Deletes this lease,
      * or an expired row of this owner (cleanup, answered `not-held`); a live lease of another
      * owner or token stays. Waiters are notified of any deletion, addressed to the head of the
-     * key's line (`notice`).
+     * key's line (`notice`). While read grants of the caller's downgrade live (read-sql.ts), the
+     * released row becomes the readers' placeholder (owner `''`) instead of going: one index
+     * probe of `fencelock_readers`, the write path's only extra cost (a write lock's release, then,
+     * when read grants live, one function call). A reader's release finds the placeholder (or
+     * its downgrade's writer) and is answered `not-owner`; backend.ts then asks read-sql.ts's.
      */
     release: `WITH target AS (
   SELECT owner, token, expires_at > clock_timestamp() AS live FROM ${leases} WHERE key = $1 FOR UPDATE
 ),
+readers AS (
+  SELECT EXISTS (SELECT 1 FROM ${reads.readersTable}
+                 WHERE key = $1 AND expires_at > clock_timestamp()) AS live
+),
 gone AS (
-  DELETE FROM ${leases} l USING target t
-  WHERE l.key = $1 AND t.owner = $2 AND (NOT t.live OR t.token = $3::int8)
+  DELETE FROM ${leases} l USING target t, readers r
+  WHERE l.key = $1 AND t.owner = $2 AND (NOT t.live OR t.token = $3::int8) AND NOT r.live
   RETURNING t.live
+),
+handed AS (
+  SELECT ${s}.fencelock_write_to_readers($1, $2, $3::int8, $4) AS live FROM target t, readers r
+  WHERE r.live AND t.owner = $2 AND t.live AND t.token = $3::int8
 ),
 notified AS (SELECT pg_notify($4, ${NOTICE(waiters, '$1', undefined, true)}) FROM gone)
 SELECT CASE
-  WHEN EXISTS (SELECT 1 FROM gone WHERE live) THEN 'released'
+  WHEN EXISTS (SELECT 1 FROM gone WHERE live) OR EXISTS (SELECT 1 FROM handed WHERE live) THEN 'released'
   WHEN EXISTS (SELECT 1 FROM target WHERE live) THEN 'not-owner'
   ELSE 'not-held' END AS outcome,
   (SELECT count(*) FROM notified) AS notified`,
@@ -318,7 +346,7 @@ SELECT CASE
      */
     abandon: `WITH gone AS (DELETE FROM ${leases} WHERE key = $1 AND owner = $2 RETURNING key),
 left_line AS (DELETE FROM ${waiters} WHERE key = $1 AND owner = $2 RETURNING key)
-SELECT pg_notify($3, ${NOTICE(waiters, '$1', '$2')})
+SELECT ${s}.fencelock_rw_wake($1, $3, $2, false)
 WHERE EXISTS (SELECT 1 FROM gone)
    OR (EXISTS (SELECT 1 FROM left_line)
        AND (${HEADS_LINE(waiters, '$1', '$2')}
@@ -332,7 +360,7 @@ WHERE EXISTS (SELECT 1 FROM gone)
     leaveQueue: `WITH left_line AS (
   DELETE FROM ${waiters} WHERE key = $1 AND owner = $2 RETURNING key
 )
-SELECT pg_notify($3, ${NOTICE(waiters, '$1', '$2')}) FROM left_line
+SELECT ${s}.fencelock_rw_wake($1, $3, $2, false) FROM left_line
 WHERE ${HEADS_LINE(waiters, '$1', '$2')}
    OR NOT EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp())`,
 
