@@ -17,7 +17,7 @@ npm run bench:sidecar -- --duration 10
 # The same over gRPC (fencelock.v1.Locks through `--grpc-port`).
 npm run bench:sidecar-grpc -- --duration 10
 npm run bench -- --quick
-# The torture matrix's short schedule: one run per cell (about 9 minutes here); its report goes
+# The torture matrix's short schedule: one run per cell, lock and semaphore cells (about 12 minutes here); its report goes
 # to a scratch folder, not docs/torture (that one is committed from a full run).
 torture_out="$(mktemp -d)"
 npm run torture -- --quick --out "$torture_out"

@@ -1,21 +1,33 @@
 /**
  * The checker of a torture run: three oracles over what the clients reported
  * (stamped by the harness on receipt, one monotonic clock) and what the fenced register logged.
+ * A run is of a lock (`permits` 1) or of a semaphore of N permits; a lock is the case N = 1.
  *
- * 1. The fenced register: stale writes accepted (an accepted write whose token is lower than a
- *    token accepted before it, or equal to one another client wrote with, recomputed offline
- *    from the log, so a mistake in the register's SQL cannot hide one) must be 0; stale writes rejected say whether the fault bit at all.
+ * 1. The fenced register: stale writes accepted (an accepted write whose token is not among the
+ *    N highest tokens accepted before it, or equal to one another client wrote with, recomputed
+ *    offline from the log, so a mistake in the register's SQL cannot hide one) must be 0; stale
+ *    writes rejected say whether the fault bit at all. The most holders inside at once, as the
+ *    register saw them (a holder is inside from its first accepted write to its last), must not
+ *    exceed N; the most writing at once (accepted or not) says whether a fault put more than N
+ *    writers at the resource. Writes made after the writer's own grant lapsed are counted,
+ *    accepted and rejected: a semaphore's register (N highest tokens) may take a lapsed
+ *    holder's write and refuse a valid holder outrun by N later ones.
  * 2. Overlapping critical sections as the library believed them: each grant is believed from
  *    its `acquired` event until the first of the start of its release, its loss, or the end of
- *    the validity the client last reported; overlaps of grants to different clients are double
- *    grants. Raw overlaps (acquired → start of release: "the code ran") are counted too: pauses
- *    make them expected.
- * 3. Token monotonicity: over grants in the order the harness received them, no token may be
- *    lower than (regression) or equal to (duplicate) an earlier one.
- * Plus liveness (time from a fault to the next grant to another client, in TTLs) and
- * loss-detection latency (from the moment the engine had demonstrably dropped the lease, i.e.
- * another client was granted, or from the holder's resume if it was paused then, to the
- * holder's `lost` event).
+ *    the validity the client last reported; a grant made while N grants to other clients were
+ *    believed is a double grant (one per grant beyond N). Raw overlaps (acquired → start of
+ *    release: "the code ran") are counted the same way: pauses make them expected.
+ * 3. Token monotonicity. A lock: over grants in the order the harness received them, no token
+ *    may be lower than (regression) or equal to (duplicate) an earlier one. A semaphore: no two
+ *    grants may share a token (duplicate), and a grant asked for after another grant's acquire
+ *    had returned (both as the clients read the machine's monotonic clock) must have a higher
+ *    token than it (regression); grants made at about the same time to different holders may
+ *    reach the harness in either order, so receipt order proves nothing there.
+ * Plus liveness (time from a fault to the next grant to another client, in TTLs; for a
+ * semaphore, until other clients hold all N permits at once, i.e. the permit the fault hit is
+ * back) and loss-detection latency (from the moment the engine had demonstrably dropped the
+ * lease, i.e. another client was granted, or for a semaphore other clients held all N permits,
+ * or from the holder's resume if it was paused then, to the holder's `lost` event).
  *
  * Pure functions: unit-tested on synthetic histories, including the broken ones.
  */
@@ -23,12 +35,16 @@ import type { WriteRecord } from './register.js';
 
 /** A client event as the harness stamped it (`at`: harness monotonic ms). */
 export type ClientEvent =
+  /** A client is about to ask for a grant; `at` as the client read the shared monotonic clock. */
+  | { readonly at: number; readonly client: string; readonly type: 'acquiring' }
   | {
       readonly at: number;
       readonly client: string;
       readonly type: 'acquired';
       readonly token: bigint;
       readonly remainingMs: number;
+      /** When the acquire returned, as the client read the shared monotonic clock. */
+      readonly grantedAt?: number;
     }
   | {
       readonly at: number;
@@ -68,6 +84,10 @@ interface Grant {
   readonly client: string;
   readonly token: bigint;
   readonly acquiredAt: number;
+  /** When the client asked for this grant (its `acquiring` event; else `acquiredAt`). */
+  readonly askedAt: number;
+  /** When its acquire returned, by the client's reading (else `acquiredAt`). */
+  readonly grantedAt: number;
   believedUntil: number;
   believedEnd: number;
   rawEnd: number;
@@ -79,13 +99,36 @@ export interface RunVerdict {
   readonly writes: number;
   readonly staleAccepted: number;
   readonly staleRejected: number;
+  /**
+   * The most holders inside at once as the register saw them: distinct (token, writer) pairs
+   * whose first and last accepted writes enclose one write. At most the permit count.
+   */
+  readonly maxInside: number;
+  /**
+   * The same over every write, accepted or not: the most holders writing at once. Above the
+   * permit count only when a holder kept writing past its grant (a fault), so that the register
+   * had to refuse someone.
+   */
+  readonly maxWriting: number;
+  /**
+   * Writes (as the writers reported them) made after the writer's grant had lapsed by its own
+   * account (reported lost, or past the validity it last reported), accepted and rejected. A
+   * semaphore's register accepts such a write while its token is among the N highest written,
+   * and may refuse a valid holder instead: the rule keeps N holders inside, not the N valid ones.
+   */
+  readonly lapsedWritesAccepted: number;
+  readonly lapsedWritesRejected: number;
   /** Accepted writes vs. the register's value; non-zero means the register lost updates. */
   readonly lostIncrements: number;
+  /** Grants beyond the permit count believed at once (a lock: pairs of overlapping grants). */
   readonly believedOverlaps: number;
   readonly rawOverlaps: number;
   readonly tokenRegressions: number;
   readonly tokenDuplicates: number;
-  /** Fault → next grant to another client, ms (one per fault that saw a later grant). */
+  /**
+   * Fault → next grant to another client, ms (one per fault that saw a later grant); a
+   * semaphore: → other clients hold all its permits at once.
+   */
   readonly livenessMs: readonly number[];
   /** Loss-detection latencies, ms. */
   readonly lossDetectionMs: readonly number[];
@@ -93,12 +136,16 @@ export interface RunVerdict {
   readonly writesAfterKnownLoss: number;
 }
 
-/** Judge one run. `fenced` says whether the register checked tokens (false: self-test). */
+/**
+ * Judge one run.
+ * @param permits holders allowed at once: 1 for a lock, N for a semaphore of N permits.
+ */
 export function checkRun(
   events: readonly ClientEvent[],
   writes: readonly WriteRecord[],
   registerValue: bigint,
   faults: readonly FaultMark[],
+  permits = 1,
 ): RunVerdict {
   const ordered = [...events].sort((a, b) => a.at - b.at);
   const grants = grantsOf(ordered);
@@ -114,48 +161,21 @@ export function checkRun(
     }
   }
 
-  let staleAccepted = 0;
-  let staleRejected = 0;
-  let maxAccepted = -1n;
-  let maxWriter: string | undefined;
-  let accepted = 0;
-  for (const write of writes) {
-    if (write.accepted) {
-      accepted += 1;
-      // A lower token than one accepted before is stale; so is the same token from another
-      // writer: two holders were given one token (it repeated), and the register cannot tell
-      // them apart.
-      if (write.token < maxAccepted) staleAccepted += 1;
-      else if (write.token === maxAccepted && write.writer !== maxWriter) staleAccepted += 1;
-      else {
-        maxAccepted = write.token;
-        maxWriter = write.writer;
-      }
-    } else {
-      staleRejected += 1;
-    }
-  }
-
-  let tokenRegressions = 0;
-  let tokenDuplicates = 0;
-  let maxToken = -1n;
-  for (const grant of grants) {
-    if (grant.token < maxToken) tokenRegressions += 1;
-    else if (grant.token === maxToken) tokenDuplicates += 1;
-    else maxToken = grant.token;
-  }
+  const { staleAccepted, staleRejected, accepted } = staleWrites(writes, permits);
+  const { tokenRegressions, tokenDuplicates } =
+    permits === 1 ? lockTokenOrder(grants) : permitTokenOrder(grants);
 
   const livenessMs: number[] = [];
   const lossDetectionMs: number[] = [];
   for (const fault of faults) {
-    const next = grants.find((g) => g.acquiredAt > fault.at && g.client !== fault.target);
+    const next = othersInUse(grants, fault.target, fault.at, permits);
     if (next !== undefined) livenessMs.push(next.acquiredAt - fault.at);
     if (fault.target === undefined) continue;
     const hit = [...grants]
       .reverse()
       .find((g) => g.client === fault.target && g.acquiredAt <= fault.at);
     if (hit?.lostAt === undefined) continue;
-    const other = grants.find((g) => g.client !== hit.client && g.acquiredAt > hit.acquiredAt);
+    const other = othersInUse(grants, hit.client, hit.acquiredAt, permits);
     if (other === undefined) continue;
     const from =
       fault.paused === true ? Math.max(other.acquiredAt, fault.endedAt) : other.acquiredAt;
@@ -167,9 +187,12 @@ export function checkRun(
     writes: writes.length,
     staleAccepted,
     staleRejected,
+    maxInside: mostInside(writes.filter((w) => w.accepted)),
+    maxWriting: mostInside(writes),
+    ...lapsedWrites(ordered, grants),
     lostIncrements: Number(registerValue) - accepted,
-    believedOverlaps: overlaps(grants, (g) => g.believedEnd),
-    rawOverlaps: overlaps(grants, (g) => g.rawEnd),
+    believedOverlaps: overlaps(grants, (g) => g.believedEnd, permits),
+    rawOverlaps: overlaps(grants, (g) => g.rawEnd, permits),
     tokenRegressions,
     tokenDuplicates,
     livenessMs,
@@ -178,19 +201,162 @@ export function checkRun(
   };
 }
 
+/**
+ * Replay the register's log: a write accepted while `permits` higher tokens had been accepted
+ * before it is stale, and so is one under a token another writer already wrote with (two
+ * holders were given one token, and the register cannot tell them apart).
+ */
+function staleWrites(
+  writes: readonly WriteRecord[],
+  permits: number,
+): { staleAccepted: number; staleRejected: number; accepted: number } {
+  let staleAccepted = 0;
+  let staleRejected = 0;
+  let accepted = 0;
+  // Each fresh token accepted so far, with its writer.
+  const writerOf = new Map<bigint, string>();
+  for (const write of writes) {
+    if (!write.accepted) {
+      staleRejected += 1;
+      continue;
+    }
+    accepted += 1;
+    let higher = 0;
+    for (const token of writerOf.keys()) if (token > write.token) higher += 1;
+    const writer = writerOf.get(write.token);
+    if (higher >= permits || (writer !== undefined && writer !== write.writer)) {
+      staleAccepted += 1;
+    } else {
+      writerOf.set(write.token, write.writer);
+    }
+  }
+  return { staleAccepted, staleRejected, accepted };
+}
+
+/**
+ * The most holders inside at once in a run of register writes: each (token, writer) pair is
+ * inside from its first write to its last, in the register's order; the most such spans that
+ * enclose one write.
+ */
+function mostInside(writes: readonly WriteRecord[]): number {
+  const spans = new Map<string, { first: number; last: number }>();
+  writes.forEach((write, index) => {
+    const holder = `${write.token}/${write.writer}`;
+    const span = spans.get(holder);
+    if (span === undefined) spans.set(holder, { first: index, last: index });
+    else span.last = index;
+  });
+  // +1 where a span opens, -1 after it closes; the running sum peaks at the answer.
+  const steps = new Map<number, number>();
+  for (const { first, last } of spans.values()) {
+    steps.set(first, (steps.get(first) ?? 0) + 1);
+    steps.set(last + 1, (steps.get(last + 1) ?? 0) - 1);
+  }
+  let inside = 0;
+  let most = 0;
+  for (const index of [...steps.keys()].sort((a, b) => a - b)) {
+    inside += steps.get(index)!;
+    most = Math.max(most, inside);
+  }
+  return most;
+}
+
+/**
+ * The first grant to a client other than `excluded`, received after `from`, with which `permits`
+ * grants to such clients were believed at once. A lock: the next grant to another client. A
+ * semaphore: the moment the others held every permit, so the one `excluded` held had come back.
+ */
+function othersInUse(
+  grants: readonly Grant[],
+  excluded: string | undefined,
+  from: number,
+  permits: number,
+): Grant | undefined {
+  const others = grants.filter((g) => g.client !== excluded);
+  return others.find(
+    (g) =>
+      g.acquiredAt > from &&
+      others.filter(
+        (o) => o === g || (o.acquiredAt <= g.acquiredAt && g.acquiredAt < o.believedEnd),
+      ).length >= permits,
+  );
+}
+
+/** Writes a client reported after its grant was no longer believed, accepted and rejected. */
+function lapsedWrites(
+  ordered: readonly ClientEvent[],
+  grants: readonly Grant[],
+): { lapsedWritesAccepted: number; lapsedWritesRejected: number } {
+  let lapsedWritesAccepted = 0;
+  let lapsedWritesRejected = 0;
+  for (const event of ordered) {
+    if (event.type !== 'written') continue;
+    const grant = grants.findLast((g) => g.client === event.client && g.acquiredAt <= event.at);
+    if (grant === undefined || event.at < grant.believedEnd) continue;
+    if (event.accepted) lapsedWritesAccepted += 1;
+    else lapsedWritesRejected += 1;
+  }
+  return { lapsedWritesAccepted, lapsedWritesRejected };
+}
+
+/** A lock's tokens in the order the grants were received: each above every earlier one. */
+function lockTokenOrder(grants: readonly Grant[]): {
+  tokenRegressions: number;
+  tokenDuplicates: number;
+} {
+  let tokenRegressions = 0;
+  let tokenDuplicates = 0;
+  let maxToken = -1n;
+  for (const grant of grants) {
+    if (grant.token < maxToken) tokenRegressions += 1;
+    else if (grant.token === maxToken) tokenDuplicates += 1;
+    else maxToken = grant.token;
+  }
+  return { tokenRegressions, tokenDuplicates };
+}
+
+/**
+ * A semaphore's tokens: a duplicate is a token an earlier grant had; a regression is a grant
+ * whose token is below that of a grant whose acquire had returned before this one was asked for
+ * (both read by the clients on the machine's one monotonic clock, so no IPC delay reorders them).
+ */
+function permitTokenOrder(grants: readonly Grant[]): {
+  tokenRegressions: number;
+  tokenDuplicates: number;
+} {
+  const seen = new Set<bigint>();
+  let tokenDuplicates = 0;
+  for (const grant of grants) {
+    if (seen.has(grant.token)) tokenDuplicates += 1;
+    seen.add(grant.token);
+  }
+  let tokenRegressions = 0;
+  for (const grant of grants) {
+    const earlier = grants.filter((g) => g.grantedAt < grant.askedAt);
+    if (earlier.some((g) => g.token > grant.token)) tokenRegressions += 1;
+  }
+  return { tokenRegressions, tokenDuplicates };
+}
+
 /** Rebuild each client's grants from its events. */
 function grantsOf(ordered: readonly ClientEvent[]): Grant[] {
   const grants: Grant[] = [];
   const open = new Map<string, Grant>();
+  const asked = new Map<string, number>();
   const end = Number.POSITIVE_INFINITY;
   for (const event of ordered) {
     const grant = open.get(event.client);
     switch (event.type) {
+      case 'acquiring':
+        asked.set(event.client, event.at);
+        break;
       case 'acquired': {
         const g: Grant = {
           client: event.client,
           token: event.token,
           acquiredAt: event.at,
+          askedAt: asked.get(event.client) ?? event.at,
+          grantedAt: event.grantedAt ?? event.at,
           believedUntil: event.at + event.remainingMs,
           believedEnd: end,
           rawEnd: end,
@@ -198,6 +364,7 @@ function grantsOf(ordered: readonly ClientEvent[]): Grant[] {
         };
         grants.push(g);
         open.set(event.client, g);
+        asked.delete(event.client);
         break;
       }
       case 'validity':
@@ -226,17 +393,23 @@ function grantsOf(ordered: readonly ClientEvent[]): Grant[] {
   return grants;
 }
 
-/** Pairs of grants to different clients whose [acquiredAt, end) intervals intersect. */
-function overlaps(grants: readonly Grant[], endOf: (g: Grant) => number): number {
+/**
+ * Grants beyond `permits` at once: for each grant b (non-empty [acquiredAt, end)), the grants to
+ * other clients made before it and still running at its start, less `permits` − 1. For a lock,
+ * the pairs of grants to different clients whose intervals intersect.
+ */
+function overlaps(grants: readonly Grant[], endOf: (g: Grant) => number, permits: number): number {
   const sorted = [...grants].sort((a, b) => a.acquiredAt - b.acquiredAt);
   let count = 0;
-  for (let i = 0; i < sorted.length; i++) {
-    const a = sorted[i]!;
-    for (let j = i + 1; j < sorted.length; j++) {
-      const b = sorted[j]!;
-      if (b.acquiredAt >= endOf(a)) break;
-      if (b.client !== a.client && b.acquiredAt < endOf(b)) count += 1;
+  for (let j = 0; j < sorted.length; j++) {
+    const b = sorted[j]!;
+    if (b.acquiredAt >= endOf(b)) continue;
+    let running = 0;
+    for (let i = 0; i < j; i++) {
+      const a = sorted[i]!;
+      if (a.client !== b.client && b.acquiredAt < endOf(a)) running += 1;
     }
+    count += Math.max(0, running - (permits - 1));
   }
   return count;
 }

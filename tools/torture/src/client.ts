@@ -1,8 +1,11 @@
 /**
  * One torture client, a child process of the harness (`fork`). It contends for one key on a
- * store through the public Locker API and, once granted, writes through the fenced register,
- * then releases, over and over, reporting each step to the harness over IPC; the harness stamps
- * the messages on receipt, so every client's events share one clock.
+ * store through the public Locker API (the key's lock, or a permit of its semaphore when the
+ * cell is a semaphore's) and, once granted, writes through the fenced register, then releases,
+ * over and over, reporting each step to the harness over IPC; the harness stamps the messages on
+ * receipt, so every client's events share one clock (when a grant was asked for and when its
+ * acquire returned are the client's own readings of the machine's monotonic clock, see
+ * `ClientMessage`).
  *
  * The client writes even when its lease was already reported lost (it says so in the event): the
  * resource, not the client's good manners, must be what refuses a stale holder.
@@ -12,7 +15,7 @@
  */
 import diagnostics_channel from 'node:diagnostics_channel';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CHANNELS, createLocker, type Lease, type RenewEvent } from 'fencelock';
+import { CHANNELS, createLocker, type Lease, type Locker, type RenewEvent } from 'fencelock';
 import { FencedRegister } from './register.js';
 
 /** What the harness passes to a client. */
@@ -20,6 +23,11 @@ export interface ClientConfig {
   readonly client: string;
   readonly store: string;
   readonly key: string;
+  /**
+   * Take a permit of the key's semaphore of this many permits instead of the key's lock; absent
+   * for a lock cell.
+   */
+  readonly permits?: number;
   readonly ttlMs: number;
   /** Length of the critical section, ms, spread evenly over `writes` writes. */
   readonly holdMs: number;
@@ -33,10 +41,21 @@ export interface ClientConfig {
   readonly fenced: boolean;
 }
 
-/** Messages a client sends to the harness (tokens as decimal strings). */
+/**
+ * Messages a client sends to the harness (tokens as decimal strings). `atNs`: when the client
+ * asked for a grant / its acquire returned, on the machine's monotonic clock
+ * (`process.hrtime.bigint()`, CLOCK_MONOTONIC, the same in every process), so grants made at about
+ * the same time are ordered however their messages arrive.
+ */
 export type ClientMessage =
   | { readonly type: 'ready' }
-  | { readonly type: 'acquired'; readonly token: string; readonly remainingMs: number }
+  | { readonly type: 'acquiring'; readonly atNs: string }
+  | {
+      readonly type: 'acquired';
+      readonly token: string;
+      readonly remainingMs: number;
+      readonly atNs: string;
+    }
   | { readonly type: 'validity'; readonly remainingMs: number }
   | { readonly type: 'written'; readonly accepted: boolean; readonly knewLost: boolean }
   | { readonly type: 'releasing' }
@@ -70,8 +89,9 @@ async function main(config: ClientConfig): Promise<void> {
 
   while (!stopping) {
     let lease: Lease;
+    send({ type: 'acquiring', atNs: process.hrtime.bigint().toString() });
     try {
-      lease = await locker.acquire(config.key, { ttlMs: config.ttlMs, waitMs: 1_000 });
+      lease = await acquire(locker, config);
     } catch (error) {
       if ((error as { code?: string }).code !== 'ERR_LOCK_TIMEOUT') {
         send({ type: 'error', message: (error as Error).message });
@@ -79,11 +99,13 @@ async function main(config: ClientConfig): Promise<void> {
       }
       continue;
     }
+    const grantedNs = process.hrtime.bigint();
     current = lease;
     send({
       type: 'acquired',
       token: lease.fencingToken.toString(),
       remainingMs: lease.remainingMs,
+      atNs: grantedNs.toString(),
     });
     lease.signal.addEventListener(
       'abort',
@@ -115,6 +137,14 @@ async function main(config: ClientConfig): Promise<void> {
   }
   await locker.close();
   await register.close();
+}
+
+/** One grant: the key's lock, or a permit of its semaphore (`config.permits`). */
+function acquire(locker: Locker, config: ClientConfig): Promise<Lease> {
+  const options = { ttlMs: config.ttlMs, waitMs: 1_000 };
+  return config.permits === undefined
+    ? locker.acquire(config.key, options)
+    : locker.semaphore(config.key, { permits: config.permits }).acquire(options);
 }
 
 const config = JSON.parse(process.argv[2] ?? '{}') as ClientConfig;

@@ -14,6 +14,8 @@ import type { MatrixResult } from './matrix.js';
 interface TortureCliOptions {
   readonly backend?: string[];
   readonly fault?: string[];
+  readonly primitive?: string[];
+  readonly permits: string;
   readonly runs: string;
   readonly ttl: string;
   readonly clients: string;
@@ -38,11 +40,19 @@ export function registerTortureCommand(program: Command): void {
       '--fault <ids...>',
       'faults to run, e.g. F1 F2 (default: all that apply; docs/guarantees.md describes each)',
     )
+    .option(
+      '--primitive <names...>',
+      'cells to run: lock, semaphore (clients take permits of a semaphore instead of the lock, under F0 to F3; F1 and F2 with --quick) (default: both)',
+    )
+    .option('--permits <n>', 'permits of the semaphore in the semaphore cells', '2')
     .option('--runs <n>', 'runs per cell', '1')
     .option('--ttl <ms>', 'lease TTL of the clients (etcd: at least 2000)', '2000')
     .option('--clients <n>', 'contending client processes per run', '5')
     .option('--duration <ms>', 'length of one run', '8000')
-    .option('--quick', 'the short CI schedule: one run per cell, 1 s TTL, 5 s runs')
+    .option(
+      '--quick',
+      'the short CI schedule: one run per cell, 1 s TTL, 5 s runs, semaphore cells under F1 and F2 only',
+    )
     .option('--no-self-test', 'skip the checker self-test (broken variants)')
     .option('--out <dir>', 'folder for <date>.json, .md and .svg', 'docs/torture')
     .action(async (raw: TortureCliOptions) => {
@@ -66,9 +76,20 @@ export function registerTortureCommand(program: Command): void {
           );
         }
       }
+      const primitives = raw.primitive ?? ['lock', 'semaphore'];
+      for (const name of primitives) {
+        if (name !== 'lock' && name !== 'semaphore') {
+          throw new UsageError('--primitive', `--primitive: ${name} is not one of lock, semaphore`);
+        }
+      }
+      const { MAX_PERMITS } = await import('fencelock');
+      const { QUICK_SEMAPHORE_FAULTS, SEMAPHORE_FAULTS } = await import('./semaphore-cells.js');
       const options = {
         backends: backends as (typeof BACKENDS)[number][],
         faults,
+        primitives: primitives as ('lock' | 'semaphore')[],
+        semaphoreFaults: raw.quick ? QUICK_SEMAPHORE_FAULTS : SEMAPHORE_FAULTS,
+        permits: parseIntegerOption('--permits', raw.permits, 1, MAX_PERMITS),
         runs: raw.quick ? 1 : parseIntegerOption('--runs', raw.runs, 1, 1000),
         ttlMs: raw.quick ? 1_000 : parseIntegerOption('--ttl', raw.ttl, 500, 60_000),
         clients: parseIntegerOption('--clients', raw.clients, 2, 32),
@@ -79,9 +100,8 @@ export function registerTortureCommand(program: Command): void {
         log: (line: string) => process.stderr.write(`${line}\n`),
       };
       const { runMatrix } = await import('./matrix.js');
-      const { markdownTable, svgChart, headline, selfTestLines, faultLegend } = await import(
-        './report.js'
-      );
+      const { markdownTable, semaphoreTable, svgChart, headline, selfTestLines, faultLegend } =
+        await import('./report.js');
       const command = `npm run torture -- ${process.argv.slice(3).join(' ')}`.trim();
       const result = await runMatrix(options, command);
       mkdirSync(raw.out, { recursive: true });
@@ -90,7 +110,7 @@ export function registerTortureCommand(program: Command): void {
       writeFileSync(`${stem}.json`, `${json}\n`);
       writeFileSync(
         `${stem}.md`,
-        `${headline(result)}\n\n${faultLegend(result)}\n\n${markdownTable(result)}\n\n${selfTestLines(result)}\n`,
+        `${headline(result)}\n\n${faultLegend(result)}\n\n${markdownTable(result)}\n\n${semaphoreTable(result)}\n\n${selfTestLines(result)}\n`,
       );
       writeFileSync(`${stem}.svg`, svgChart(result));
       process.stdout.write(

@@ -1,8 +1,9 @@
 /**
  * The torture harness (`npm run torture`): K client processes contend for
- * one key on a real engine while a fault of `faults.ts` hits the holder; the fenced register and
- * the clients' reports are then judged by the checker. One call of `runCell` is one run of one
- * backend × fault cell; `runMatrix` runs the cells and the self-test.
+ * one key on a real engine (its lock, or the permits of its semaphore) while a fault of
+ * `faults.ts` hits a holder; the fenced register and the clients' reports are then judged by the
+ * checker. One call of `runCell` is one run of one backend × fault cell; `runMatrix` runs the
+ * cells and the self-test.
  *
  * Everything a run creates (processes, proxies, register schema, engine-side namespace) is
  * removed in a `finally`, also when the run fails.
@@ -43,6 +44,16 @@ export interface CellOptions {
   /** The register checks tokens; false only for the self-test. @default true */
   readonly fenced: boolean;
   /**
+   * A semaphore cell: clients take permits of the key's semaphore of this many permits, and the
+   * register and the checker allow this many holders at once. Absent: a lock cell.
+   */
+  readonly permits?: number;
+  /**
+   * Self-test only: the permit count the clients ask for instead of `permits` (a semaphore that
+   * lets more holders in than the register is told).
+   */
+  readonly clientPermits?: number;
+  /**
    * Self-test only: client i reaches only these endpoint indexes (a split Redlock whose clients
    * each need 2 nodes out of the 5).
    */
@@ -56,6 +67,8 @@ export interface CellRun {
   readonly backend: BackendName;
   readonly fault: string;
   readonly fenced: boolean;
+  /** The semaphore's permit count (`CellOptions.permits`); absent for a lock cell. */
+  readonly permits?: number;
   readonly verdict: RunVerdict;
   readonly faults: readonly FaultMark[];
   readonly clientErrors: readonly string[];
@@ -79,7 +92,7 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
   const topology =
     options.fault.topology?.(options.backend, namespace) ?? topologyOf(options.backend, namespace);
   const key = `cell-${options.fault.id}-${tag}`;
-  const register = new FencedRegister(REGISTER_URL, `reg_${tag}`);
+  const register = new FencedRegister(REGISTER_URL, `reg_${tag}`, options.permits);
   const clients: Client[] = [];
   const events: ClientEvent[] = [];
   const errors: string[] = [];
@@ -87,7 +100,10 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
   const grantWaiters = new Set<(client: string) => void>();
   const holders = new Map<string, boolean>();
   const t0 = performance.now();
+  const t0Ns = process.hrtime.bigint();
   const now = () => performance.now() - t0;
+  /** A client's reading of the monotonic clock (`atNs`) on the harness's timeline. */
+  const clientTime = (atNs: string) => Number(BigInt(atNs) - t0Ns) / 1e6;
   const log = options.log ?? (() => undefined);
   const unavailable = await options.fault.unavailable?.(options.backend);
   if (unavailable !== undefined) {
@@ -115,16 +131,19 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
         proxies.length > 0
           ? proxies.map((p) => p.port)
           : indexes.map((n) => topology.endpoints[n]!);
+      const permits = options.clientPermits ?? options.permits;
       const config: ClientConfig = {
         client: id,
         store: topology.storeUrl(ports),
         key,
+        ...(permits === undefined ? {} : { permits }),
         ttlMs: options.ttlMs,
         holdMs:
           options.fault.longHold === true
             ? 2 * options.ttlMs
             : Math.max(20, Math.round(options.ttlMs / 20)),
-        writes: options.fault.longHold === true ? 8 : 1,
+        // A semaphore's holders write twice, so that the register sees them inside together.
+        writes: options.fault.longHold === true ? 8 : options.permits === undefined ? 1 : 2,
         idleMs: Math.max(10, Math.round(options.ttlMs / 10)),
         registerUrl: REGISTER_URL,
         registerSchema: `reg_${tag}`,
@@ -146,6 +165,9 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
           case 'ready':
             client.ready = true;
             break;
+          case 'acquiring':
+            events.push({ at: clientTime(message.atNs), client: id, type: 'acquiring' });
+            break;
           case 'acquired':
             holders.set(id, true);
             events.push({
@@ -154,6 +176,7 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
               type: 'acquired',
               token: BigInt(message.token),
               remainingMs: message.remainingMs,
+              grantedAt: clientTime(message.atNs),
             });
             for (const wake of [...grantWaiters]) wake(id);
             break;
@@ -243,11 +266,12 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
   }
   try {
     const { writes, value } = await register.read();
-    const verdict = checkRun(events, writes, value, faults);
+    const verdict = checkRun(events, writes, value, faults, options.permits);
     return {
       backend: options.backend,
       fault: options.fault.id,
       fenced: options.fenced,
+      ...(options.permits === undefined ? {} : { permits: options.permits }),
       verdict,
       faults,
       clientErrors: errors,
@@ -262,11 +286,12 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
 }
 
 /** The outcome of a run whose fault cannot be caused here: nothing ran, the reason is kept. */
-function skippedRun(options: CellOptions, reason: string): CellRun {
+export function skippedRun(options: CellOptions, reason: string): CellRun {
   return {
     backend: options.backend,
     fault: options.fault.id,
     fenced: options.fenced,
+    ...(options.permits === undefined ? {} : { permits: options.permits }),
     verdict: checkRun([], [], 0n, []),
     faults: [],
     clientErrors: [`skipped: ${reason}`],
@@ -294,7 +319,7 @@ async function stopClients(clients: readonly Client[], ttlMs: number): Promise<v
  * Redis fencing counters. (etcd keys live on leases and ZooKeeper lock nodes are ephemeral under
  * container nodes: both go by themselves.)
  */
-async function dropNamespace(topology: Topology): Promise<void> {
+export async function dropNamespace(topology: Topology): Promise<void> {
   if (topology.backend === 'redis' || topology.backend === 'redlock') {
     await Promise.all(
       topology.endpoints.map((port) =>

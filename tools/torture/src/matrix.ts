@@ -1,18 +1,29 @@
 /**
- * The torture matrix: every applicable backend × fault cell, `runs` times each, plus the
- * checker's self-test (broken variants that must fail), summed into the table the guarantees
- * page is generated from.
+ * The torture matrix: every applicable backend × fault cell of the lock, and of a semaphore of N
+ * permits under the faults of `semaphore-cells.ts`, `runs` times each, plus the checker's
+ * self-test (broken variants that must fail), summed into the tables the guarantees page is
+ * generated from.
  */
 import { cpus, loadavg } from 'node:os';
 import { percentile } from './checker.js';
 import { FAULTS, type FaultSpec } from './faults.js';
-import { type CellRun, runCell } from './harness.js';
+import { type CellOptions, type CellRun, runCell, skippedRun } from './harness.js';
+import { permitsUnavailable } from './semaphore-cells.js';
 import { BACKENDS, type BackendName } from './topologies.js';
+
+/** What the clients of a cell contend for: the key's lock, or permits of its semaphore. */
+export type Primitive = 'lock' | 'semaphore';
 
 export interface MatrixOptions {
   readonly backends: readonly BackendName[];
   /** Fault ids to run (F0, F1, …); all when empty. */
   readonly faults: readonly string[];
+  /** Which cells to run: the lock's, the semaphore's, or both. */
+  readonly primitives: readonly Primitive[];
+  /** Fault ids of the semaphore cells (those of them that apply to a backend, and `faults`). */
+  readonly semaphoreFaults: readonly string[];
+  /** Permits of the semaphore cells' semaphore. */
+  readonly permits: number;
   readonly runs: number;
   readonly ttlMs: number;
   readonly clients: number;
@@ -28,10 +39,14 @@ export interface MatrixOptions {
  */
 export type CellVerdict = 'pass' | 'fail' | 'documented failure' | 'not exercised' | 'skipped';
 
-/** One backend × fault cell over all its runs. */
+/** One backend × fault cell (of the lock or of the semaphore) over all its runs. */
 export interface CellSummary {
   readonly backend: BackendName;
   readonly fault: string;
+  /** Absent in results written before semaphore cells existed: a lock cell. */
+  readonly primitive?: Primitive;
+  /** Holders allowed at once: the semaphore's permits, 1 for a lock. */
+  readonly permits?: number;
   readonly title: string;
   readonly runs: number;
   readonly ttlMs: number;
@@ -39,14 +54,31 @@ export interface CellSummary {
   readonly writes: number;
   readonly staleAccepted: number;
   readonly staleRejected: number;
+  /**
+   * The most holders inside at once as the register saw them, over the runs (at most
+   * `permits`); absent in results written before it was measured.
+   */
+  readonly maxInside?: number;
+  /** The most holders writing at once, accepted or not (`RunVerdict.maxWriting`). */
+  readonly maxWriting?: number;
+  /** Writes made after the writer's grant lapsed, accepted / rejected (`RunVerdict`). */
+  readonly lapsedWritesAccepted?: number;
+  readonly lapsedWritesRejected?: number;
   readonly lostIncrements: number;
-  /** Runs in which two clients believed they held the lock at once (lock alone, no fencing). */
+  /**
+   * Runs in which more clients believed they held a grant at once than the permits allow (two,
+   * for a lock: a double grant of the lock alone, no fencing).
+   */
   readonly doubleGrantRuns: number;
+  /** Grants beyond the permits believed at once (a lock: pairs of overlapping grants). */
   readonly believedOverlaps: number;
   readonly rawOverlaps: number;
   readonly tokenRegressions: number;
   readonly tokenDuplicates: number;
-  /** Fault → next grant to another client, in TTLs. */
+  /**
+   * Fault → next grant to another client, in TTLs (a semaphore: → other clients hold every
+   * permit at once).
+   */
   readonly livenessP50Ttl: number | null;
   readonly livenessP99Ttl: number | null;
   readonly lossDetectionP50Ms: number | null;
@@ -95,13 +127,18 @@ function ttlFor(backend: BackendName, ttlMs: number): number {
   return backend === 'etcd' ? Math.max(2_000, Math.ceil(ttlMs / 1_000) * 1_000) : ttlMs;
 }
 
-/** Sum the runs of one cell and judge it. */
+/**
+ * Sum the runs of one cell and judge it.
+ * @param permits the semaphore's permit count for a semaphore cell; absent for a lock cell.
+ */
 export function summarize(
   backend: BackendName,
   fault: FaultSpec,
   ttlMs: number,
   runs: readonly CellRun[],
+  permits?: number,
 ): CellSummary {
+  const allowed = permits ?? 1;
   const sum = (pick: (run: CellRun) => number) => runs.reduce((n, run) => n + pick(run), 0);
   const liveness = runs.flatMap((r) => r.verdict.livenessMs.map((ms) => ms / ttlMs));
   const detection = runs.flatMap((r) => r.verdict.lossDetectionMs);
@@ -110,6 +147,8 @@ export function summarize(
   const cell = {
     backend,
     fault: fault.id,
+    primitive: permits === undefined ? ('lock' as const) : ('semaphore' as const),
+    permits: allowed,
     title: fault.title,
     runs: runs.length,
     ttlMs,
@@ -117,6 +156,10 @@ export function summarize(
     writes: sum((r) => r.verdict.writes),
     staleAccepted: sum((r) => r.verdict.staleAccepted),
     staleRejected: sum((r) => r.verdict.staleRejected),
+    maxInside: runs.reduce((most, r) => Math.max(most, r.verdict.maxInside), 0),
+    maxWriting: runs.reduce((most, r) => Math.max(most, r.verdict.maxWriting), 0),
+    lapsedWritesAccepted: sum((r) => r.verdict.lapsedWritesAccepted),
+    lapsedWritesRejected: sum((r) => r.verdict.lapsedWritesRejected),
     lostIncrements: sum((r) => Math.abs(r.verdict.lostIncrements)),
     doubleGrantRuns: runs.filter((r) => r.verdict.believedOverlaps > 0).length,
     believedOverlaps: sum((r) => r.verdict.believedOverlaps),
@@ -138,52 +181,64 @@ export function summarize(
   if (skipped.length > 0) reasons.push(`${skipped.length} of ${runs.length} runs skipped`);
   if (cell.grants === 0) reasons.push('no grant at all');
   if (cell.staleAccepted > 0) reasons.push(`${cell.staleAccepted} stale writes accepted`);
+  if (cell.maxInside > allowed) {
+    reasons.push(`${cell.maxInside} holders inside at once (${allowed} allowed)`);
+  }
   if (cell.lostIncrements > 0) reasons.push(`register lost ${cell.lostIncrements} increments`);
   if (STRICT_TOKENS.has(backend) && cell.tokenRegressions + cell.tokenDuplicates > 0) {
     reasons.push(`${cell.tokenRegressions} token regressions, ${cell.tokenDuplicates} duplicates`);
   }
   if (fault.id === 'F0' && cell.believedOverlaps > 0) {
-    reasons.push(`${cell.believedOverlaps} double grants without any fault`);
+    reasons.push(
+      permits === undefined
+        ? `${cell.believedOverlaps} double grants without any fault`
+        : `${cell.believedOverlaps} grants beyond ${permits} permits without any fault`,
+    );
   }
   const outside = fault.outsideAssumptions?.includes(backend) === true;
   if (reasons.length > 0 && outside) reasons.push(`outside its assumptions: ${fault.assumption}`);
+  // A semaphore's register also refuses a valid holder that N later holders outran, so a
+  // rejected write alone does not show that the fault bit: a lapsed holder's refused write does,
+  // and so do more than N holders writing at once (the register kept N of them).
+  const bitten =
+    permits === undefined
+      ? cell.staleRejected > 0
+      : cell.lapsedWritesRejected > 0 || cell.maxWriting > permits;
   const verdict: CellVerdict =
     reasons.length > 0
       ? outside
         ? 'documented failure'
         : 'fail'
-      : fault.bites.includes(backend) && cell.staleRejected === 0
+      : fault.bites.includes(backend) && !bitten
         ? 'not exercised'
         : 'pass';
   return { ...cell, verdict, reasons };
 }
 
-/** Run the matrix. */
+/** Run the matrix: per backend, its lock cells, then its semaphore cells. */
 export async function runMatrix(options: MatrixOptions, command: string): Promise<MatrixResult> {
   const cells: CellSummary[] = [];
-  const faults = FAULTS.filter((f) => options.faults.length === 0 || options.faults.includes(f.id));
+  const chosen = (f: FaultSpec) => options.faults.length === 0 || options.faults.includes(f.id);
+  const lockFaults = options.primitives.includes('lock') ? FAULTS.filter(chosen) : [];
+  const semaphoreFaults = options.primitives.includes('semaphore')
+    ? FAULTS.filter((f) => chosen(f) && options.semaphoreFaults.includes(f.id))
+    : [];
   for (const backend of options.backends) {
-    for (const fault of faults) {
-      if (!fault.backends.includes(backend)) continue;
-      const ttlMs = ttlFor(backend, options.ttlMs);
-      const runs: CellRun[] = [];
-      for (let seed = 1; seed <= options.runs; seed++) {
-        runs.push(
-          await runCell({
-            backend,
-            fault,
-            ttlMs,
-            clients: options.clients,
-            durationMs: options.durationMs,
-            fenced: true,
-          }),
-        );
-      }
-      const cell = summarize(backend, fault, ttlMs, runs);
-      options.log(
-        `${backend.padEnd(17)} ${fault.id.padEnd(4)} ${cell.verdict.padEnd(13)} grants ${cell.grants}, stale rejected ${cell.staleRejected}, accepted ${cell.staleAccepted}, double grants ${cell.believedOverlaps}${cell.reasons.length > 0 ? ` (${cell.reasons.join('; ')})` : ''}`,
+    const ttlMs = ttlFor(backend, options.ttlMs);
+    for (const fault of lockFaults.filter((f) => f.backends.includes(backend))) {
+      cells.push(await runCellRuns(options, { backend, fault, ttlMs }));
+    }
+    const applicable = semaphoreFaults.filter((f) => f.backends.includes(backend));
+    if (applicable.length === 0) continue;
+    const unavailable = await permitsUnavailable(backend);
+    for (const fault of applicable) {
+      cells.push(
+        await runCellRuns(
+          options,
+          { backend, fault, ttlMs, permits: options.permits },
+          unavailable,
+        ),
       );
-      cells.push(cell);
     }
   }
   const selfTest = options.selfTest ? await runSelfTest(options) : [];
@@ -207,14 +262,61 @@ export async function runMatrix(options: MatrixOptions, command: string): Promis
 }
 
 /**
+ * One cell, `options.runs` times, summed and logged. `unavailable`: why the cell cannot run here
+ * (its runs are skipped with that reason).
+ */
+async function runCellRuns(
+  options: MatrixOptions,
+  cell: Pick<CellOptions, 'backend' | 'fault' | 'ttlMs' | 'permits'>,
+  unavailable?: string,
+): Promise<CellSummary> {
+  const { backend, fault, ttlMs, permits } = cell;
+  const runs: CellRun[] = [];
+  for (let seed = 1; seed <= options.runs; seed++) {
+    const settings: CellOptions = {
+      ...cell,
+      clients: options.clients,
+      durationMs: options.durationMs,
+      fenced: true,
+    };
+    runs.push(
+      unavailable === undefined ? await runCell(settings) : skippedRun(settings, unavailable),
+    );
+  }
+  const summary = summarize(backend, fault, ttlMs, runs, permits);
+  const name = permits === undefined ? fault.id : `${fault.id} semaphore/${permits}`;
+  const inside = permits === undefined ? '' : `, most inside ${summary.maxInside}`;
+  options.log(
+    `${backend.padEnd(17)} ${name.padEnd(4)} ${summary.verdict.padEnd(13)} grants ${summary.grants}${inside}, stale rejected ${summary.staleRejected}, accepted ${summary.staleAccepted}, double grants ${summary.believedOverlaps}${summary.reasons.length > 0 ? ` (${summary.reasons.join('; ')})` : ''}`,
+  );
+  return summary;
+}
+
+/**
  * The checker's self-test (docs/guarantees.md, "Checker self-test"): broken variants that the
- * checker must fail.
+ * checker must fail. Of the lock (when lock cells are chosen):
  * 1. Fencing off: the register accepts every write; a paused Redis holder's late write is then
  *    a stale write accepted.
  * 2. A Redlock quorum of 2 of 5: half the clients see nodes 1–3, the other half nodes 3–5, so
  *    each needs only 2 of the 5 real nodes; two clients then hold the lock at once.
+ * Of the semaphore (when semaphore cells are chosen), on Redis with fencing off:
+ * 3. Clients that ignore the permit count: they take permits of a semaphore of N + 2 while the
+ *    checker allows N, so more than N holders are inside at once.
+ * 4. A holder that writes after its permit lapsed (paused past its TTL, N newer holders in).
  */
 async function runSelfTest(options: MatrixOptions): Promise<SelfTestResult[]> {
+  const results: SelfTestResult[] = [];
+  if (options.primitives.includes('lock')) results.push(...(await lockSelfTest(options)));
+  if (options.primitives.includes('semaphore')) {
+    results.push(...(await semaphoreSelfTest(options)));
+  }
+  for (const result of results) {
+    options.log(`self-test: ${result.name}: ${result.caught ? 'caught' : 'NOT CAUGHT'}`);
+  }
+  return results;
+}
+
+async function lockSelfTest(options: MatrixOptions): Promise<SelfTestResult[]> {
   const results: SelfTestResult[] = [];
   const pause = FAULTS.find((f) => f.id === 'F2')!;
   const none = FAULTS.find((f) => f.id === 'F0')!;
@@ -250,8 +352,48 @@ async function runSelfTest(options: MatrixOptions): Promise<SelfTestResult[]> {
     caught: splitCell.verdict === 'fail' && splitCell.believedOverlaps > 0,
     cell: splitCell,
   });
-  for (const result of results) {
-    options.log(`self-test: ${result.name}: ${result.caught ? 'caught' : 'NOT CAUGHT'}`);
-  }
   return results;
+}
+
+async function semaphoreSelfTest(options: MatrixOptions): Promise<SelfTestResult[]> {
+  const { permits } = options;
+  const pause = FAULTS.find((f) => f.id === 'F2')!;
+  const none = FAULTS.find((f) => f.id === 'F0')!;
+  const clientPermits = permits + 2;
+  const overfull = await runCell({
+    backend: 'redis',
+    fault: none,
+    ttlMs: options.ttlMs,
+    // Enough clients to fill the larger semaphore and wait for it.
+    clients: Math.max(options.clients, clientPermits + 1),
+    durationMs: options.durationMs,
+    fenced: false,
+    permits,
+    clientPermits,
+  });
+  const overfullCell = summarize('redis', none, options.ttlMs, [overfull], permits);
+  const lapsed = await runCell({
+    backend: 'redis',
+    fault: pause,
+    ttlMs: options.ttlMs,
+    clients: options.clients,
+    durationMs: options.durationMs,
+    fenced: false,
+    permits,
+  });
+  const lapsedCell = summarize('redis', pause, options.ttlMs, [lapsed], permits);
+  return [
+    {
+      name: `semaphore ignoring its permit count (Redis, clients take permits of ${clientPermits} where ${permits} are allowed, fencing off)`,
+      expectation: `more than ${permits} holders inside at once, cell fails`,
+      caught: overfullCell.verdict === 'fail' && (overfullCell.maxInside ?? 0) > permits,
+      cell: overfullCell,
+    },
+    {
+      name: `semaphore holder writing after its permit lapsed (Redis, ${permits} permits, holder paused, fencing off)`,
+      expectation: 'stale writes accepted > 0, cell fails',
+      caught: lapsedCell.verdict === 'fail' && lapsedCell.staleAccepted > 0,
+      cell: lapsedCell,
+    },
+  ];
 }

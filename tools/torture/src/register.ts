@@ -1,9 +1,14 @@
 /**
  * The fenced register of the torture harness (the checker's oracle 1, see checker.ts): the
  * protected resource, kept in a PostgreSQL server that no fault touches. Every write is one
- * statement that accepts it only when its token is not older than the highest accepted so far
- * (`>=`, so a holder may write several times with its own token), and logs it, accepted or not,
- * with the writer.
+ * statement that accepts it only when its token is among the `permits` highest tokens written so
+ * far, i.e. fewer than `permits` higher tokens have written before it, and logs it, accepted or
+ * not, with the writer. For a lock (`permits` 1) that is "not older than the highest accepted"
+ * (`>=`, so a holder may write several times with its own token). For a semaphore of N permits
+ * it lets at most N holders in at once, since at most N permits are valid at once and every
+ * later grant has a higher token; it keeps N holders inside, not necessarily the N valid ones (a
+ * valid holder outrun by N later writers is refused, a lapsed one still among the N highest is
+ * not).
  *
  * This SQL is the harness's own and deliberately independent of fencelock's guards
  * (`fencelock/fencing`): a bug there must not hide a bug here. `fenced: false` is the broken
@@ -24,47 +29,69 @@ export class FencedRegister {
   readonly #pool: pg.Pool;
   readonly #schema: string;
   readonly #name: string;
+  readonly #permits: number;
 
   /**
    * @param url `postgres://` URL of the register server.
    * @param schema a lower-case identifier of this run's own schema.
+   * @param permits how many holders may write at once: 1 for a lock, N for a semaphore of N
+   *   permits (stored with the resource row by `create`; writers need not pass it).
    * @param name the resource's name (one per run).
    */
-  constructor(url: string, schema: string, name = 'resource') {
+  constructor(url: string, schema: string, permits = 1, name = 'resource') {
     if (!/^[a-z_][a-z0-9_]{0,62}$/.test(schema)) throw new Error(`bad schema name ${schema}`);
+    if (!Number.isInteger(permits) || permits < 1) throw new Error(`bad permits ${permits}`);
     this.#pool = new pg.Pool({ connectionString: url, max: 2 });
     this.#pool.on('error', () => undefined);
     this.#schema = schema;
+    this.#permits = permits;
     this.#name = name;
   }
 
-  /** Create this run's tables and the resource row (token 0, value 0). */
+  /**
+   * Create this run's tables and the resource row: value 0, no token written yet (`top_tokens`,
+   * the `permits` highest tokens written, highest first), the permit count.
+   */
   async create(): Promise<void> {
     const s = `"${this.#schema}"`;
     await this.#pool.query(`CREATE SCHEMA IF NOT EXISTS ${s};
 CREATE TABLE IF NOT EXISTS ${s}.fenced_resource (
-  name text PRIMARY KEY, max_token bigint NOT NULL, value bigint NOT NULL);
+  name text PRIMARY KEY, max_token bigint NOT NULL, value bigint NOT NULL,
+  permits integer NOT NULL, top_tokens bigint[] NOT NULL);
 CREATE TABLE IF NOT EXISTS ${s}.write_log (
   id bigserial PRIMARY KEY, name text NOT NULL, token bigint NOT NULL, writer text NOT NULL,
   accepted boolean NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
-INSERT INTO ${s}.fenced_resource VALUES ('${this.#name}', 0, 0) ON CONFLICT DO NOTHING;`);
+INSERT INTO ${s}.fenced_resource VALUES ('${this.#name}', 0, 0, ${this.#permits}, '{}')
+  ON CONFLICT DO NOTHING;`);
   }
 
   /**
-   * Write with `token`. Fenced: accepted only when `token >= max_token` (the row lock
-   * serialises writers). Unfenced: always accepted. Resolves to whether it was accepted.
+   * Write with `token`. Fenced: accepted only when fewer than `permits` of the highest tokens
+   * written so far are higher than `token` (the row lock serialises writers). Unfenced: always
+   * accepted. Either way `top_tokens` keeps the `permits` highest tokens. Resolves to whether it
+   * was accepted.
    */
   async write(token: bigint, writer: string, fenced: boolean): Promise<boolean> {
     const s = `"${this.#schema}"`;
-    const condition = fenced ? '$2 >= (SELECT max_token FROM cur)' : 'true';
+    const condition = fenced
+      ? '(SELECT count(*) FROM cur, unnest(cur.top_tokens) AS t(token) WHERE t.token > $2::bigint) < (SELECT permits FROM cur)'
+      : 'true';
     const { rows } = await this.#pool.query<{ accepted: boolean }>(
-      `WITH cur AS (SELECT max_token FROM ${s}.fenced_resource WHERE name = $1 FOR UPDATE),
+      `WITH cur AS (
+  SELECT permits, top_tokens FROM ${s}.fenced_resource WHERE name = $1 FOR UPDATE
+),
 upd AS (
-  UPDATE ${s}.fenced_resource SET max_token = greatest(max_token, $2), value = value + 1
+  UPDATE ${s}.fenced_resource
+  SET max_token = greatest(max_token, $2::bigint),
+    top_tokens = (ARRAY(
+      SELECT DISTINCT t.token FROM unnest(top_tokens || $2::bigint) AS t(token)
+      ORDER BY t.token DESC
+    ))[1:permits],
+    value = value + 1
   WHERE name = $1 AND ${condition} RETURNING 1
 )
 INSERT INTO ${s}.write_log (name, token, writer, accepted)
-VALUES ($1, $2, $3, EXISTS (SELECT 1 FROM upd)) RETURNING accepted`,
+VALUES ($1, $2::bigint, $3, EXISTS (SELECT 1 FROM upd)) RETURNING accepted`,
       [this.#name, token.toString(), writer],
     );
     return rows[0]!.accepted;

@@ -1,20 +1,51 @@
 /**
- * Reports of a torture matrix: the markdown table, the SVG chart (liveness gaps and double-grant
- * rates per cell) and the guarantees page, all generated from the JSON result.
+ * Reports of a torture matrix: the markdown tables (lock cells, semaphore cells), the SVG chart
+ * (liveness gaps and double-grant rates per cell) and the guarantees page, all generated from
+ * the JSON result.
  */
 import type { CellSummary, MatrixResult } from './matrix.js';
 
 const dash = (value: number | null, suffix = '') => (value === null ? '–' : `${value}${suffix}`);
 
-/** The per-cell table as markdown. */
+/** Whether a cell is a semaphore's (cells of results older than semaphore cells are locks). */
+const isSemaphore = (cell: CellSummary) => cell.primitive === 'semaphore';
+
+const verdictText = (c: CellSummary) =>
+  `${c.verdict}${c.reasons.length > 0 ? `: ${c.reasons.join('; ')}` : ''}`;
+
+/** The lock cells' table as markdown. */
 export function markdownTable(result: MatrixResult): string {
   const header =
     '| backend | fault | runs | grants | double grants (runs) | stale writes rejected | stale writes accepted | token regressions / duplicates | next grant after fault p50 / p99 (× TTL) | loss detected p50 / p99 (ms) | verdict |';
   const rule = `|${' --- |'.repeat(11)}`;
-  const rows = result.cells.map(
-    (c) =>
-      `| ${c.backend} | ${c.fault} | ${c.runs} | ${c.grants} | ${c.believedOverlaps} (${c.doubleGrantRuns}) | ${c.staleRejected} | **${c.staleAccepted}** | ${c.tokenRegressions} / ${c.tokenDuplicates} | ${dash(c.livenessP50Ttl)} / ${dash(c.livenessP99Ttl)} | ${dash(c.lossDetectionP50Ms)} / ${dash(c.lossDetectionP99Ms)} | ${c.verdict}${c.reasons.length > 0 ? `: ${c.reasons.join('; ')}` : ''} |`,
-  );
+  const rows = result.cells
+    .filter((c) => !isSemaphore(c))
+    .map(
+      (c) =>
+        `| ${c.backend} | ${c.fault} | ${c.runs} | ${c.grants} | ${c.believedOverlaps} (${c.doubleGrantRuns}) | ${c.staleRejected} | **${c.staleAccepted}** | ${c.tokenRegressions} / ${c.tokenDuplicates} | ${dash(c.livenessP50Ttl)} / ${dash(c.livenessP99Ttl)} | ${dash(c.lossDetectionP50Ms)} / ${dash(c.lossDetectionP99Ms)} | ${verdictText(c)} |`,
+    );
+  return [header, rule, ...rows].join('\n');
+}
+
+/**
+ * The semaphore cells' table as markdown: per cell, the grants (permits), the most holders the
+ * register saw inside at once against the permits and the most writing at once (accepted or
+ * not: above the permits, a fault put more writers at the resource than it allows), stale
+ * writes rejected and accepted (a write whose token was not among the N highest written),
+ * writes made after the writer's permit lapsed (accepted / rejected), grants beyond the permits
+ * as the library believed them, and the verdict (skipped cells say why).
+ */
+export function semaphoreTable(result: MatrixResult): string {
+  const cells = result.cells.filter(isSemaphore);
+  if (cells.length === 0) return '_No semaphore cells were run._';
+  const header =
+    '| backend | fault | permits | runs | grants | most holders inside at once (≤ permits) | most holders writing at once | stale writes rejected | stale writes accepted | writes after the permit lapsed: accepted / rejected | grants beyond the permits (runs) | token regressions / duplicates | all permits in use again after fault p50 / p99 (× TTL) | verdict |';
+  const rule = `|${' --- |'.repeat(14)}`;
+  const rows = cells.map((c) => {
+    const skipped = c.verdict === 'skipped';
+    const figure = (value: number | string) => (skipped ? '–' : value);
+    return `| ${c.backend} | ${c.fault} | ${c.permits ?? 1} | ${c.runs} | ${figure(c.grants)} | ${figure(c.maxInside ?? '–')} | ${figure(c.maxWriting ?? '–')} | ${figure(c.staleRejected)} | **${figure(c.staleAccepted)}** | ${figure(`${c.lapsedWritesAccepted ?? '–'} / ${c.lapsedWritesRejected ?? '–'}`)} | ${figure(`${c.believedOverlaps} (${c.doubleGrantRuns})`)} | ${figure(`${c.tokenRegressions} / ${c.tokenDuplicates}`)} | ${dash(c.livenessP50Ttl)} / ${dash(c.livenessP99Ttl)} | ${verdictText(c)} |`;
+  });
   return [header, rule, ...rows].join('\n');
 }
 
@@ -31,7 +62,7 @@ export function selfTestLines(result: MatrixResult): string {
   return result.selfTest
     .map(
       (t) =>
-        `- ${t.name}: ${t.caught ? 'caught' : '**not caught**'} (${t.cell.staleAccepted} stale writes accepted, ${t.cell.believedOverlaps} double grants; expected: ${t.expectation}).`,
+        `- ${t.name}: ${t.caught ? 'caught' : '**not caught**'} (${t.cell.staleAccepted} stale writes accepted, ${t.cell.believedOverlaps} double grants${isSemaphore(t.cell) ? `, most holders inside at once ${t.cell.maxInside ?? '–'} of ${t.cell.permits ?? 1} allowed` : ''}; expected: ${t.expectation}).`,
     )
     .join('\n');
 }
@@ -51,12 +82,15 @@ export function svgChart(result: MatrixResult): string {
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="11">`,
     `<title>fencelock torture: next grant after each fault and runs with a double grant, per backend and fault</title>`,
     `<rect width="100%" height="100%" fill="white"/>`,
-    `<text x="${labelWidth}" y="16" font-weight="bold">next grant after the fault (× TTL): p50 dark, p99 light</text>`,
-    `<text x="${labelWidth + panelWidth + 40}" y="16" font-weight="bold">runs with a double grant (lock alone)</text>`,
+    `<text x="${labelWidth}" y="16" font-weight="bold">${cells.some(isSemaphore) ? 'next grant (sem/N: all N permits in use) after the fault (× TTL)' : 'next grant after the fault (× TTL): p50 dark, p99 light'}</text>`,
+    `<text x="${labelWidth + panelWidth + 40}" y="16" font-weight="bold">${cells.some(isSemaphore) ? 'runs with a double grant (sem/N: beyond N)' : 'runs with a double grant (lock alone)'}</text>`,
   ];
   cells.forEach((cell, i) => {
     const y = top + i * rowHeight;
-    parts.push(`<text x="4" y="${y + 12}">${escapeXml(`${cell.backend} ${cell.fault}`)}</text>`);
+    const label = isSemaphore(cell)
+      ? `${cell.backend} ${cell.fault} sem/${cell.permits ?? 1}`
+      : `${cell.backend} ${cell.fault}`;
+    parts.push(`<text x="4" y="${y + 12}">${escapeXml(label)}</text>`);
     const p99 = ((cell.livenessP99Ttl ?? 0) / maxGap) * panelWidth;
     const p50 = ((cell.livenessP50Ttl ?? 0) / maxGap) * panelWidth;
     parts.push(
@@ -72,6 +106,10 @@ export function svgChart(result: MatrixResult): string {
     }
     const rate = cell.runs === 0 ? 0 : cell.doubleGrantRuns / cell.runs;
     const x = labelWidth + panelWidth + 40;
+    if (cell.verdict === 'skipped') {
+      parts.push(`<text x="${x}" y="${y + 12}" fill="#555">skipped</text>`);
+      return;
+    }
     parts.push(
       `<rect x="${x}" y="${y + 3}" width="${(rate * panelWidth).toFixed(1)}" height="12" fill="${rate > 0 ? '#e6550d' : '#31a354'}"/>`,
     );
@@ -106,7 +144,28 @@ export function headline(result: MatrixResult): string {
   const t = totals(result.cells);
   const backends = new Set(result.cells.map((c) => c.backend)).size;
   const faults = new Set(result.cells.map((c) => c.fault)).size;
-  return `${t.staleAccepted} stale writes accepted and ${t.staleRejected} rejected by the fenced register, over ${t.runs} runs (${t.writes} fenced writes) of ${faults} faults on ${backends} backends; ${t.failed} cells failed${t.documented > 0 ? ` (and ${t.documented} failed as their backend documents, outside its assumptions)` : ''}, ${t.notExercised} not exercised${t.skipped > 0 ? `, ${t.skipped} skipped (fault not available on the machine)` : ''}.`;
+  const semaphores = result.cells.filter(isSemaphore);
+  const permits = [...new Set(semaphores.map((c) => c.permits ?? 1))].join(' or ');
+  const kinds =
+    semaphores.length > 0
+      ? ` (${result.cells.length - semaphores.length} lock cells, ${semaphores.length} semaphore cells of ${permits} permits)`
+      : '';
+  return `${t.staleAccepted} stale writes accepted and ${t.staleRejected} rejected by the fenced register, over ${t.runs} runs (${t.writes} fenced writes) of ${faults} faults on ${backends} backends${kinds}; ${t.failed} cells failed${t.documented > 0 ? ` (and ${t.documented} failed as their backend documents, outside its assumptions)` : ''}, ${t.notExercised} not exercised${skippedText(result.cells)}.`;
+}
+
+/** ", N skipped (why)" for the headline: faults missing on the machine, stores without semaphores. */
+function skippedText(cells: readonly CellSummary[]): string {
+  const skipped = cells.filter((c) => c.verdict === 'skipped');
+  const locks = skipped.filter((c) => !isSemaphore(c)).length;
+  const semaphores = skipped.length - locks;
+  const parts = [
+    locks > 0 ? `${locks} skipped (fault not available on the machine)` : '',
+    semaphores > 0 ? `${semaphores} semaphore cells skipped (reasons in the table)` : '',
+  ];
+  return parts
+    .filter((part) => part !== '')
+    .map((part) => `, ${part}`)
+    .join('');
 }
 
 /** docs/guarantees.md, generated from a committed result. */
@@ -158,9 +217,44 @@ were not affected: an availability issue, not a safety one.
 
 ![liveness and double grants](${chart})
 
-## Checker self-test
+${semaphoreSection(result)}## Checker self-test
 
 ${selfTestLines(result)}
+`;
+}
+
+/**
+ * The guarantees page's semaphore section (empty for a result without semaphore cells), ending
+ * in a blank line.
+ */
+function semaphoreSection(result: MatrixResult): string {
+  if (!result.cells.some(isSemaphore)) return '';
+  return `## Semaphores
+
+The same runs with a semaphore of N permits: every client takes a permit
+(\`locker.semaphore(key, { permits }).acquire()\`) instead of the lock and writes twice through
+the register with the permit's token. The register accepts a write only while its token is
+among the N highest written so far (fewer than N higher tokens wrote before it); a write that is
+not is stale. At most N permits are valid at once and every later grant has a higher token, so
+the rule never lets more than N holders in at once. The checker replays the log: stale writes
+accepted must be 0, and the most holders inside at once as the register saw them (from a
+holder's first accepted write to its last) must not exceed N. The most holders writing at once
+counts rejected writes too: above N, a fault put more writers at the resource than the permits
+allow and the register kept N of them. A cell is **not exercised** when, under a fault that can
+cause it, neither that happened nor a write made after its writer's permit lapsed was refused.
+
+What the rule keeps is N holders inside, not the N valid ones. A holder whose permit is still
+valid but whose write comes after N later holders wrote is refused, and a lapsed holder whose
+token is still among the N highest is let in (its valid rival with a lower token is refused
+instead); the table counts the writes made after the writer's own permit lapsed (reported lost,
+or past the validity it last reported), accepted and rejected. "Grants beyond the permits"
+counts grants made while N other clients still believed they held a permit, the semaphore's
+double grant; the time after a fault runs until other clients held all N permits at once (the
+permit the fault hit was back). A backend whose \`capabilities.permits\` is false has its
+semaphore cells skipped, with the reason.
+
+${semaphoreTable(result)}
+
 `;
 }
 
@@ -170,19 +264,27 @@ ${selfTestLines(result)}
  */
 export function readmeSummary(result: MatrixResult, source: string): string {
   const backends = [...new Set(result.cells.map((c) => c.backend))];
+  const withSemaphores = result.cells.some(isSemaphore);
+  const passedOf = (cells: readonly CellSummary[]) => {
+    const exercised = cells.filter((c) => c.verdict !== 'skipped' && c.verdict !== 'not exercised');
+    if (cells.length > 0 && cells.every((c) => c.verdict === 'skipped')) return 'skipped';
+    return `${exercised.filter((c) => c.verdict === 'pass').length} of ${exercised.length}`;
+  };
   const rows = backends.map((backend) => {
     const cells = result.cells.filter((c) => c.backend === backend);
-    const exercised = cells.filter((c) => c.verdict !== 'skipped' && c.verdict !== 'not exercised');
-    const passed = exercised.filter((c) => c.verdict === 'pass').length;
+    const locks = passedOf(cells.filter((c) => !isSemaphore(c)));
+    const semaphores = withSemaphores ? ` ${passedOf(cells.filter(isSemaphore))} |` : '';
     const accepted = cells.reduce((n, c) => n + c.staleAccepted, 0);
     const rejected = cells.reduce((n, c) => n + c.staleRejected, 0);
-    return `| ${backend} | ${passed} of ${exercised.length} | ${accepted} / ${rejected} |`;
+    return `| ${backend} | ${locks} |${semaphores} ${accepted} / ${rejected} |`;
   });
   return [
     `${headline(result)} Fault by fault, with double grants and liveness: [docs/guarantees.md](docs/guarantees.md), generated from \`${source}\`.`,
     '',
-    '| backend | faults passed | stale writes accepted / rejected |',
-    '| --- | --- | --- |',
+    withSemaphores
+      ? '| backend | faults passed | semaphore faults passed | stale writes accepted / rejected |'
+      : '| backend | faults passed | stale writes accepted / rejected |',
+    withSemaphores ? '| --- | --- | --- | --- |' : '| --- | --- | --- |',
     ...rows,
   ].join('\n');
 }
