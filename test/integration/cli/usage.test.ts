@@ -343,7 +343,9 @@ describe('--help', () => {
   it('documents the exit codes of run', async () => {
     const result = await runCli(['run', '--help']);
     expect([result.code, result.stderr]).toEqual([0, '']);
-    expect(result.stdout).toContain('Usage: fencelock run [options] <key> -- <command> [args...]');
+    expect(result.stdout).toContain(
+      'Usage: fencelock run [options] <key> [more keys...] -- <command> [args...]',
+    );
     for (const line of [
       '  124                 --wait ran out before the lock was granted; the command did not run',
       '  125                 the lease was lost while the command ran; it was sent SIGTERM',

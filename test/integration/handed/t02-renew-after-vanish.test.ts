@@ -174,11 +174,11 @@ describe('T02 step 3: watchdog vs a frozen event loop (redis)', () => {
         const renewCommands = commands.filter(
           (c) => c.args[2] === '1' && c.args[3] === lockKey && c.args[4] === lease.owner,
         );
-        // The monitor works: it saw A's grant (4 keys: lock, fence counter, line, waiters; then
-        // A's owner id) and B's grant. (Release and abandon take 4 keys too, the second the
-        // release channel.)
+        // The monitor works: it saw A's grant (6 keys: lock, fence counter, line, waiters,
+        // readers, readers' tokens; then A's owner id) and B's grant. (Release and abandon take
+        // 7 keys, the fence counter second too.)
         const grantsA = commands.filter(
-          (c) => c.args[2] === '4' && c.args[4]?.endsWith(':fence') && c.args[7] === lease.owner,
+          (c) => c.args[2] === '6' && c.args[4]?.endsWith(':fence') && c.args[9] === lease.owner,
         );
         expect(grantsA).toHaveLength(1);
         expect(commands.length).toBeGreaterThan(renewCommands.length + 1);

@@ -43,6 +43,11 @@ import { downgradeAndUpgradeTests } from '../rwlock-rules.js';
 const EVENT_GAP_MS = 250;
 /** A TTL no grant here runs out of by itself (a handoff by expiry would take this long). */
 const LONG_TTL_MS = 30_000;
+/**
+ * A vote settles on a majority; the nodes that answer after it are checked by polling up to this
+ * long (`expect.poll` options).
+ */
+const NODES_SETTLE = { timeout: 2_000, interval: 10 };
 
 const prefix = `fencelock-redlock-rw-${randomBytes(4).toString('hex')}`;
 const unique = (label: string) => `rw-${label}-${randomBytes(4).toString('hex')}`;
@@ -175,9 +180,10 @@ describe('Redlock read-write lock (5 nodes)', () => {
     expect([r1, r2, r3].every((r) => r.isHeld)).toBe(true);
     expect(r2.fencingToken).toBeGreaterThan(r1.fencingToken);
     expect(r3.fencingToken).toBeGreaterThan(r2.fencingToken);
+    // A grant needs a majority; the other nodes' answers may still be on their way.
     for (const admin of admins) {
+      await expect.poll(() => admin.zcard(k.readers), NODES_SETTLE).toBe(3);
       expect(await admin.exists(k.lock)).toBe(0);
-      expect(await admin.zcard(k.readers)).toBe(3);
       expect(await admin.pttl(k.readers)).toBeGreaterThan(LONG_TTL_MS - 5_000);
     }
     const info = await probe.inspect(key);
@@ -192,7 +198,9 @@ describe('Redlock read-write lock (5 nodes)', () => {
     expect(r4?.fencingToken).toBeGreaterThan(r3.fencingToken);
     for (const r of [r1, r2, r3, r4!]) expect(await r.release()).toBe('released');
     for (const admin of admins) {
-      expect(await admin.exists(k.readers, k.readerTokens, k.queue, k.waiters)).toBe(0);
+      await expect
+        .poll(() => admin.exists(k.readers, k.readerTokens, k.queue, k.waiters), NODES_SETTLE)
+        .toBe(0);
     }
   });
 
@@ -262,7 +270,12 @@ describe('Redlock read-write lock (5 nodes)', () => {
     }
     expect(await reader3.release()).toBe('released');
     for (const admin of admins) {
-      expect(await admin.exists(k.lock, k.readers, k.readerTokens, k.queue, k.waiters)).toBe(0);
+      await expect
+        .poll(
+          () => admin.exists(k.lock, k.readers, k.readerTokens, k.queue, k.waiters),
+          NODES_SETTLE,
+        )
+        .toBe(0);
     }
   });
 
@@ -339,7 +352,7 @@ describe('Redlock read-write lock (5 nodes)', () => {
     expect(writer.fencingToken).toBeGreaterThan(granted.granted ? granted.token : 0n);
     expect(await writer.release()).toBe('released');
     for (const admin of admins) {
-      expect(await admin.zscore(k.readers, owner)).toBeNull();
+      await expect.poll(() => admin.zscore(k.readers, owner), NODES_SETTLE).toBeNull();
     }
   });
 

@@ -12,6 +12,7 @@ import {
 } from '../options.js';
 import {
   acquireAll,
+  heldMultiLease,
   MULTI_LOCK_OPTION_NAMES,
   type MultiLease,
   type MultiLockOptions,
@@ -318,7 +319,7 @@ export class Locker implements AsyncDisposable {
   ): Promise<T> {
     if (typeof fn !== 'function') throw new InvalidArgumentError('fn', 'a function', fn);
     const all = (await this.#acquireAll(keys, options, false)) as MultiLease;
-    return holdWhile(all, () => fn(all));
+    return holdWhile(heldMultiLease(all), () => fn(all));
   }
 
   /** The checks of a multi-key acquire (synchronous, before any network call), then the run. */

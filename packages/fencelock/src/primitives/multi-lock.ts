@@ -61,7 +61,7 @@ export function validateKeys(keys: unknown): string[] {
  * when any of them is lost, give each resource the fencing token of its own key, and
  * `release()` (or `await using`) when done.
  */
-export class MultiLease implements Held, AsyncDisposable {
+export class MultiLease implements AsyncDisposable {
   /** One lease per key, sorted by key. */
   readonly leases: readonly Lease[];
   #signal: AbortSignal | undefined;
@@ -104,28 +104,36 @@ export class MultiLease implements Held, AsyncDisposable {
     return settled.map((s) => (s as PromiseFulfilledResult<ReleaseOutcome>).value);
   }
 
-  /** @internal `Held`: release, and say which lease did not last to the release. */
-  async releaseChecked(): Promise<LockLostError | undefined> {
-    const outcomes = await this.release();
-    for (const [i, lease] of this.leases.entries()) {
-      if (lease.signal.aborted) return lease.signal.reason as LockLostError;
-      const outcome = outcomes[i]!;
-      if (outcome !== 'released') {
-        return new LockLostError(lease.key, lease.fencingToken, outcome, { operation: 'release' });
-      }
-    }
-    return undefined;
-  }
-
-  /** @internal `Held`: best-effort release. */
-  async releaseQuietly(): Promise<void> {
-    await Promise.allSettled(this.leases.map((lease) => lease.release()));
-  }
-
   /** `await using all = await locker.acquireAll(keys)` releases every lease at scope exit. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.release();
   }
+}
+
+/** The leases of `all` as `Held` (for `withLocks`): released together, lost when any is. */
+export function heldMultiLease(all: MultiLease): Held {
+  return {
+    get signal() {
+      return all.signal;
+    },
+    async releaseChecked() {
+      const outcomes = await all.release();
+      for (const [i, lease] of all.leases.entries()) {
+        // A lease that ran out while the callback ran is declared lost by release().
+        if (lease.signal.aborted) return lease.signal.reason as LockLostError;
+        const outcome = outcomes[i]!;
+        if (outcome !== 'released') {
+          return new LockLostError(lease.key, lease.fencingToken, outcome, {
+            operation: 'release',
+          });
+        }
+      }
+      return undefined;
+    },
+    async releaseQuietly() {
+      await Promise.allSettled(all.leases.map((lease) => lease.release()));
+    },
+  };
 }
 
 /** A lock handle on `key` that waits at most `waitMs` (validated options of the acquire). */

@@ -287,7 +287,7 @@ export class RedlockBackend implements Backend {
 
   /**
    * Extend on every node; renewed when a majority did. Renewals asked for in one turn of the
-   * event loop go to each node as one script call (the single-node `renew-many.lua`), voted on lease by lease.
+   * event loop go to each node as one script call (`renew-many-on-node.lua`), voted on lease by lease.
    * A permit is renewed on its own, on the permit quorum.
    * @throws QuorumError when fewer than a majority answered.
    */
