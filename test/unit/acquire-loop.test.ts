@@ -54,6 +54,7 @@ function scripted(answers: (AttemptResult | (() => Promise<AttemptResult>))[]): 
       queue: false,
       batchRenew: false,
       permits: false,
+      attemptAll: false,
     },
     attempt: async () => {
       const next = answers[Math.min(i, answers.length - 1)];

@@ -35,6 +35,7 @@ export class MemoryBackend implements Backend {
     queue: false,
     batchRenew: false,
     permits: false,
+    attemptAll: false,
   });
   readonly calls: Record<string, number> = {};
   readonly entries = new Map<string, Entry>();

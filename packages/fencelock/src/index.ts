@@ -38,6 +38,7 @@ export {
   type SessionOptions,
 } from './core/locker.js';
 export type {
+  OwnerAcquireAllOptions,
   OwnerAcquireOptions,
   OwnerGrant,
   OwnerReleaseRef,

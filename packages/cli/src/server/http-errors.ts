@@ -188,12 +188,19 @@ export function fromFastifyError(
   if (error.validation && error.validation.length > 0) {
     const first = error.validation[0]!;
     const params = first.params as Record<string, unknown>;
-    const path = first.instancePath.replace(/^\//, '').replaceAll('/', '.');
+    // `/grants/0/fencingToken` → `grants[0].fencingToken`, as the operations name fields.
+    const path = first.instancePath
+      .split('/')
+      .slice(1)
+      .map((part) => (/^\d+$/.test(part) ? `[${part}]` : `.${part}`))
+      .join('')
+      .replace(/^\./, '');
+    const inPath = (name: unknown) => (path === '' ? String(name) : `${path}.${String(name)}`);
     const field =
       first.keyword === 'required'
-        ? String(params.missingProperty)
+        ? inPath(params.missingProperty)
         : first.keyword === 'additionalProperties'
-          ? String(params.additionalProperty)
+          ? inPath(params.additionalProperty)
           : path || (error.validationContext ?? 'body');
     if (first.keyword === 'additionalProperties') {
       return new HttpError(400, {

@@ -7,7 +7,7 @@
  * code (`ERR_LOCK_BUSY`, `ERR_INVALID_ARGUMENT` with the field in fencelock's HTTP spelling…),
  * which each transport turns into its own answer. No lock state is kept here.
  */
-import { type Locker, MAX_PERMITS } from 'fencelock';
+import { type Locker, MAX_MULTI_KEYS, MAX_PERMITS, validateKey } from 'fencelock';
 import { fromLockError, HttpError, invalidField } from './http-errors.js';
 import { isWellFormedOwnerName, newOwnerName, ownerIdFor } from './owner.js';
 import { MAX_EXPIRY_SECONDS, MAX_OWNER_CHARS } from './schemas.js';
@@ -38,6 +38,20 @@ export interface GrantAnswer {
   readonly ttlMs: number;
   /** For a semaphore's permit, the semaphore's permit count; absent for a lock. */
   readonly permits?: number;
+  /** `'read'` for a read grant (answered by acquires); absent for a write grant or a permit. */
+  readonly mode?: 'read';
+}
+
+/** The answer of a multi-key acquire: the owner name, and one grant per key, sorted by key. */
+export interface AcquireAllAnswer {
+  readonly owner: string;
+  readonly grants: readonly GrantAnswer[];
+}
+
+/** The outcome of releasing one grant of a multi-key release. */
+export interface ReleaseAllOutcome {
+  readonly key: string;
+  readonly outcome: 'released' | 'not-held' | 'not-owner';
 }
 
 /** The engine's view of a key. */
@@ -90,21 +104,20 @@ export async function acquire(
     readonly signal?: AbortSignal | undefined;
     /** A semaphore's permit count: one of its permits instead of the lock. */
     readonly permits?: number | undefined;
+    /** `'read'`: a read grant; `'write'` or absent: the lock (or the permit). */
+    readonly mode?: unknown;
   },
 ): Promise<GrantAnswer> {
   const { key } = request;
   const owner = request.owner ?? newOwnerName();
   checkOwner(ctx, 'owner', owner);
   const permits = checkedPermits(ctx, request.permits);
-  const waitMs = request.waitMs ?? 0;
-  if (!Number.isFinite(waitMs) || waitMs < 0 || waitMs > ctx.maxWaitMs) {
-    throw invalidField('waitMs', ctx.allowed('waitMs'), waitMs);
-  }
+  const mode = checkedMode(ctx, request.mode);
+  const waitMs = checkedWaitMs(ctx, request.waitMs);
   try {
     const ownerId = ownerIdFor(owner, key);
-    const signal =
-      request.signal === undefined ? ctx.shutdown : AbortSignal.any([request.signal, ctx.shutdown]);
-    const options = { ttlMs: request.ttlMs, signal, ...permits };
+    const signal = callerSignal(ctx, request.signal);
+    const options = { ttlMs: request.ttlMs, signal, ...permits, ...mode };
     const grant =
       waitMs === 0
         ? await ctx.locker.tryAcquireForOwner(key, ownerId, options)
@@ -120,7 +133,13 @@ export async function acquire(
       // could ever release it: release it now. A named owner's grant stays (its TTL ends it), as
       // the caller may be retrying under that name and the retry would be this same grant.
       await ctx.locker
-        .releaseForOwner({ key, owner: ownerId, fencingToken: grant.fencingToken, ...permits })
+        .releaseForOwner({
+          key,
+          owner: ownerId,
+          fencingToken: grant.fencingToken,
+          ...permits,
+          ...mode,
+        })
         .catch(() => undefined);
       throw new HttpError(409, {
         errorCode: 'ERR_LOCK_TIMEOUT',
@@ -134,10 +153,135 @@ export async function acquire(
       fencingToken: grant.fencingToken.toString(),
       ttlMs: grant.ttlMs,
       ...permits,
+      ...mode,
     };
   } catch (error) {
     throw fromLockError(error, FIELDS, ctx.allowed, ctx.shutdown.aborted);
   }
+}
+
+/**
+ * Take every key of `keys` or none for `owner` (a random name when absent), each with its own
+ * grant and fencing token (`Locker.acquireAllForOwner`: one round of single attempts; if a key is
+ * busy, release what was taken and take the keys in sorted order, each waited for). Keys are
+ * deduplicated and sorted; each key's owner id is derived from the name and that key. All input
+ * is checked before the store is asked anything. `signal` ends the wait as for `acquire`; grants
+ * the engine makes for a caller that went away are released when the owner name was made up
+ * here, else left to their TTL.
+ * @returns the owner name and one grant per key, sorted by key.
+ * @throws HttpError `ERR_INVALID_ARGUMENT` (`keys`, `keys[i]`, `owner`, `ttlMs`, `waitMs`, `mode`),
+ *   `ERR_LOCK_BUSY` (one round: a key is held), `ERR_LOCK_TIMEOUT` (naming the key waited for),
+ *   `ERR_BACKEND` / `ERR_QUORUM`, `ERR_SHUTTING_DOWN`; nothing stays held.
+ */
+export async function acquireAll(
+  ctx: LockOperationsContext,
+  request: {
+    readonly keys: unknown;
+    readonly owner?: string | undefined;
+    readonly ttlMs: number;
+    readonly waitMs?: number | undefined;
+    readonly mode?: unknown;
+    readonly signal?: AbortSignal | undefined;
+  },
+): Promise<AcquireAllAnswer> {
+  const keys = checkedKeys(ctx, request.keys);
+  const owner = request.owner ?? newOwnerName();
+  checkOwner(ctx, 'owner', owner);
+  const mode = checkedMode(ctx, request.mode);
+  const waitMs = checkedWaitMs(ctx, request.waitMs);
+  try {
+    const ownerOf = (key: string) => ownerIdFor(owner, key);
+    const options = { ttlMs: request.ttlMs, signal: callerSignal(ctx, request.signal), ...mode };
+    const grants =
+      waitMs === 0
+        ? await ctx.locker.tryAcquireAllForOwner(keys, ownerOf, options)
+        : await ctx.locker.acquireAllForOwner(keys, ownerOf, { ...options, waitMs });
+    if (grants === null) {
+      throw new HttpError(409, {
+        errorCode: 'ERR_LOCK_BUSY',
+        message: `${keys.length === 1 ? 'the key is' : `at least one of the ${keys.length} keys is`} held by another owner; none was taken`,
+      });
+    }
+    if (request.signal?.aborted && request.owner === undefined) {
+      // As in `acquire`: nobody could ever release grants under a made-up name.
+      await Promise.allSettled(
+        grants.map(({ key, owner: ownerId, fencingToken }) =>
+          ctx.locker.releaseForOwner({ key, owner: ownerId, fencingToken, ...mode }),
+        ),
+      );
+      throw new HttpError(409, {
+        errorCode: 'ERR_LOCK_TIMEOUT',
+        message: `the caller went away before ${keys.length} keys were granted; the grants were released`,
+      });
+    }
+    return {
+      owner,
+      grants: grants.map((grant) => ({
+        key: grant.key,
+        owner,
+        ownerId: grant.owner,
+        fencingToken: grant.fencingToken.toString(),
+        ttlMs: grant.ttlMs,
+        ...mode,
+      })),
+    };
+  } catch (error) {
+    throw fromLockError(error, FIELDS, ctx.allowed, ctx.shutdown.aborted);
+  }
+}
+
+/**
+ * Release several grants of `owner`, each by compare-and-delete of its key's owner id and its
+ * fencing token (in parallel; read grants as write grants). Every grant is checked before the
+ * store is asked anything; keys must be distinct.
+ * @returns each grant's outcome (`released`, `not-held`, `not-owner`), sorted by key.
+ * @throws HttpError `ERR_INVALID_ARGUMENT` (`owner`, `grants`, `grants[i].key`,
+ *   `grants[i].fencingToken`), `ERR_BACKEND` (after every release was tried).
+ */
+export async function releaseAll(
+  ctx: LockOperationsContext,
+  request: {
+    readonly owner: string;
+    readonly grants: unknown;
+  },
+): Promise<{ readonly outcomes: readonly ReleaseAllOutcome[] }> {
+  const { owner } = request;
+  checkOwner(ctx, 'owner', owner);
+  const { grants } = request;
+  if (!Array.isArray(grants) || grants.length === 0 || grants.length > MAX_MULTI_KEYS) {
+    throw invalidField('grants', ctx.allowed('grants'), grants);
+  }
+  const targets = new Map<string, bigint>();
+  for (const [i, grant] of grants.entries()) {
+    if (typeof grant !== 'object' || grant === null) {
+      throw invalidField(`grants[${i}]`, ctx.allowed('grants'), grant);
+    }
+    const { key, fencingToken } = grant as { key?: unknown; fencingToken?: unknown };
+    checkKey(ctx, `grants[${i}].key`, key);
+    checkFencingToken(ctx, fencingToken, `grants[${i}].fencingToken`);
+    if (targets.has(key)) {
+      throw invalidField('grants', ctx.allowed('grants'), `"${key}" twice`);
+    }
+    targets.set(key, BigInt(fencingToken));
+  }
+  const keys = [...targets.keys()].sort();
+  const settled = await Promise.allSettled(
+    keys.map((key) =>
+      ctx.locker.releaseForOwner({
+        key,
+        owner: ownerIdFor(owner, key),
+        fencingToken: targets.get(key)!,
+      }),
+    ),
+  );
+  const failed = settled.find((s) => s.status === 'rejected');
+  if (failed) throw fromLockError(failed.reason, FIELDS, ctx.allowed, ctx.shutdown.aborted);
+  return {
+    outcomes: keys.map((key, i) => ({
+      key,
+      outcome: (settled[i] as PromiseFulfilledResult<ReleaseAllOutcome['outcome']>).value,
+    })),
+  };
 }
 
 /**
@@ -351,10 +495,59 @@ function checkedPermits(
   return { permits };
 }
 
-function checkFencingToken(ctx: LockOperationsContext, token: unknown): void {
+function checkFencingToken(
+  ctx: LockOperationsContext,
+  token: unknown,
+  field = 'fencingToken',
+): asserts token is string {
   if (typeof token !== 'string' || !FENCING_TOKEN.test(token)) {
-    throw invalidField('fencingToken', ctx.allowed('fencingToken'), token);
+    throw invalidField(field, ctx.allowed('fencingToken'), token);
   }
+}
+
+/** A lock key (the library's rule), for a request field that is not checked by a schema. */
+function checkKey(ctx: LockOperationsContext, field: string, key: unknown): asserts key is string {
+  try {
+    validateKey(key);
+  } catch {
+    throw invalidField(field, ctx.allowed('key'), key);
+  }
+}
+
+/**
+ * The keys of a multi-key acquire: an array (a string is refused, not taken as a key per
+ * character) of 1 to `MAX_MULTI_KEYS` keys, each checked; the library deduplicates and sorts.
+ */
+function checkedKeys(ctx: LockOperationsContext, keys: unknown): string[] {
+  if (!Array.isArray(keys) || keys.length === 0 || keys.length > MAX_MULTI_KEYS) {
+    throw invalidField('keys', ctx.allowed('keys'), keys);
+  }
+  for (const [i, key] of keys.entries()) checkKey(ctx, `keys[${i}]`, key);
+  return keys as string[];
+}
+
+/**
+ * The lock mode, as the option object to spread into the Locker's calls: `{}` for `write` (or
+ * absent), `{ mode: 'read' }` for a read grant.
+ */
+function checkedMode(ctx: LockOperationsContext, mode: unknown): { mode?: 'read' } {
+  if (mode === undefined || mode === 'write') return {};
+  if (mode === 'read') return { mode: 'read' };
+  throw invalidField('mode', ctx.allowed('mode'), mode);
+}
+
+/** A wait bound: 0 (one attempt, the default) to the sidecar's `--max-wait`, ms. */
+function checkedWaitMs(ctx: LockOperationsContext, waitMs: number | undefined): number {
+  const ms = waitMs ?? 0;
+  if (!Number.isFinite(ms) || ms < 0 || ms > ctx.maxWaitMs) {
+    throw invalidField('waitMs', ctx.allowed('waitMs'), ms);
+  }
+  return ms;
+}
+
+/** The caller's signal joined with the shutdown's. */
+function callerSignal(ctx: LockOperationsContext, signal: AbortSignal | undefined): AbortSignal {
+  return signal === undefined ? ctx.shutdown : AbortSignal.any([signal, ctx.shutdown]);
 }
 
 /** `ERR_LOCK_NOT_HELD` (nobody holds the key) or `ERR_NOT_LOCK_OWNER` (someone else does). */

@@ -4,7 +4,14 @@
  * 400 answers. Durations: `ttlMs` and `waitMs` in milliseconds; Dapr's `expiryInSeconds` in
  * seconds. Fencing tokens travel as decimal strings (they may exceed 2^53).
  */
-import { MAX_KEY_BYTES, MAX_PERMITS, MAX_TIMER_MS, MIN_TTL_MS, ttlRule } from 'fencelock';
+import {
+  MAX_KEY_BYTES,
+  MAX_MULTI_KEYS,
+  MAX_PERMITS,
+  MAX_TIMER_MS,
+  MIN_TTL_MS,
+  ttlRule,
+} from 'fencelock';
 
 /** Longest TTL in whole seconds (Dapr's `expiryInSeconds`): the longest timer, in seconds. */
 export const MAX_EXPIRY_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
@@ -13,6 +20,10 @@ export const MAX_OWNER_CHARS = 1024;
 
 /** Allowed range of each request field, as told in a 400 answer. */
 export function allowedFor(field: string, maxWaitMs: number): string {
+  // An element of a multi-key request: `keys[2]`, `grants[0].key`, `grants[0].fencingToken`.
+  const element = /^(?:keys\[\d+\]|grants\[\d+\]\.(key|fencingToken))$/.exec(field);
+  if (element) return allowedFor(element[1] ?? 'key', maxWaitMs);
+  if (/^grants\[\d+\]$/.test(field)) return 'an object { key, fencingToken }';
   switch (field) {
     case 'expiryInSeconds':
       return `an integer number of seconds in [1, ${MAX_EXPIRY_SECONDS}]`;
@@ -30,6 +41,12 @@ export function allowedFor(field: string, maxWaitMs: number): string {
       return 'a decimal string of a fencing token, e.g. "42"';
     case 'permits':
       return `an integer in [1, ${MAX_PERMITS}] (a semaphore's permit count)`;
+    case 'mode':
+      return `"write" or "read" (gRPC: LOCK_MODE_WRITE or LOCK_MODE_READ); "read" only on a store with read locks (not PostgreSQL's advisory mode), and not with permits`;
+    case 'keys':
+      return `an array of 1 to ${MAX_MULTI_KEYS} keys, each a string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes`;
+    case 'grants':
+      return `an array of 1 to ${MAX_MULTI_KEYS} grants { key, fencingToken } with distinct keys`;
     default:
       return 'a JSON object with the documented fields';
   }
@@ -51,6 +68,10 @@ const ttlMs = { type: 'number', minimum: MIN_TTL_MS, maximum: MAX_TIMER_MS } as 
 const fencingToken = { type: 'string', pattern: '^[1-9][0-9]{0,38}$' } as const;
 /** A semaphore's permit count: the request is for one of its permits instead of the lock. */
 const permits = { type: 'integer', minimum: 1, maximum: MAX_PERMITS } as const;
+/** Lock mode: `read` shares the key with other readers; `write` (the default) is exclusive. */
+const mode = { type: 'string', enum: ['write', 'read'] } as const;
+/** A key in a request body (the path's keys are checked by the library). */
+const bodyKey = { type: 'string', minLength: 1, maxLength: MAX_KEY_BYTES } as const;
 
 /** Dapr `POST /v1.0-alpha1/lock/{storeName}`. Unknown fields are ignored, as Dapr does. */
 export const daprLockSchema = {
@@ -109,6 +130,7 @@ const grantResponse = {
     fencingToken: { type: 'string' },
     ttlMs: { type: 'number' },
     permits: { type: 'integer' },
+    mode: { type: 'string' },
   },
   required: ['key', 'owner', 'ownerId', 'fencingToken', 'ttlMs'],
 } as const;
@@ -124,6 +146,7 @@ export function acquireSchema(maxWaitMs: number) {
         ttlMs,
         waitMs: { type: 'number', minimum: 0, maximum: maxWaitMs },
         permits,
+        mode,
       },
       required: ['ttlMs'],
       additionalProperties: false,
@@ -131,6 +154,74 @@ export function acquireSchema(maxWaitMs: number) {
     response: { 200: grantResponse },
   } as const;
 }
+
+/**
+ * `POST /v1/locks/acquire-all`. `keys` must be an array (a string is refused, not locked per
+ * character); each key's length in UTF-8 bytes and the rest of the library's key rule are
+ * checked by the operation, before the store is asked anything.
+ */
+export function acquireAllSchema(maxWaitMs: number) {
+  return {
+    body: {
+      type: 'object',
+      properties: {
+        keys: { type: 'array', minItems: 1, maxItems: MAX_MULTI_KEYS, items: bodyKey },
+        owner: ownerName,
+        ttlMs,
+        waitMs: { type: 'number', minimum: 0, maximum: maxWaitMs },
+        mode,
+      },
+      required: ['keys', 'ttlMs'],
+      additionalProperties: false,
+    },
+    response: {
+      200: {
+        type: 'object',
+        properties: { owner: { type: 'string' }, grants: { type: 'array', items: grantResponse } },
+        required: ['owner', 'grants'],
+      },
+    },
+  } as const;
+}
+
+/** `POST /v1/locks/release-all`. */
+export const releaseAllSchema = {
+  body: {
+    type: 'object',
+    properties: {
+      owner: ownerName,
+      grants: {
+        type: 'array',
+        minItems: 1,
+        maxItems: MAX_MULTI_KEYS,
+        items: {
+          type: 'object',
+          properties: { key: bodyKey, fencingToken },
+          required: ['key', 'fencingToken'],
+          additionalProperties: false,
+        },
+      },
+    },
+    required: ['owner', 'grants'],
+    additionalProperties: false,
+  },
+  response: {
+    200: {
+      type: 'object',
+      properties: {
+        outcomes: {
+          type: 'array',
+          items: {
+            type: 'object',
+            properties: { key: { type: 'string' }, outcome: { type: 'string' } },
+            required: ['key', 'outcome'],
+          },
+        },
+      },
+      required: ['outcomes'],
+    },
+  },
+} as const;
 
 /** `POST /v1/locks/{key}/renew`. */
 export const renewSchema = {
@@ -207,6 +298,18 @@ export interface AcquireBody {
   readonly ttlMs: number;
   readonly waitMs?: number;
   readonly permits?: number;
+  readonly mode?: 'write' | 'read';
+}
+export interface AcquireAllBody {
+  readonly keys: readonly string[];
+  readonly owner?: string;
+  readonly ttlMs: number;
+  readonly waitMs?: number;
+  readonly mode?: 'write' | 'read';
+}
+export interface ReleaseAllBody {
+  readonly owner: string;
+  readonly grants: readonly { readonly key: string; readonly fencingToken: string }[];
 }
 export interface RenewBody {
   readonly owner: string;

@@ -260,6 +260,13 @@ export interface BackendCapabilities {
    * strictly increasing sequence; waiting wakes the next waiter on a release.
    */
   readonly permits: boolean;
+  /**
+   * `attemptAll` is implemented: single attempts at several keys of one multi-key acquire go to
+   * the engine as one operation that grants every key or none (one script call on Redis when
+   * the keys share a node, one transaction on etcd, one statement on PostgreSQL, one transaction
+   * on SQLite). Elsewhere the core makes one attempt per key and releases what it got.
+   */
+  readonly attemptAll: boolean;
 }
 
 /**
@@ -279,6 +286,20 @@ export interface Backend {
    * current holder returns its existing token and refreshes its TTL, so a lost reply is safe).
    */
   attempt(request: AttemptRequest): Promise<AttemptResult>;
+  /**
+   * Single attempts at several keys (`acquireAll`'s first round), all granted in one engine
+   * operation or none: answers in the order of `requests`, either every one `granted` or none
+   * (each refused key answered as `attempt` would, the free ones `{ granted: false }` with no
+   * `waitOn`). Nothing is queued. Idempotent per owner, like `attempt`. Required when
+   * `capabilities.attemptAll` is true; the core calls it only then.
+   * @param requests 2 to `MAX_MULTI_KEYS` requests for distinct keys, sorted by key, each with
+   *   `willWait: false`, no `permits`, one `ttlMs` and `mode` for all, an owner of its own.
+   * @returns null when these keys cannot be taken in one operation here (Redis Cluster keys in
+   *   different hash slots): the core then attempts them one by one.
+   * @throws BackendError as `attempt` does; whether anything was granted is then unknown, and
+   *   the core abandons every request.
+   */
+  attemptAll?(requests: readonly AttemptRequest[]): Promise<AttemptResult[] | null>;
   /**
    * Extend a held lease to `ttlMs` from now, only if `owner` and `token` still hold it. A
    * session-based engine renews the session for all its grants in the background; its `renew`

@@ -207,6 +207,37 @@ export class Lock {
   }
 
   /**
+   * @internal This handle's single attempt, for an engine operation that makes several at once
+   * (`attempt-all.ts`): the request (after the checks `tryAcquire` makes, synchronously) and the
+   * lease of its grant. Undefined for a reentrant handle, whose held lease answers without the
+   * engine.
+   * @throws InvalidArgumentError when a check fails.
+   */
+  singleAttempt(backend: Backend): SingleAttempt | undefined {
+    if (this.options.reentrant) return undefined;
+    const renewTtlMs = this.#checkedRenewTtlMs(backend);
+    const heldWriter =
+      this.permits === undefined
+        ? heldWriterFor(this.#ctx.scopePrefix, this.key, this.options.mode)
+        : undefined;
+    const request = this.#request(renewTtlMs, newOwnerId(), 'one', heldWriter);
+    return {
+      request,
+      driftFactor: this.#ctx.driftFactor,
+      store: this.#ctx.store,
+      track: this.#ctx.track,
+      stopped: () => this.#ctx.closing.aborted || this.options.signal?.aborted === true,
+      lease: (granted, attemptStartedAt) =>
+        this.#newLease(backend, granted, request, renewTtlMs, attemptStartedAt),
+    };
+  }
+
+  /** @internal The backend of this handle's locker (loaded on first use; no network call). */
+  backend(): Promise<Backend> {
+    return this.#ctx.backend();
+  }
+
+  /**
    * Checks `backend` can take this handle's acquire before any network call (the session is open,
    * the TTL within the engine's maximum, the mode one it grants).
    * @returns the TTL the watchdog renews to, ms: the session's, else the validated `ttlMs`.
@@ -301,6 +332,21 @@ export class Lock {
     this.#ctx.onGrant(lease);
     return lease;
   }
+}
+
+/** A lock handle's single attempt, made by the caller (see `Lock.singleAttempt`). */
+export interface SingleAttempt {
+  readonly request: AttemptRequest;
+  /** The locker's drift factor (a grant is believed valid until `ttlMs` less the drift). */
+  readonly driftFactor: number;
+  /** The locker's store label, for events. */
+  readonly store: string;
+  /** Keep a background clean-up for the locker's `close()` to wait on. */
+  readonly track: (cleanup: Promise<unknown>) => void;
+  /** Whether the caller gave up (its `signal`) or the locker closed: a grant is then no use. */
+  readonly stopped: () => boolean;
+  /** The lease of a grant of `request`, tracked by the locker like any other. */
+  lease(granted: Granted, attemptStartedAt: number): Lease;
 }
 
 /**

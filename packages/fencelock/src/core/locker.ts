@@ -13,9 +13,11 @@ import {
 import {
   acquireAll,
   heldMultiLease,
+  type KeyGrants,
   MULTI_LOCK_OPTION_NAMES,
   type MultiLease,
   type MultiLockOptions,
+  takeAll,
   validateKeys,
 } from '../primitives/multi-lock.js';
 import {
@@ -28,11 +30,13 @@ import { heldLease, holdWhile } from './hold.js';
 import type { Lease, LeaseContext } from './lease.js';
 import { Lock, type LockContext } from './lock.js';
 import {
+  type OwnerAcquireAllOptions,
   type OwnerAcquireOptions,
   type OwnerGrant,
   type OwnerGrantContext,
   type OwnerReleaseRef,
   type OwnerRenewOutcome,
+  ownerAllLockOptions,
   ownerLockOptions,
   releaseForOwner,
   renewForOwner,
@@ -53,7 +57,13 @@ export interface SessionOptions {
   readonly ttlMs?: number;
 }
 
-export type { OwnerAcquireOptions, OwnerGrant, OwnerReleaseRef, OwnerRenewOutcome };
+export type {
+  OwnerAcquireAllOptions,
+  OwnerAcquireOptions,
+  OwnerGrant,
+  OwnerReleaseRef,
+  OwnerRenewOutcome,
+};
 
 /**
  * Hands out locks on one store. Create with `createLocker(store, options)`; `close()` when done.
@@ -392,6 +402,93 @@ export class Locker implements AsyncDisposable {
     options: OwnerAcquireOptions,
   ): Promise<OwnerGrant | null> {
     return this.#ownerLock(key, owner, options).acquireForOwner(owner, 'one');
+  }
+
+  /**
+   * Owner-addressed all-or-nothing acquire of several keys (see `acquireForOwner` for what an
+   * owner grant is, and `acquireAll` for the algorithm): one round of single attempts at every
+   * key at once; if any key is busy, release what was taken, then take the keys in sorted order,
+   * each waited for in its line, so that callers listing overlapping keys in any order never
+   * deadlock. The first round is an attempt per key even where the engine could make them in
+   * one operation (`capabilities.attemptAll`, which only `acquireAll`'s leases use): a busy key
+   * costs the release of what that round took. Grants made after the caller gave up follow the
+   * rules of `acquireForOwner`; what this acquire holds when it fails is released (compare-and-
+   * delete by owner and token), so do not run two acquires with the same owner ids at once.
+   * @param keys an array of 1 to 1,000 keys (a string is refused), deduplicated and sorted.
+   * @param ownerOf the owner id of each key (32 to 128 lowercase hex digits), a distinct id per
+   *   key: etcd and ZooKeeper track a contender by its owner id (the sidecar derives each from
+   *   the caller's name and the key). Called once per key, before any network call.
+   * @param options `ttlMs` (required), `waitMs` and `signal` bounding the whole acquire, `retry`,
+   *   and `mode` for every key (`'read'`: read grants).
+   * @returns one grant `{ key, owner, fencingToken, ttlMs, mode? }` per key, sorted by key.
+   * @throws InvalidArgumentError for bad keys, owner ids or options (a store without read locks
+   *   for `mode: 'read'`), before any network call.
+   * @throws LockTimeoutError (naming the key it waited for) when `waitMs` passes or `signal`
+   *   aborts first; nothing stays held.
+   * @throws BackendError (QuorumError on Redlock) when an engine cannot answer; nothing stays
+   *   held.
+   */
+  acquireAllForOwner(
+    keys: readonly string[],
+    ownerOf: (key: string) => string,
+    options: OwnerAcquireAllOptions,
+  ): Promise<OwnerGrant[]> {
+    try {
+      return this.#acquireAllForOwner(keys, ownerOf, options, false) as Promise<OwnerGrant[]>;
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /**
+   * One round of owner-addressed attempts at every key of `keys` (see `acquireAllForOwner`):
+   * every grant, sorted by key, or null (holding nothing) when any key is held by another owner.
+   * `waitMs` is ignored.
+   * @throws as `acquireAllForOwner`, except LockTimeoutError.
+   */
+  tryAcquireAllForOwner(
+    keys: readonly string[],
+    ownerOf: (key: string) => string,
+    options: OwnerAcquireAllOptions,
+  ): Promise<OwnerGrant[] | null> {
+    try {
+      return this.#acquireAllForOwner(keys, ownerOf, options, true);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** The checks of an owner-addressed multi-key acquire (synchronous), then the run. */
+  #acquireAllForOwner(
+    keys: readonly string[],
+    ownerOf: (key: string) => string,
+    options: OwnerAcquireAllOptions,
+    once: boolean,
+  ): Promise<OwnerGrant[] | null> {
+    this.#assertOpen();
+    const sorted = validateKeys(keys);
+    const checked = ownerAllLockOptions(this.#defaults, sorted, ownerOf, options);
+    const handle = (key: string, waitMs?: number) => {
+      this.#assertOpen();
+      const { options: resolved } = checked;
+      return new Lock(this.#ctx, key, waitMs === undefined ? resolved : { ...resolved, waitMs });
+    };
+    const grants: KeyGrants<OwnerGrant> = {
+      tryAcquire: (key) => handle(key).acquireForOwner(checked.owners.get(key)!, 'one'),
+      acquire: async (key, waitMs) =>
+        (await handle(key, waitMs).acquireForOwner(
+          checked.owners.get(key)!,
+          'until-deadline',
+        )) as OwnerGrant,
+      release: (grant) =>
+        releaseForOwner(this.#ownerCtx, {
+          key: grant.key,
+          owner: grant.owner,
+          fencingToken: grant.fencingToken,
+          ...(grant.mode ? { mode: grant.mode } : {}),
+        }),
+    };
+    return takeAll(sorted, grants, checked.options.waitMs, once);
   }
 
   /**

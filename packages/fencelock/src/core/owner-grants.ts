@@ -27,6 +27,7 @@ import type {
   Granted,
   LeaseRef,
   LockInfo,
+  LockMode,
   ReleaseOutcome,
   RenewResult,
 } from './backend.js';
@@ -50,6 +51,8 @@ export interface OwnerGrant {
   readonly ttlMs: number;
   /** For a semaphore's permit, the semaphore's permit count; absent for a lock. */
   readonly permits?: number;
+  /** `'read'` for a read grant (shared with other readers); absent for a write grant or a permit. */
+  readonly mode?: 'read';
 }
 
 /** Options of the owner-addressed acquires (`acquireForOwner`, `tryAcquireForOwner`). */
@@ -73,7 +76,22 @@ export interface OwnerAcquireOptions {
    * lock `key` (see `locker.semaphore`). Renew and release it with the same `permits`.
    */
   readonly permits?: number;
+  /**
+   * `'read'`: a read grant of `key`, shared with other readers and excluding writers (the
+   * read-write rules of `locker.acquire(key, { mode: 'read' })`, without reentrancy or
+   * downgrade: each owner is its own contender). Only on stores whose backend grants read locks
+   * (not PostgreSQL's advisory mode); not with `permits`. Renew it as any grant; release it with
+   * its fencing token. @default 'write'
+   */
+  readonly mode?: LockMode;
 }
+
+/**
+ * Options of the owner-addressed multi-key acquires (`acquireAllForOwner`,
+ * `tryAcquireAllForOwner`): an owner-addressed acquire's, without `permits`; `waitMs` and
+ * `signal` bound the whole acquire, `mode` applies to every key.
+ */
+export type OwnerAcquireAllOptions = Omit<OwnerAcquireOptions, 'permits'>;
 
 /** Which lease `releaseForOwner` releases: key and owner, and the fencing token if known. */
 export interface OwnerReleaseRef {
@@ -87,6 +105,12 @@ export interface OwnerReleaseRef {
   readonly fencingToken?: bigint;
   /** For a semaphore's permit, the semaphore's permit count (as acquired); absent for a lock. */
   readonly permits?: number;
+  /**
+   * `'read'` for a read grant: the fencing token is then required (a key's readers are many
+   * owners, so there is no single holder to look the token up from). The release itself finds
+   * the grant by owner and token whatever the mode. @default 'write'
+   */
+  readonly mode?: LockMode;
 }
 
 /**
@@ -112,11 +136,17 @@ const OWNER_ACQUIRE_OPTION_NAMES: ReadonlySet<string> = new Set([
   'signal',
   'retry',
   'permits',
+  'mode',
 ]);
+
+/** The option names of `acquireAllForOwner` (no `permits`). */
+const OWNER_ACQUIRE_ALL_OPTION_NAMES: ReadonlySet<string> = new Set(
+  [...OWNER_ACQUIRE_OPTION_NAMES].filter((name) => name !== 'permits'),
+);
 
 /**
  * Check an owner-addressed acquire (key, owner, options; `ttlMs` is required) and resolve its
- * lock options over `defaults`: no watchdog, reentrancy, cap or session; always `write`.
+ * lock options over `defaults`: no watchdog, reentrancy, cap or session; `mode` as asked.
  * @returns the validated key and the options.
  * @throws InvalidArgumentError before any network call.
  */
@@ -128,6 +158,53 @@ export function ownerLockOptions(
 ): { key: string; options: ResolvedLockOptions; permits: number | undefined } {
   const k = validateKey(key);
   validateOwnerId(owner);
+  return { key: k, ...resolveOwnerOptions(defaults, options, OWNER_ACQUIRE_OPTION_NAMES) };
+}
+
+/**
+ * Check an owner-addressed multi-key acquire before any network call: the owner id of each key
+ * (`ownerOf(key)`, distinct per key) and the options (`ttlMs` required, no `permits`).
+ * @param keys the keys, validated, deduplicated and sorted (`validateKeys`).
+ * @returns each key's owner id, and the lock options.
+ * @throws InvalidArgumentError naming `owner` or the option.
+ */
+export function ownerAllLockOptions(
+  defaults: ResolvedLockOptions,
+  keys: readonly string[],
+  ownerOf: (key: string) => string,
+  options: OwnerAcquireAllOptions,
+): { owners: ReadonlyMap<string, string>; options: ResolvedLockOptions } {
+  if (typeof ownerOf !== 'function') {
+    throw new InvalidArgumentError('owner', 'a function (key) => owner id', ownerOf);
+  }
+  const owners = new Map<string, string>();
+  const seen = new Set<string>();
+  for (const key of keys) {
+    const owner = validateOwnerId(ownerOf(key), `owner(${JSON.stringify(key)})`);
+    if (seen.has(owner)) {
+      throw new InvalidArgumentError(
+        'owner',
+        'a distinct owner id per key (etcd and ZooKeeper track a contender by its owner id)',
+        owner,
+      );
+    }
+    seen.add(owner);
+    owners.set(key, owner);
+  }
+  const { options: resolved } = resolveOwnerOptions(
+    defaults,
+    options,
+    OWNER_ACQUIRE_ALL_OPTION_NAMES,
+  );
+  return { owners, options: resolved };
+}
+
+/** The options of an owner-addressed acquire (`ttlMs` required) over `defaults`. */
+function resolveOwnerOptions(
+  defaults: ResolvedLockOptions,
+  options: OwnerAcquireOptions,
+  names: ReadonlySet<string>,
+): { options: ResolvedLockOptions; permits: number | undefined } {
   if (typeof options !== 'object' || options === null) {
     throw new InvalidArgumentError('options', 'an options object with ttlMs', options);
   }
@@ -138,16 +215,28 @@ export function ownerLockOptions(
       undefined,
     );
   }
+  for (const name of Object.keys(options)) {
+    if (!names.has(name)) {
+      throw new InvalidArgumentError(`options.${name}`, `one of ${[...names].join(', ')}`, name);
+    }
+  }
   const { permits, ...lockOptions } = options;
-  const resolved = resolveLockOptions(defaults, lockOptions, OWNER_ACQUIRE_OPTION_NAMES);
+  const resolved = resolveLockOptions(defaults, lockOptions, names);
+  const mode = options.mode === undefined ? 'write' : resolved.mode;
+  if (permits !== undefined && mode === 'read') {
+    throw new InvalidArgumentError(
+      'mode',
+      "'write' with permits (a semaphore's permit has no read mode)",
+      mode,
+    );
+  }
   return {
-    key: k,
     permits: permits === undefined ? undefined : validatePermits(permits),
     options: {
       ...resolved,
       autoRenew: false,
       reentrant: false,
-      mode: 'write',
+      mode,
       maxHoldMs: undefined,
       session: undefined,
     },
@@ -162,6 +251,7 @@ export function ownerGrantOf(request: AttemptRequest, result: Granted): OwnerGra
     fencingToken: result.token,
     ttlMs: result.ttlMs,
     ...(request.permits === undefined ? {} : { permits: request.permits }),
+    ...(request.mode === 'read' ? { mode: 'read' as const } : {}),
   };
 }
 
@@ -295,6 +385,9 @@ export async function releaseForOwner(
       throw new InvalidArgumentError('fencingToken', "the permit's fencing token", undefined);
     }
   }
+  if (ref.mode === 'read' && fencingToken === undefined) {
+    throw new InvalidArgumentError('fencingToken', "the read grant's fencing token", undefined);
+  }
   if (fencingToken === undefined) {
     let info: LockInfo;
     try {
@@ -330,6 +423,7 @@ function validateLeaseRef(
   owner: string;
   fencingToken: bigint | undefined;
   permits: number | undefined;
+  mode: LockMode | undefined;
 } {
   if (typeof ref !== 'object' || ref === null) {
     throw new InvalidArgumentError('lease', 'an object { key, owner, fencingToken }', ref);
@@ -342,7 +436,11 @@ function validateLeaseRef(
       ? undefined
       : validateFencingToken(r.fencingToken);
   const permits = r.permits === undefined ? undefined : validatePermits(r.permits);
-  return { key, owner, fencingToken, permits };
+  const { mode } = ref as { mode?: unknown };
+  if (mode !== undefined && mode !== 'write' && mode !== 'read') {
+    throw new InvalidArgumentError('mode', "'write' or 'read'", mode);
+  }
+  return { key, owner, fencingToken, permits, mode };
 }
 
 /** Engine errors keep their type; anything else becomes a BackendError with it as `cause`. */

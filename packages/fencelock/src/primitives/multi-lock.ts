@@ -3,9 +3,16 @@
  * `InterProcessMultiLock`, node-redlock's resource arrays), each key with its own lease and
  * fencing token. Keys are deduplicated and sorted, so every client sees them in one order.
  *
- * 1. A single attempt at every key at once: one round trip per engine when all are free.
+ * 1. A single attempt at every key at once: on a backend with `capabilities.attemptAll`, one
+ *    engine operation that grants every key or none (`attempt-all.ts`); elsewhere an attempt per
+ *    key, sent together (one round trip per engine when all are free).
  * 2. If any key is busy (or a Redlock vote was undecided): release everything taken, then take
  *    the keys in sorted order, waiting for each in its fair line.
+ *
+ * Owner-addressed multi-key acquires (`locker.acquireAllForOwner`, the sidecar's) run the same
+ * algorithm over `OwnerGrant`s (`takeAll`), with an attempt per key in the first round: the
+ * engine's one-operation round (`attemptAll`) makes leases, and owner grants keep the per-key
+ * round, which a busy key costs a release of what was taken.
  *
  * A client waits only while holding keys smaller than the one it waits for (the resource
  * ordering rule of Havender, 1968, which Curator's multi-lock also follows), so no cycle of
@@ -21,6 +28,7 @@ import type { Lease } from '../core/lease.js';
 import type { Lock } from '../core/lock.js';
 import { InvalidArgumentError, LockLostError, QuorumError } from '../errors.js';
 import { type LockOptions, validateKey } from '../options.js';
+import { attemptAll } from './attempt-all.js';
 
 /** Options of `acquireAll` / `withLocks`: a lock's, without reentrancy or a session. */
 export type MultiLockOptions = Omit<LockOptions, 'reentrant' | 'session'>;
@@ -140,6 +148,26 @@ export function heldMultiLease(all: MultiLease): Held {
 export type MultiLockHandle = (key: string, waitMs?: number) => Lock;
 
 /**
+ * How one multi-key acquire takes and gives back the grant of a single key: a `Lease`
+ * (`acquireAll`) or an `OwnerGrant` (`acquireAllForOwner`). `takeAll` runs the algorithm of the
+ * module's docstring over it, whatever the grant is.
+ */
+export interface KeyGrants<G> {
+  /** One attempt at `key`: its grant, or null when another owner holds it. */
+  tryAcquire(key: string): Promise<G | null>;
+  /** Wait for `key` at most `waitMs` ms (`0`: one attempt); rejects with `LockTimeoutError`. */
+  acquire(key: string, waitMs: number): Promise<G>;
+  /** Give `grant` back (compare-and-delete; best effort, its failure is ignored). */
+  release(grant: G): Promise<unknown>;
+  /**
+   * The first round as one engine operation, where there is one (`attempt-all.ts`): every
+   * grant in the order of `keys`, null when a key is held (nothing held), undefined when the
+   * engine cannot (the round is then an attempt per key). Absent: always an attempt per key.
+   */
+  attemptAll?(keys: readonly string[]): Promise<G[] | null | undefined>;
+}
+
+/**
  * Acquire every key of `keys` (already validated, sorted) or none: see the module's docstring.
  * @param handle makes the lock handle of one key with the acquire's options.
  * @param waitMs the whole acquire's wait bound, ms (`Infinity`: none).
@@ -154,23 +182,56 @@ export async function acquireAll(
   waitMs: number,
   once: boolean,
 ): Promise<MultiLease | null> {
+  const leases = await takeAll(keys, leaseGrants(handle), waitMs, once);
+  return leases === null ? null : new MultiLease(leases);
+}
+
+/** The grants of `acquireAll`: leases of `handle`, the first round as one operation if it can. */
+function leaseGrants(handle: MultiLockHandle): KeyGrants<Lease> {
+  return {
+    tryAcquire: (key) => handle(key).tryAcquire(),
+    acquire: (key, waitMs) => handle(key, waitMs).acquire(),
+    release: (lease) => lease.release(),
+    attemptAll: (keys) => attemptAll(keys.map((key) => handle(key))),
+  };
+}
+
+/**
+ * The algorithm of the module's docstring over any grant type: every key of `keys` (validated,
+ * distinct, sorted) or none.
+ * @param waitMs the whole acquire's wait bound, ms (`Infinity`: none).
+ * @param once a single round of attempts only (`tryAcquireAll`): null when any key is busy.
+ * @returns one grant per key, in the order of `keys`; null (`once`) when a key is busy.
+ * @throws LockTimeoutError (of the key it waited for) when `waitMs` passes or the signal aborts.
+ * @throws what a single acquire throws (BackendError, QuorumError…); nothing stays held.
+ */
+export async function takeAll<G>(
+  keys: readonly string[],
+  grants: KeyGrants<G>,
+  waitMs: number,
+  once: boolean,
+): Promise<G[] | null> {
   const deadline = monotonicNow() + waitMs;
-  const held = new Map<string, Lease>();
+  const held = new Map<string, G>();
   try {
-    if (await tryEach(keys, handle, held, once)) {
-      return new MultiLease(keys.map((key) => held.get(key)!));
+    // One engine operation where the backend has one, else an attempt per key.
+    const together =
+      keys.length > 1 && grants.attemptAll ? await grants.attemptAll(keys) : undefined;
+    if (together) return together;
+    if (together === undefined) {
+      if (await tryEach(keys, grants, held, once)) return keys.map((key) => held.get(key)!);
+      await releaseAll(grants, held);
     }
-    await releaseAll(held);
     if (once) return null;
     // In key order, each waited for while holding only smaller keys (the resource ordering
     // that excludes a cycle of waiters).
     for (const key of keys) {
       const remainingMs = Math.max(0, deadline - monotonicNow());
-      held.set(key, await handle(key, remainingMs).acquire());
+      held.set(key, await grants.acquire(key, remainingMs));
     }
-    return new MultiLease(keys.map((key) => held.get(key)!));
+    return keys.map((key) => held.get(key)!);
   } catch (error) {
-    await releaseAll(held);
+    await releaseAll(grants, held);
     throw error;
   }
 }
@@ -182,18 +243,18 @@ export async function acquireAll(
  * @returns whether every key was granted.
  * @throws the first engine error (after every attempt settled; the granted ones stay in `held`).
  */
-async function tryEach(
+async function tryEach<G>(
   keys: readonly string[],
-  handle: MultiLockHandle,
-  held: Map<string, Lease>,
+  grants: KeyGrants<G>,
+  held: Map<string, G>,
   strict: boolean,
 ): Promise<boolean> {
-  const answers = await Promise.allSettled(keys.map((key) => handle(key).tryAcquire()));
+  const answers = await Promise.allSettled(keys.map((key) => grants.tryAcquire(key)));
   let all = true;
   let failure: { reason: unknown } | undefined;
-  for (const answer of answers) {
+  for (const [i, answer] of answers.entries()) {
     if (answer.status === 'fulfilled' && answer.value !== null) {
-      held.set(answer.value.key, answer.value);
+      held.set(keys[i]!, answer.value);
       continue;
     }
     all = false;
@@ -205,9 +266,9 @@ async function tryEach(
   return all;
 }
 
-/** Release and forget every lease in `held`, best effort, in parallel. */
-async function releaseAll(held: Map<string, Lease>): Promise<void> {
-  const leases = [...held.values()];
+/** Give back and forget every grant in `held`, best effort, in parallel. */
+async function releaseAll<G>(grants: KeyGrants<G>, held: Map<string, G>): Promise<void> {
+  const taken = [...held.values()];
   held.clear();
-  await Promise.allSettled(leases.map((lease) => lease.release()));
+  await Promise.allSettled(taken.map((grant) => grants.release(grant)));
 }

@@ -5,23 +5,46 @@
  * Release, Inspect. Fencing tokens are decimal strings; durations are ms. An empty `owner` in
  * Acquire asks for a random one; elsewhere it is refused, as a missing one over HTTP. `permits` 0
  * is the lock; 1 to 10,000 a semaphore's permit.
+ *
+ * `mode` is the enum `LockMode` (numbers, as loaded): 0 (unset) and 1 write, 2 read; any other
+ * number is refused naming `mode`. AcquireAll / ReleaseAll are `/v1/locks/acquire-all` and
+ * `/v1/locks/release-all`.
  */
 import {
   acquire,
+  acquireAll,
+  type GrantAnswer,
   inspect,
   type LockOperationsContext,
   release,
+  releaseAll,
   renew,
 } from '../lock-operations.js';
 import type { ServiceMethods } from './service-methods.js';
 import { toServiceError } from './status.js';
 
-/** The sidecar's field names as in the .proto. */
-const FIELDS: Readonly<Record<string, string>> = {
-  ttlMs: 'ttl_ms',
-  waitMs: 'wait_ms',
-  fencingToken: 'fencing_token',
-};
+/** `fencelock.v1.LockMode` numbers. */
+const LOCK_MODE = { unspecified: 0, write: 1, read: 2 } as const;
+
+/**
+ * A field of the sidecar's (fencelock's HTTP spelling, `grants[0].fencingToken`) as the .proto
+ * names it (`grants[0].fencing_token`).
+ */
+function protoField(field: string): string {
+  return field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
+
+/** A request's `LockMode` as the operations' mode (an unknown number is passed on, refused). */
+function modeOf(mode: number): unknown {
+  if (mode === LOCK_MODE.unspecified || mode === LOCK_MODE.write) return undefined;
+  if (mode === LOCK_MODE.read) return 'read';
+  return mode;
+}
+
+/** A grant in the .proto's shape: `mode` as its enum number (unset for a write grant). */
+function grantMessage(grant: GrantAnswer): object {
+  return { ...grant, mode: grant.mode === 'read' ? LOCK_MODE.read : LOCK_MODE.unspecified };
+}
 
 interface AcquireRequest {
   readonly key: string;
@@ -30,6 +53,20 @@ interface AcquireRequest {
   readonly waitMs: number;
   /** 0: the lock. */
   readonly permits: number;
+  readonly mode: number;
+}
+
+interface AcquireAllRequest {
+  readonly keys: readonly string[];
+  readonly owner: string;
+  readonly ttlMs: number;
+  readonly waitMs: number;
+  readonly mode: number;
+}
+
+interface ReleaseAllRequest {
+  readonly owner: string;
+  readonly grants: readonly { readonly key: string; readonly fencingToken: string }[];
 }
 
 interface RenewRequest {
@@ -57,14 +94,30 @@ export function locksService(ctx: LockOperationsContext): ServiceMethods {
   return {
     methods: {
       async Acquire(request: AcquireRequest, signal) {
-        return acquire(ctx, {
+        const grant = await acquire(ctx, {
           key: request.key,
           owner: request.owner === '' ? undefined : request.owner,
           ttlMs: request.ttlMs,
           waitMs: request.waitMs,
           permits: request.permits,
+          mode: modeOf(request.mode),
           signal,
         });
+        return grantMessage(grant);
+      },
+      async AcquireAll(request: AcquireAllRequest, signal) {
+        const answer = await acquireAll(ctx, {
+          keys: request.keys,
+          owner: request.owner === '' ? undefined : request.owner,
+          ttlMs: request.ttlMs,
+          waitMs: request.waitMs,
+          mode: modeOf(request.mode),
+          signal,
+        });
+        return { owner: answer.owner, grants: answer.grants.map(grantMessage) };
+      },
+      async ReleaseAll(request: ReleaseAllRequest) {
+        return releaseAll(ctx, request);
       },
       async Renew(request: RenewRequest) {
         return renew(ctx, request);
@@ -82,6 +135,9 @@ export function locksService(ctx: LockOperationsContext): ServiceMethods {
         return answer.holder === null ? { ...answer, holder: undefined } : answer;
       },
     },
-    fail: (_method, error) => toServiceError(error, FIELDS),
+    fail: (_method, error) => {
+      const { field } = error.body;
+      return toServiceError(error, field === undefined ? {} : { [field]: protoField(field) });
+    },
   };
 }

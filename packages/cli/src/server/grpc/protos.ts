@@ -29,10 +29,14 @@ export const LOADER_OPTIONS: Options = {
   includeDirs: [PROTO_ROOT],
 };
 
-/** The service definitions of Dapr's runtime service and fencelock.v1.Locks. */
+/**
+ * The service definitions of Dapr's runtime service and fencelock.v1.Locks, and every message
+ * type by full name (for the strict decoding of nested messages, strict-strings.ts).
+ */
 export function loadServices(): {
   readonly dapr: ServiceDefinition;
   readonly locks: ServiceDefinition;
+  readonly types: Readonly<Record<string, unknown>>;
 } {
   const definition = loadSync([PROTO_FILES.dapr, PROTO_FILES.locks], LOADER_OPTIONS);
   const root = loadPackageDefinition(definition);
@@ -41,5 +45,9 @@ export function loadServices(): {
     for (const part of path.split('.')) node = (node as GrpcObject)[part];
     return (node as { service: ServiceDefinition }).service;
   };
-  return { dapr: service('dapr.proto.runtime.v1.Dapr'), locks: service('fencelock.v1.Locks') };
+  return {
+    dapr: service('dapr.proto.runtime.v1.Dapr'),
+    locks: service('fencelock.v1.Locks'),
+    types: definition,
+  };
 }

@@ -151,10 +151,13 @@ export function createGrpcServer(
   };
 
   server.addService(
-    withStrictStrings(services.dapr),
+    withStrictStrings(services.dapr, services.types),
     implement(daprService(ctx, { appId: options.appId, runtimeVersion: options.runtimeVersion })),
   );
-  server.addService(withStrictStrings(services.locks), implement(locksService(ctx)));
+  server.addService(
+    withStrictStrings(services.locks, services.types),
+    implement(locksService(ctx)),
+  );
   const served = SERVED_DAPR_METHODS.join(', ');
   for (const method of UNSERVED_DAPR_METHODS) {
     const path = `/dapr.proto.runtime.v1.Dapr/${method}`;

@@ -16,6 +16,13 @@
  *   in one transaction: a process holding 10,000 leases sends a few dozen requests per renew
  *   interval, not 10,000.
  *
+ * - Several locks at once (`attemptAll`, the first round of `acquireAll`): one transaction puts
+ *   every contender key only while no line holds a key that would refuse it (no key in a writer's
+ *   folder, no writer's key in a reader's), and otherwise reads every line and writes nothing.
+ *   Keys that are no contenders, or a downgrade, then cost a second transaction, which commits
+ *   only if no line was written since the first one read it (attempt-all.ts). The tokens are the
+ *   transaction's revision.
+ *
  * The owner id is part of the key (not only the lease id, as in etcd's `Mutex`), so two handles
  * in one process never share a lock by accident. Keys under the lock's folder that this backend
  * did not write (another shape, or bound to no lease) are ignored everywhere: see
@@ -52,6 +59,7 @@ import type {
   Granted,
   LeaseRef,
   LockInfo,
+  NotGranted,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
@@ -62,8 +70,16 @@ import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, InvalidArgumentError, type Unreachable } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { type UnreachableReason, unreachableAt } from '../unreachable.js';
+import {
+  attemptAllTxn,
+  freeLineGuard,
+  type LineAttempt,
+  lineVerdicts,
+  unchangedGuards,
+} from './attempt-all.js';
 import { contenderKey, contenderOf, contendersOf } from './contender-key.js';
 import { KeepaliveRoute } from './keepalive-route.js';
+import { prefixEnd } from './key-range.js';
 import { type WatchTarget, type WatchTest, waitForWatchEvent } from './line-watch.js';
 import { permitContenderKey, permitContendersOf, permitCountValue } from './permit-key.js';
 import { grantsToAnnounce, hasSuccessor, permitVerdict } from './permit-line.js';
@@ -96,6 +112,24 @@ function renewTryMs(ttlMs: number, timeoutMs: number): number {
  * more operations than its `--max-txn-ops`, 128 by default.
  */
 const RENEW_BATCH_LIMIT = 128;
+
+/**
+ * Most single attempts `attemptAll` makes in one transaction (one compare, one put and one read
+ * per key): etcd's default `--max-txn-ops`. Above it, the core attempts key by key.
+ */
+const ATTEMPT_ALL_LIMIT = 128;
+
+/**
+ * Most transactions of one `attemptAll` whose reads found every key free: after the first (which
+ * needs no read), each fails only because a line was written since the previous read.
+ */
+const ATTEMPT_ALL_TRIES = 4;
+
+/**
+ * etcd's refusals of a transaction beyond its limits (`--max-txn-ops`, `--max-request-bytes`, or
+ * the gRPC message size derived from it), made before anything is applied.
+ */
+const TXN_TOO_LARGE = /too many operations|request is too large|larger than max/i;
 
 /** A line of contender keys: a lock's (`w-`/`r-` keys) or a semaphore's (`p-` keys). */
 interface Line {
@@ -133,6 +167,7 @@ export class EtcdBackend implements Backend {
     queue: true,
     batchRenew: true,
     permits: true,
+    attemptAll: true,
   });
   readonly #client: Etcd3;
   readonly #ownsClient: boolean;
@@ -289,28 +324,10 @@ export class EtcdBackend implements Backend {
     if (request.permits !== undefined) return this.#attemptPermit(request, request.permits);
     const line = this.#lineOf(request.key, undefined);
     const { dir } = line;
-    // A waiter keeps its key, and so its place in line, across attempts while its session lives.
-    const known = this.#contenders.get(request.owner);
-    let contender: Contender;
-    if (known?.session.alive === true) {
-      contender = known;
-    } else {
-      // Every contender waits in line on a kept-alive session (the user's, or the shared one),
-      // so that its place outlasts its ttlMs; a grant without the watchdog then moves to a lease
-      // of its own.
-      const session = request.session
-        ? this.#userSession(request.session)
-        : await this.session(request.ttlMs);
-      const key = contenderKey(dir, request.mode, session.leaseHex, request.owner);
-      contender = {
-        key,
-        line,
-        value: request.mode,
-        session,
-        lost: new AbortController(),
-        waited: false,
-      };
-    }
+    // Every contender waits in line on a kept-alive session (the user's, or the shared one), so
+    // that its place outlasts its ttlMs; a grant without the watchdog then moves to a lease of
+    // its own.
+    const contender = await this.#contenderFor(request, line, () => this.session(request.ttlMs));
     const { key, session: contenderSession } = contender;
     this.#contenders.set(request.owner, contender);
     const list = this.#listOp(line);
@@ -339,8 +356,191 @@ export class EtcdBackend implements Backend {
       throw downgradeBlocked(request.key);
     }
     if (verdict.outcome === 'granted') return this.#granted(request, contender, token);
-    const revision = BigInt(txn.header.revision);
-    const predecessor = verdict.predecessor.key;
+    return this.#behind(verdict.predecessor.key, BigInt(txn.header.revision));
+  }
+
+  /**
+   * The owner's contender in `line`: the one this backend knows while its session lives (a waiter
+   * keeps its key, and so its place in line, across attempts), else a new one, not yet written,
+   * on the user's session or else on `session()`.
+   */
+  async #contenderFor(
+    request: AttemptRequest,
+    line: Line,
+    session: () => Promise<EtcdSession>,
+  ): Promise<Contender> {
+    const known = this.#contenders.get(request.owner);
+    if (known?.session.alive === true) return known;
+    const carrier = request.session ? this.#userSession(request.session) : await session();
+    const { permits } = request;
+    return {
+      key:
+        permits === undefined
+          ? contenderKey(line.dir, request.mode, carrier.leaseHex, request.owner)
+          : permitContenderKey(line.dir, carrier.leaseHex, request.owner),
+      line,
+      value: permits === undefined ? request.mode : permitCountValue(permits),
+      session: carrier,
+      lost: new AbortController(),
+      waited: false,
+    };
+  }
+
+  /**
+   * Single attempts at several locks in one etcd transaction, every key granted or none
+   * (attempt-all.ts): every contender key is put only while no line holds a contender that would
+   * refuse it, under the lease its single attempt would be granted on (the shared session's; with
+   * `autoRenew: false` a lease of its own, granted just before); otherwise nothing is written and
+   * the lines read in the same transaction answer. Keys under a folder that are no contenders,
+   * and a downgrade (the caller's own write lock in line), cost a second transaction, guarded by
+   * the first one's read. Nothing is queued.
+   * @returns the answers in the order of `requests`; null above `ATTEMPT_ALL_LIMIT` requests, or
+   *   when the server refuses so large a transaction (`--max-txn-ops`, `--max-request-bytes`;
+   *   nothing was written): the core then attempts key by key.
+   * @throws InvalidArgumentError (`downgradeBlocked`) for a downgrade another writer blocks,
+   *   BackendError when the cluster does not answer (the core then abandons every request).
+   */
+  async attemptAll(requests: readonly AttemptRequest[]): Promise<AttemptResult[] | null> {
+    if (requests.length > ATTEMPT_ALL_LIMIT) return null;
+    try {
+      return await this.#attemptAll(requests);
+    } catch (error) {
+      // As `attempt`: a shared session whose lease is gone is replaced once.
+      if (!isLeaseNotFound(error) || requests.some((request) => request.session !== undefined)) {
+        throw this.#outward(error);
+      }
+      for (const request of requests) this.#forget(request.owner);
+      return this.#attemptAll(requests);
+    }
+  }
+
+  async #attemptAll(requests: readonly AttemptRequest[]): Promise<AttemptResult[] | null> {
+    this.#assertOpen('acquire');
+    // Owners in line already (a repeated call) are answered from a read of their lines.
+    const repeated = requests.some((r) => this.#contenders.get(r.owner)?.session.alive === true);
+    const contenders = await this.#contendersFor(requests);
+    const attempts: LineAttempt[] = contenders.map((contender, i) => ({
+      dir: contender.line.dir,
+      key: contender.key,
+      value: contender.value,
+      leaseId: contender.session.leaseId,
+      owner: requests[i]!.owner,
+      mode: requests[i]!.mode,
+      heldWriter: requests[i]!.heldWriter,
+    }));
+    const sessions = [...new Set(contenders.map((contender) => contender.session))];
+    let guards = repeated ? undefined : attempts.map(freeLineGuard);
+    for (let tries = 1; ; tries++) {
+      let txn: ITxnResponse;
+      try {
+        txn = await this.#callOnLeases(sessions, 'acquire', () =>
+          this.#client.kv.txn(
+            attemptAllTxn(attempts, guards, (a) => this.#listOp({ dir: a.dir, permits: false })),
+          ),
+        );
+      } catch (error) {
+        // More operations or bytes than this server takes in one transaction: nothing written.
+        if (!TXN_TOO_LARGE.test(String((error as BackendError).cause))) throw error;
+        for (const request of requests) this.#forget(request.owner);
+        return null;
+      }
+      const revision = BigInt(txn.header.revision);
+      if (guards !== undefined && txn.succeeded) {
+        // A key put by an earlier sending of this transaction keeps that put's create revision.
+        return Promise.all(
+          contenders.map((contender, i) => {
+            const previous = txn.responses[i]?.response_put?.prev_kv;
+            const token = previous ? BigInt(previous.create_revision) : revision;
+            return this.#granted(requests[i]!, contender, token);
+          }),
+        );
+      }
+      const lines = attempts.map((_, i) => rangeOf(txn, i));
+      const verdict = lineVerdicts(attempts, lines, revision);
+      if (verdict.outcome === 'granted') {
+        const { tokens } = verdict;
+        return Promise.all(
+          contenders.map((contender, i) => this.#granted(requests[i]!, contender, tokens[i]!)),
+        );
+      }
+      if (verdict.outcome === 'vanished' || (repeated && verdict.outcome === 'free')) {
+        // Keys gone between two calls (a lease ended, a key deleted): as `attempt`, fail.
+        for (const request of requests) this.#forget(request.owner);
+        throw new BackendError(this.name, 'acquire', new Error('contender key vanished'));
+      }
+      if (verdict.outcome === 'free' && tries < ATTEMPT_ALL_TRIES) {
+        guards = unchangedGuards(attempts, revision);
+        continue;
+      }
+      const refused = verdict.outcome === 'refused' ? verdict : undefined;
+      await this.#withdrawAll(requests, contenders, refused?.inLine === true);
+      const blocked = refused?.verdicts.findIndex((v) => v.outcome === 'downgrade-blocked') ?? -1;
+      if (blocked >= 0) throw downgradeBlocked(requests[blocked]!.key);
+      // Not granted: each key answered as its single attempt would be, without a place in line.
+      return attempts.map((_, i) => {
+        const line = refused?.verdicts[i];
+        return line?.outcome === 'wait'
+          ? { ...this.#behind(line.predecessor.key, revision), queued: false }
+          : { granted: false };
+      });
+    }
+  }
+
+  /**
+   * The contenders of `requests` (`attemptAll`), known to this backend from now on: new ones on
+   * the lease their grant would live on (see `attemptAll`). When one cannot be had, the leases
+   * granted for the others are revoked.
+   */
+  async #contendersFor(requests: readonly AttemptRequest[]): Promise<Contender[]> {
+    const settled = await Promise.allSettled(
+      requests.map((request) =>
+        this.#contenderFor(request, this.#lineOf(request.key, undefined), () =>
+          request.autoRenew
+            ? this.session(request.ttlMs)
+            : this.#singleUse(ttlSeconds(request.ttlMs)),
+        ),
+      ),
+    );
+    const contenders: Contender[] = [];
+    for (const [i, result] of settled.entries()) {
+      if (result.status === 'rejected') {
+        settled.forEach((other, j) => {
+          const fresh = other.status === 'fulfilled' && !this.#contenders.has(requests[j]!.owner);
+          if (fresh && !other.value.session.shared) void other.value.session.revoke();
+        });
+        throw result.reason;
+      }
+      contenders[i] = result.value;
+    }
+    for (const [i, contender] of contenders.entries()) {
+      this.#contenders.set(requests[i]!.owner, contender);
+    }
+    return contenders;
+  }
+
+  /**
+   * Forget the contenders of `requests`, revoking leases of their own; when their keys are `inLine`
+   * (a repeated call refused), delete them first, in one transaction.
+   */
+  async #withdrawAll(
+    requests: readonly AttemptRequest[],
+    contenders: readonly Contender[],
+    inLine: boolean,
+  ): Promise<void> {
+    if (inLine) {
+      await this.#call('abandon', () =>
+        this.#client.kv.txn({
+          success: contenders.map((contender) => ({
+            request_delete_range: { key: Buffer.from(contender.key) },
+          })),
+        }),
+      );
+    }
+    for (const request of requests) this.#forget(request.owner);
+  }
+
+  /** The answer to a lock's contender that `predecessor` (a key in line before it) blocks. */
+  #behind(predecessor: string, revision: bigint): NotGranted {
     return this.#waiting({ key: predecessor }, revision, (event) =>
       event === 'delete' ? 'wake' : undefined,
     );
@@ -378,7 +578,7 @@ export class EtcdBackend implements Backend {
     revision: bigint,
     test: WatchTest<'wake' | 'granted'>,
     hand?: () => Granted | undefined,
-  ): AttemptResult {
+  ): NotGranted {
     return {
       granted: false,
       queued: true,
@@ -409,24 +609,7 @@ export class EtcdBackend implements Backend {
    */
   async #attemptPermit(request: AttemptRequest, permits: number): Promise<AttemptResult> {
     const line = this.#lineOf(request.key, permits);
-    // A waiter keeps its key, and so its place in line, across attempts while its session lives.
-    const known = this.#contenders.get(request.owner);
-    let contender: Contender;
-    if (known?.session.alive === true) {
-      contender = known;
-    } else {
-      const session = request.session
-        ? this.#userSession(request.session)
-        : await this.session(request.ttlMs);
-      contender = {
-        key: permitContenderKey(line.dir, session.leaseHex, request.owner),
-        line,
-        value: permitCountValue(permits),
-        session,
-        lost: new AbortController(),
-        waited: false,
-      };
-    }
+    const contender = await this.#contenderFor(request, line, () => this.session(request.ttlMs));
     const { session } = contender;
     const joined = await joinPermitLine(
       (txn) => this.#callOnLease(session, 'acquire', () => this.#client.kv.txn(txn)),
@@ -890,15 +1073,24 @@ export class EtcdBackend implements Backend {
    * gone (revoked by hand, expired unnoticed), the session is lost at once and the caller's
    * attempt fails with BackendError; the next attempt starts on a new session.
    */
-  async #callOnLease<T>(
-    session: EtcdSession,
+  #callOnLease<T>(session: EtcdSession, operation: string, run: () => Promise<T>): Promise<T> {
+    return this.#callOnLeases([session], operation, run);
+  }
+
+  /**
+   * `#callOnLease` for a request that writes under several leases: etcd does not say which one
+   * is gone, so each is lost (`attemptAll` writes under one shared session, or leases of their
+   * own granted for it).
+   */
+  async #callOnLeases<T>(
+    sessions: readonly EtcdSession[],
     operation: string,
     run: () => Promise<T>,
   ): Promise<T> {
     try {
       return await this.#call(operation, run);
     } catch (error) {
-      if (isLeaseNotFound(error)) session.lose(error);
+      if (isLeaseNotFound(error)) for (const session of sessions) session.lose(error);
       throw error;
     }
   }
@@ -924,18 +1116,6 @@ function rangeOf(txn: ITxnResponse, index: number): IKeyValue[] {
 
 function isLeaseNotFound(error: unknown): boolean {
   return error instanceof BackendError && /lease not found/i.test(String(error.cause));
-}
-
-/** The end of the range of all keys that start with `prefix` (etcd's `GetPrefixRangeEnd`). */
-function prefixEnd(prefix: Buffer): Buffer {
-  const end = Buffer.from(prefix);
-  for (let i = end.length - 1; i >= 0; i--) {
-    if (end[i]! < 0xff) {
-      end[i] = end[i]! + 1;
-      return end.subarray(0, i + 1);
-    }
-  }
-  return Buffer.from([0]);
 }
 
 /** Create an etcd backend from a checked URL config. No connection is made until first use. */

@@ -23,7 +23,16 @@ export interface ContenderEntry extends QueueEntry {
 
 /** The key of `owner`'s contender for the lock whose folder is `dir`. */
 export function contenderKey(dir: string, mode: LockMode, leaseHex: string, owner: string): string {
-  return `${dir}${mode === 'read' ? 'r' : 'w'}-${leaseHex}-${owner}`;
+  return `${modePrefix(dir, mode)}${leaseHex}-${owner}`;
+}
+
+/**
+ * The start of the name of every contender key of `mode` in the folder `dir` (`<dir>w-` for the
+ * writers). Keys of other shapes may start with it too: a range read or compare over it finds
+ * every contender of that mode, and maybe keys that are none.
+ */
+export function modePrefix(dir: string, mode: LockMode): string {
+  return `${dir}${mode === 'read' ? 'r' : 'w'}-`;
 }
 
 /**

@@ -32,6 +32,11 @@
  *   reader arriving after a waiting writer would pass it (no FIFO, writer starvation), and the
  *   readers' tokens, renewals and releases by owner would need rows that only the holding
  *   connection can back. Lease mode grants read locks (read-sql.ts).
+ * - Several keys at once (`attemptAll`, `acquireAll`'s first round): one statement on the lock
+ *   connection tries every key's lock and, unless it got them all, unlocks those it got before it
+ *   answers, so the server never keeps a partial set; tokens are drawn only once all are held.
+ *   A try never waits, so no order of keys can deadlock. Another session's `pg_try_` can find a
+ *   key taken for the length of that statement and be refused, as by any short-lived holder.
  * - Needs a real session: do not run this mode behind a transaction-mode pooler
  *   (`pooler: 'transaction'` is refused with this mode). A pooler the options do not name is
  *   found when the lock connection opens, before any lock is taken on it (see session-check.ts):
@@ -43,6 +48,7 @@ import type {
   AttemptResult,
   Backend,
   BackendCapabilities,
+  Granted,
   LeaseRef,
   LockInfo,
   NotGranted,
@@ -94,12 +100,14 @@ interface Holding {
 export class PostgresAdvisoryBackend implements Backend {
   readonly name = 'postgres';
   readonly maxTtlMs = MAX_TIMER_MS;
+  /** Write locks only; several keys' single attempts in one statement (`attemptAll`). */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write'] as const),
     sessions: false,
     queue: false,
     batchRenew: false,
     permits: false,
+    attemptAll: true,
   });
   readonly #db: PostgresConnectionSet;
   readonly #held = new Map<string, Holding>();
@@ -145,14 +153,7 @@ export class PostgresAdvisoryBackend implements Backend {
       }
       return this.#notGranted(request, mark);
     }
-    const holding: Holding = {
-      owner: request.owner,
-      token: undefined,
-      session: undefined,
-      expiry: undefined,
-      expired: false,
-    };
-    this.#held.set(request.key, holding);
+    const holding = this.#claim(request);
     let session: AdvisorySession | undefined;
     try {
       const { rows } = await this.#db.run('attempt', async () => {
@@ -174,27 +175,135 @@ export class PostgresAdvisoryBackend implements Backend {
         this.#forget(request.key, holding);
         return this.#notGranted(request, mark);
       }
-      if (session.lost.signal.aborted) {
-        this.#forget(request.key, holding);
-        throw new BackendError(this.name, 'attempt', session.lost.signal.reason);
-      }
-      holding.token = BigInt(row.token);
-      holding.session = session;
-      this.#armExpiry(request.key, holding, request.ttlMs);
-      return {
-        granted: true,
-        token: holding.token,
-        ttlMs: request.ttlMs,
-        lost: session.lost.signal,
-      };
+      return this.#confirm(request, holding, BigInt(row.token), session);
     } catch (error) {
       // The server may have granted the lock before the error (a lost reply): give it back.
-      if (this.#held.get(request.key) === holding) {
-        await this.#unlock(request.key, holding);
-        this.#forget(request.key, holding);
-      }
+      await this.#giveBack(request.key, holding);
       throw error;
     }
+  }
+
+  /**
+   * Single attempts at several keys (`acquireAll`'s first round) in one statement on the lock
+   * connection (`advisoryAttemptAll` in sql.ts): it tries every key's session lock and, unless
+   * all were got, unlocks those it got before answering; tokens are drawn only once every lock
+   * is held. The local table is kept as by `attempt`: a key another owner of this backend holds
+   * or asks for is refused without asking the server, and every key asked for is marked as this
+   * owner's while the statement runs.
+   * @param requests 2 to `MAX_MULTI_KEYS` requests for distinct keys, write mode, no `permits`.
+   * @returns one answer per request, in order: all granted, or none (keys found held answered as
+   *   `attempt` answers, the others `{ granted: false }`). A key this same owner holds already (a
+   *   repeated call) keeps its grant: granted again when every key is, else left as it was.
+   *   Null for read locks or semaphore permits, which this mode does not grant.
+   * @throws BackendError when the server cannot answer (the locks the statement may have taken
+   *   are given back first), or when the lock connection was lost meanwhile.
+   */
+  async attemptAll(requests: readonly AttemptRequest[]): Promise<AttemptResult[] | null> {
+    if (requests.some((r) => r.permits !== undefined || r.mode !== 'write')) return null;
+    const mark = this.#db.listener?.mark() ?? -1;
+    const locals = requests.map((request) => this.#held.get(request.key));
+    const own = (local: Holding | undefined, request: AttemptRequest) =>
+      local !== undefined &&
+      local.owner === request.owner &&
+      local.token !== undefined &&
+      local.session !== undefined &&
+      !local.expired;
+    if (locals.some((local, i) => local !== undefined && !own(local, requests[i]!))) {
+      return requests.map((request, i) =>
+        locals[i] !== undefined && !own(locals[i], request)
+          ? this.#notGranted(request, mark)
+          : { granted: false },
+      );
+    }
+    const asked = requests.filter((_, i) => locals[i] === undefined);
+    const holdings = asked.map((request) => this.#claim(request));
+    let session: AdvisorySession | undefined;
+    let rows: { ok: boolean; token: string | null }[] = [];
+    try {
+      if (asked.length > 0) {
+        ({ rows } = await this.#db.run('attempt', async () => {
+          session = await this.#getSession();
+          return serially(session, (client) =>
+            client.query<{ ok: boolean; token: string | null }>(
+              prepared(this.#db.sql.advisoryAttemptAll, [
+                asked.map((request) => request.key),
+                asked.map((request) => request.owner),
+                asked.map((request) => lockIdOf(request.key).toString()),
+                asked.map((request) => request.ttlMs),
+              ]),
+            ),
+          );
+        }));
+        this.#sweeper.start();
+      }
+      const all = rows.length === asked.length && rows.every((r) => r.ok && r.token !== null);
+      if (!all || (asked.length > 0 && session === undefined)) {
+        for (const [j, request] of asked.entries()) this.#forget(request.key, holdings[j]!);
+        let j = 0;
+        return requests.map((request, i): AttemptResult => {
+          if (locals[i] !== undefined) return { granted: false };
+          return rows[j++]?.ok === false ? this.#notGranted(request, mark) : { granted: false };
+        });
+      }
+      let j = 0;
+      return requests.map((request, i): Granted => {
+        const local = locals[i];
+        if (local !== undefined) {
+          this.#armExpiry(request.key, local, request.ttlMs);
+          return {
+            granted: true,
+            token: local.token!,
+            ttlMs: request.ttlMs,
+            lost: local.session!.lost.signal,
+          };
+        }
+        const k = j++;
+        return this.#confirm(request, holdings[k]!, BigInt(rows[k]!.token!), session!);
+      });
+    } catch (error) {
+      await Promise.all(asked.map((request, j) => this.#giveBack(request.key, holdings[j]!)));
+      throw error;
+    }
+  }
+
+  /** Mark `request.key` as asked for by its owner: other owners of this backend keep off it. */
+  #claim(request: AttemptRequest): Holding {
+    const holding: Holding = {
+      owner: request.owner,
+      token: undefined,
+      session: undefined,
+      expiry: undefined,
+      expired: false,
+    };
+    this.#held.set(request.key, holding);
+    return holding;
+  }
+
+  /**
+   * Record a lock the server granted on `session` as `request`'s, and start its TTL.
+   * @throws BackendError when the connection was lost meanwhile (its locks are gone).
+   */
+  #confirm(
+    request: AttemptRequest,
+    holding: Holding,
+    token: bigint,
+    session: AdvisorySession,
+  ): Granted {
+    if (session.lost.signal.aborted) {
+      this.#forget(request.key, holding);
+      throw new BackendError(this.name, 'attempt', session.lost.signal.reason);
+    }
+    holding.token = token;
+    holding.session = session;
+    this.#armExpiry(request.key, holding, request.ttlMs);
+    return { granted: true, token, ttlMs: request.ttlMs, lost: session.lost.signal };
+  }
+
+  /** After a failed attempt: unlock what the server may have granted, and forget the key. */
+  async #giveBack(key: string, holding: Holding): Promise<void> {
+    if (this.#held.get(key) !== holding) return;
+    await this.#unlock(key, holding);
+    this.#forget(key, holding);
   }
 
   /** Confirm with the server that this connection still holds the lock, and re-arm the TTL. */

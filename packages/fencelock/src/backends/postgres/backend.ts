@@ -39,6 +39,15 @@
  *   writer's statement runs first; a renewal that changed nothing says whether owner and token
  *   are a read grant's, and a release answered `not-owner` is asked again as a reader's
  *   (reads.ts, a second call).
+ * - Several keys at once (`attemptAll`, `acquireAll`'s first round, attempt-all-sql.ts): one
+ *   statement calls `fencelock_attempt_all`, which takes the keys' transaction-level locks in one
+ *   order for every caller, then makes each key's single attempt (the statement `attempt` sends,
+ *   or the read attempt's function) inside a subtransaction rolled back at the first key refused:
+ *   every key granted or none, the fair line and the read/write rules as for `tryAcquire`.
+ * - Schema versions: every object is created if missing (functions replaced) by one set-up
+ *   transaction, and a backend runs it when the object the latest version added
+ *   (`fencelock_attempt_all`) is missing, so a schema of an earlier version is upgraded in place
+ *   by the first operation (which then needs CREATE on the schema, once).
  */
 import type {
   AttemptRequest,
@@ -51,9 +60,11 @@ import type {
   RenewResult,
 } from '../../core/backend.js';
 import { RenewalBatcher, type RenewalRequest } from '../../core/renewal-batch.js';
+import { downgradeBlocked } from '../../core/rwlock.js';
 import { MAX_TIMER_MS } from '../../options.js';
-import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
+import { QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
+import { notGrantedIn } from './listener.js';
 import { PostgresPermits } from './permits.js';
 import { PostgresReads } from './reads.js';
 import { xactLockPairOf } from './sql.js';
@@ -74,7 +85,8 @@ export class PostgresBackend implements Backend {
   readonly maxTtlMs = MAX_TIMER_MS;
   /**
    * Write and read locks; a FIFO line of waiters per key and per semaphore (`leaveQueue`);
-   * renewals of one turn go as one statement; semaphore permits.
+   * renewals of one turn go as one statement; semaphore permits; several keys' single attempts
+   * in one statement (`attemptAll`).
    */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write', 'read'] as const),
@@ -82,6 +94,7 @@ export class PostgresBackend implements Backend {
     queue: true,
     batchRenew: true,
     permits: true,
+    attemptAll: true,
   });
   readonly #db: PostgresConnectionSet;
   readonly #permits: PostgresPermits;
@@ -160,18 +173,60 @@ export class PostgresBackend implements Backend {
     if (row?.token != null) {
       return { granted: true, token: BigInt(row.token), ttlMs: request.ttlMs };
     }
-    const holder =
-      row?.remaining_ms == null ? {} : { holderTtlMs: Math.max(0, Number(row.remaining_ms)) };
-    if (listener === undefined) return { granted: false, ...holder };
-    const { key, owner } = request;
-    return {
-      granted: false,
-      queued,
-      ...holder,
-      // Waiters attempt at least this often, which keeps their line entries alive.
-      recheckAfterMs: LINE_RECHECK_MS,
-      waitForChange: (signal, maxMs) => listener.wait(key, owner, mark, signal, maxMs),
-    };
+    return notGrantedIn(listener, request.key, request.owner, mark, queued, row?.remaining_ms);
+  }
+
+  /**
+   * Single attempts at several keys (`acquireAll`'s first round) in one statement: one call of
+   * `fencelock_attempt_all` (attempt-all-sql.ts), which takes every key's transaction-level lock
+   * in one order and makes each key's single attempt (the statement of `attempt`, or the read
+   * attempt's function) in a subtransaction that it rolls back at the first key refused. So
+   * every key is granted, with a token from the schema's sequence, or none is, and nothing joins
+   * a line. Through a transaction-mode pooler it is one transaction, as every statement is.
+   * @param requests 2 to `MAX_MULTI_KEYS` requests for distinct keys, one mode, no `permits`.
+   * @returns one answer per request, in order: all granted, or none (the key at which the call
+   *   stopped answered as `attempt` answers a single attempt; the others `{ granted: false }`,
+   *   keys after that one not looked at); null for semaphore permits, which are not taken here.
+   * @throws InvalidArgumentError (`downgradeBlocked`) when a read asked for inside the caller's
+   *   write lock finds another writer waiting; nothing is granted.
+   * @throws BackendError when the server cannot answer.
+   */
+  async attemptAll(requests: readonly AttemptRequest[]): Promise<AttemptResult[] | null> {
+    if (requests.some((request) => request.permits !== undefined)) return null;
+    const listener = this.#db.listener;
+    const mark = listener?.mark() ?? -1;
+    const pairs = requests.map((request) => xactLockPairOf(request.key));
+    const { rows } = await this.#db.run('attempt', () =>
+      this.#db.queryPrepared<{
+        token: string | null;
+        blocked: boolean;
+        refused: boolean;
+        remaining_ms: string | null;
+      }>(this.#db.sql.attemptAll, [
+        requests.map((request) => request.key),
+        requests.map((request) => request.owner),
+        requests.map((request) => request.ttlMs),
+        pairs.map(([hi]) => hi),
+        pairs.map(([, lo]) => lo),
+        requests.map((request) => request.mode === 'read'),
+        requests.map((request) => request.heldWriter ?? null),
+        this.#db.sql.channel,
+      ]),
+    );
+    this.#sweeper.start();
+    if (rows.length === requests.length && rows.every((row) => row.token != null)) {
+      return requests.map((request, i) => ({
+        granted: true,
+        token: BigInt(rows[i]!.token!),
+        ttlMs: request.ttlMs,
+      }));
+    }
+    return requests.map((request, i): AttemptResult => {
+      const row = rows[i];
+      if (row?.blocked !== true) return { granted: false };
+      if (row.refused) throw downgradeBlocked(request.key);
+      return notGrantedIn(listener, request.key, request.owner, mark, false, row.remaining_ms);
+    });
   }
 
   /**

@@ -225,7 +225,7 @@ export class PostgresConnectionSet {
   /** Create the schema's sequence and tables once, if they are missing. */
   ensureSchema(): Promise<void> {
     this.#setup ??= (async () => {
-      const found = await this.query<{ ready: boolean }>(this.sql.ready, [this.sql.newestTable]);
+      const found = await this.query<{ ready: boolean }>(this.sql.ready, [this.sql.newestObject]);
       if (found.rows[0]?.ready === true) return;
       const schema = await this.query<{ exists: boolean }>(this.sql.schemaExists, [
         this.sql.schemaName,

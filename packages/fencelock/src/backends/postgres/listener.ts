@@ -15,7 +15,9 @@
  * bounded by the holder's remaining TTL, covers the time without a listener).
  */
 import type pg from 'pg';
+import type { NotGranted } from '../../core/backend.js';
 import { startWait } from '../../core/wait.js';
+import { LINE_RECHECK_MS } from '../waiting-line.js';
 
 /** Recent notifications remembered per line for waiters that register late. */
 const RECENT_LIMIT = 4_096;
@@ -239,4 +241,31 @@ export class ReleaseListener {
     for (const set of [...this.#waiters.values()]) for (const waiter of [...set]) waiter.wake();
     for (const waiter of [...this.#pendingListen]) waiter.wake();
   }
+}
+
+/**
+ * The answer to an attempt (a lock's, write or read, or a semaphore permit's) that was not
+ * granted: the holder's time left as the statement read it (`remainingMs`, whole ms as text,
+ * clamped at 0; absent when it read none), and with a listener, whether the attempt stands in
+ * the line (`queued`) and how to wait for a notification addressed to `owner` in `line` (a
+ * lock's key, or a semaphore's `permitLineOf(key)`).
+ */
+export function notGrantedIn(
+  listener: ReleaseListener | undefined,
+  line: string,
+  owner: string,
+  mark: number,
+  queued: boolean,
+  remainingMs: string | null | undefined,
+): NotGranted {
+  const holder = remainingMs == null ? {} : { holderTtlMs: Math.max(0, Number(remainingMs)) };
+  if (listener === undefined) return { granted: false, ...holder };
+  return {
+    granted: false,
+    queued,
+    ...holder,
+    // Waiters attempt at least this often, which keeps their line entries alive.
+    recheckAfterMs: LINE_RECHECK_MS,
+    waitForChange: (signal, maxMs) => listener.wait(line, owner, mark, signal, maxMs),
+  };
 }

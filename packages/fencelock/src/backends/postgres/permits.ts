@@ -11,9 +11,9 @@ import type {
   ReleaseOutcome,
 } from '../../core/backend.js';
 import { PermitsMismatchError } from '../../errors.js';
-import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
+import { QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import type { PostgresConnectionSet } from './connection.js';
-import { permitLineOf } from './listener.js';
+import { notGrantedIn, permitLineOf } from './listener.js';
 import { permitLockPairOf } from './sql.js';
 import { tokenParameter } from './tokens.js';
 
@@ -60,19 +60,14 @@ export class PostgresPermits {
       return { granted: true, token: BigInt(row.token), ttlMs: request.ttlMs };
     }
     if (row?.in_use != null) throw new PermitsMismatchError(request.key, permits, row.in_use);
-    const holder =
-      row?.remaining_ms == null ? {} : { holderTtlMs: Math.max(0, Number(row.remaining_ms)) };
-    if (listener === undefined) return { granted: false, ...holder };
-    const line = permitLineOf(request.key);
-    const { owner } = request;
-    return {
-      granted: false,
+    return notGrantedIn(
+      listener,
+      permitLineOf(request.key),
+      request.owner,
+      mark,
       queued,
-      ...holder,
-      // Waiters attempt at least this often, which keeps their line entries alive.
-      recheckAfterMs: LINE_RECHECK_MS,
-      waitForChange: (signal, maxMs) => listener.wait(line, owner, mark, signal, maxMs),
-    };
+      row?.remaining_ms,
+    );
   }
 
   /** Compare-and-delete by owner and token; the waiter the freed permit lets in is notified. */

@@ -13,8 +13,9 @@ import type {
   RenewResult,
 } from '../../core/backend.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
-import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
+import { QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import type { PostgresConnectionSet } from './connection.js';
+import { notGrantedIn } from './listener.js';
 import { xactLockPairOf } from './sql.js';
 import { tokenParameter } from './tokens.js';
 
@@ -62,17 +63,7 @@ export class PostgresReads {
       return { granted: true, token: BigInt(row.token), ttlMs: request.ttlMs };
     }
     if (row?.refused === true) throw downgradeBlocked(request.key);
-    const holder =
-      row?.remaining_ms == null ? {} : { holderTtlMs: Math.max(0, Number(row.remaining_ms)) };
-    if (listener === undefined) return { granted: false, ...holder };
-    const { key, owner } = request;
-    return {
-      granted: false,
-      queued,
-      ...holder,
-      recheckAfterMs: LINE_RECHECK_MS,
-      waitForChange: (signal, maxMs) => listener.wait(key, owner, mark, signal, maxMs),
-    };
+    return notGrantedIn(listener, request.key, request.owner, mark, queued, row?.remaining_ms);
   }
 
   /** Compare-and-delete a read grant by owner and token; the last one wakes the head run. */

@@ -10,6 +10,7 @@
  * exact.
  */
 import { createHash } from 'node:crypto';
+import { attemptAllSqlFor, type WriteAttemptInputs } from './attempt-all-sql.js';
 import { permitSqlFor } from './permit-sql.js';
 import { readSqlFor } from './read-sql.js';
 
@@ -107,8 +108,65 @@ export function sqlFor(schema: string) {
   const waiters = `${s}.fencelock_waiters`;
   const waiterSequence = `${s}.fencelock_waiter_seq`;
   const nextToken = `nextval('${s}.fencelock_token_seq')`;
+  /**
+   * The write attempt (`attempt` below says what it does), its inputs given as SQL expressions:
+   * the statement's parameters, or the variables of `fencelock_attempt_all` (attempt-all-sql.ts),
+   * which runs the same statement for each of its keys. `into` is PL/pgSQL's `INTO <variables>`
+   * there, receiving the one row; empty for the statement.
+   */
+  const writeAttempt = (p: WriteAttemptInputs, into = '') => `WITH serial AS (
+  SELECT pg_advisory_xact_lock(${p.lockHi}::int4, ${p.lockLo}::int4)
+  WHERE NOT EXISTS (
+    SELECT 1 FROM ${leases} WHERE key = ${p.key} AND owner <> ${p.owner} AND expires_at > clock_timestamp()
+  )
+),
+first AS (
+  SELECT w.owner FROM ${waiters} w, serial
+  WHERE w.key = ${p.key} AND w.expires_at > clock_timestamp() ORDER BY w.seq LIMIT 1
+),
+granted AS (
+  INSERT INTO ${leases} AS l (key, owner, token, expires_at)
+  SELECT ${p.key}, ${p.owner}, ${nextToken}, clock_timestamp() + ${p.ttlMs}::int8 * interval '1 millisecond' FROM serial
+  WHERE coalesce((SELECT owner FROM first), ${p.owner}) = ${p.owner}
+     OR EXISTS (SELECT 1 FROM ${leases} WHERE key = ${p.key} AND owner = ${p.owner} AND expires_at > clock_timestamp())
+  ON CONFLICT (key) DO UPDATE SET
+    owner = excluded.owner,
+    token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+                 THEN l.token ELSE excluded.token END,
+    expires_at = excluded.expires_at
+  WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
+  RETURNING token
+),
+left_line AS (
+  DELETE FROM ${waiters} WHERE key = ${p.key} AND owner = ${p.owner} AND EXISTS (SELECT 1 FROM granted)
+),
+in_line AS (
+  INSERT INTO ${waiters} (key, owner, seq, expires_at)
+  SELECT ${p.key}, ${p.owner}, nextval('${waiterSequence}'), clock_timestamp() + ${p.entryTtlMs}::int8 * interval '1 millisecond'
+  WHERE ${p.queued}::boolean AND NOT EXISTS (SELECT 1 FROM granted)
+  ON CONFLICT (key, owner) DO UPDATE SET expires_at = excluded.expires_at
+)
+SELECT token::text AS token, NULL::text AS remaining_ms${into} FROM granted
+UNION ALL
+SELECT NULL, ${REMAINING_MS('h.expires_at')} FROM ${leases} h
+WHERE h.key = ${p.key} AND NOT EXISTS (SELECT 1 FROM granted)`;
+  /**
+   * Record advisory-lock grants (advisory mode): key, owner and ttlMs expressions over the rows
+   * of `from` (a FROM clause, with its WHERE), each row's token drawn from the sequence as it is
+   * inserted, after its lock was taken; a row of a key left by a gone session is replaced.
+   * Returns `key, token`.
+   */
+  const advisoryGrant = (key: string, owner: string, ttlMs: string, from: string) => `
+  INSERT INTO ${holders} AS h (key, owner, token, pid, expires_at)
+  SELECT ${key}, ${owner}, ${nextToken}, pg_backend_pid(), clock_timestamp() + ${ttlMs}::int8 * interval '1 millisecond'
+  FROM ${from}
+  ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+    pid = excluded.pid, expires_at = excluded.expires_at
+  RETURNING key, token
+`;
   const permits = permitSqlFor(s);
   const reads = readSqlFor(s);
+  const attemptAll = attemptAllSqlFor(s, writeAttempt);
   /**
    * The sequences, tables, indexes and functions of a schema, each created if missing (the
    * functions replaced), in the order versions added them: a schema of an earlier version gets
@@ -139,18 +197,21 @@ CREATE TABLE IF NOT EXISTS ${waiters} (
 );
 CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON ${waiters} (key, seq);
 ${permits.objects}
-${reads.objects}`;
+${reads.objects}
+${attemptAll.objects}`;
   return {
     /** The NOTIFY channel of releases in this schema; the payload is the key. */
     channel: channelOf(schema),
 
     /**
-     * $1: qualified table name. True when the schema's objects exist (asked of the newest table,
-     * `newestTable`, created in one transaction with everything else, so that a schema of an
-     * earlier version gets what it lacks).
+     * $1: the newest object's signature. True when the schema's objects exist (asked of the
+     * object the latest version added, `newestObject`, created last and in one transaction with
+     * everything else, so that a schema of an earlier version gets what it lacks).
      */
-    ready: `SELECT to_regclass($1) IS NOT NULL AS ready`,
-    newestTable: reads.readersTable,
+    ready: `SELECT to_regprocedure($1) IS NOT NULL AS ready`,
+    newestObject: attemptAll.signature,
+    /** The multi-key attempt (attempt-all-sql.ts). */
+    attemptAll: attemptAll.attempt,
     /** The semaphores' statements (permit-sql.ts). */
     permits,
     /** The read locks' statements (read-sql.ts). */
@@ -206,42 +267,15 @@ ${objects}`,
      * behind them for the key's lock. A lease released meanwhile is no loss: its release
      * notifies the head after it commits.
      */
-    attempt: `WITH serial AS (
-  SELECT pg_advisory_xact_lock($4::int4, $5::int4)
-  WHERE NOT EXISTS (
-    SELECT 1 FROM ${leases} WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
-  )
-),
-first AS (
-  SELECT w.owner FROM ${waiters} w, serial
-  WHERE w.key = $1 AND w.expires_at > clock_timestamp() ORDER BY w.seq LIMIT 1
-),
-granted AS (
-  INSERT INTO ${leases} AS l (key, owner, token, expires_at)
-  SELECT $1, $2, ${nextToken}, clock_timestamp() + $3::int8 * interval '1 millisecond' FROM serial
-  WHERE coalesce((SELECT owner FROM first), $2) = $2
-     OR EXISTS (SELECT 1 FROM ${leases} WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp())
-  ON CONFLICT (key) DO UPDATE SET
-    owner = excluded.owner,
-    token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
-                 THEN l.token ELSE excluded.token END,
-    expires_at = excluded.expires_at
-  WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
-  RETURNING token
-),
-left_line AS (
-  DELETE FROM ${waiters} WHERE key = $1 AND owner = $2 AND EXISTS (SELECT 1 FROM granted)
-),
-in_line AS (
-  INSERT INTO ${waiters} (key, owner, seq, expires_at)
-  SELECT $1, $2, nextval('${waiterSequence}'), clock_timestamp() + $7::int8 * interval '1 millisecond'
-  WHERE $6::boolean AND NOT EXISTS (SELECT 1 FROM granted)
-  ON CONFLICT (key, owner) DO UPDATE SET expires_at = excluded.expires_at
-)
-SELECT token::text AS token, NULL::text AS remaining_ms FROM granted
-UNION ALL
-SELECT NULL, ${REMAINING_MS('h.expires_at')} FROM ${leases} h
-WHERE h.key = $1 AND NOT EXISTS (SELECT 1 FROM granted)`,
+    attempt: writeAttempt({
+      key: '$1',
+      owner: '$2',
+      ttlMs: '$3',
+      lockHi: '$4',
+      lockLo: '$5',
+      queued: '$6',
+      entryTtlMs: '$7',
+    }),
 
     /**
      * Lease mode, renew while owner and token hold an unexpired lease. $1 key, $2 owner, $3 token,
@@ -399,15 +433,30 @@ WHERE w.key = e.key AND w.owner = e.owner AND w.expires_at <= clock_timestamp()`
      * $1 key, $2 owner, $3 lock id, $4 ttlMs.
      */
     advisoryAttempt: `WITH got AS (SELECT pg_try_advisory_lock($3::int8) AS ok),
-granted AS (
-  INSERT INTO ${holders} AS h (key, owner, token, pid, expires_at)
-  SELECT $1, $2, ${nextToken}, pg_backend_pid(), clock_timestamp() + $4::int8 * interval '1 millisecond'
-  FROM got WHERE got.ok
-  ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
-    pid = excluded.pid, expires_at = excluded.expires_at
-  RETURNING token
-)
+granted AS (${advisoryGrant('$1', '$2', '$4', 'got WHERE got.ok')})
 SELECT (SELECT ok FROM got) AS ok, (SELECT token::text FROM granted) AS token`,
+
+    /**
+     * Advisory mode, several keys at once on the dedicated connection: try every key's session
+     * lock; if all were got, record each as `advisoryAttempt` does (tokens drawn once every lock
+     * is held), else unlock those that were got, in the same statement. $1 keys, $2 owners,
+     * $3 lock ids, $4 ttlMs values (arrays of one length). One row per key, in order: `ok` (its
+     * lock was free), `token` (text; set for every key or none). A try never waits, so no order
+     * of keys can deadlock.
+     */
+    advisoryAttemptAll: `WITH tried AS (
+  SELECT r.n, r.key, r.owner, r.id, r.ttl_ms, pg_try_advisory_lock(r.id) AS ok
+  FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[])
+    WITH ORDINALITY AS r(key, owner, id, ttl_ms, n)
+),
+outcome AS (SELECT bool_and(ok) AS all_got FROM tried),
+granted AS (${advisoryGrant('t.key', 't.owner', 't.ttl_ms', 'tried t WHERE (SELECT all_got FROM outcome)')}),
+undone AS (
+  SELECT pg_advisory_unlock(t.id) AS unlocked FROM tried t
+  WHERE t.ok AND NOT (SELECT all_got FROM outcome)
+)
+SELECT t.ok, g.token::text AS token, (SELECT count(*) FROM undone) AS undone
+FROM tried t LEFT JOIN granted g ON g.key = t.key ORDER BY t.n`,
 
     /**
      * Advisory mode, renew on the dedicated connection: does it still hold the session lock

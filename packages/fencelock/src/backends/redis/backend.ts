@@ -38,6 +38,14 @@
  * renewed one script call each. A writer that never meets a reader pays one `EXISTS` of the
  * readers' key per grant of a free key, and nothing more.
  *
+ * A multi-key acquire's first round (`attemptAll`) is one script call (attempt-all.lua): the single
+ * attempt of every key by the acquire scripts' own rules (their shared fragments write-line.lua
+ * and read-line.lua), all decided before any is granted, so every key is granted or none and no
+ * key joins a line. Each token comes from its key's counter, as a single attempt's does; on
+ * Sentinel the failover epoch leads them, and `minReplicas` is one `WAIT` for them all. On a
+ * Cluster one script may only touch one hash slot: keys whose `{key}` tags hash to different
+ * slots (hash-slot.ts, no round trip) are answered null, and the core attempts them key by key.
+ *
  * Failover caveat (the Redis documentation, "Distributed locks with Redis"): replication is
  * asynchronous, so a promoted replica may not have the key and grant it again. The fence counter
  * can be lost the same way; the token still rises when the new primary's clock is not behind the
@@ -53,6 +61,7 @@ import type {
   Granted,
   LeaseRef,
   LockInfo,
+  NotGranted,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
@@ -65,10 +74,12 @@ import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { isClusterClient, RedisConnection } from './connection.js';
 import { composeToken, counterOf, type FailoverEpoch } from './failover-epoch.js';
 import { FENCE_GRACE_MS, fenceTtlMs } from './fence-counter.js';
+import { sharedSlot } from './hash-slot.js';
 import { type ReadWriteLockKeys, readWriteLockKeys, semaphoreKeys } from './lock-keys.js';
 import type { NodeRedisClientLike } from './node-redis.js';
 import { ReleaseWaiters } from './release-waiters.js';
 import {
+  attemptAllScript,
   inspectLockScript,
   queuedAbandonScript,
   queuedAcquireScript,
@@ -189,6 +200,7 @@ export class RedisBackend implements Backend {
       queue: true,
       batchRenew: !isClusterClient(client),
       permits: true,
+      attemptAll: true,
     });
     this.#prefix = settings.prefix;
     this.#notifications = settings.notifications;
@@ -241,6 +253,76 @@ export class RedisBackend implements Backend {
     return this.#answer(request, k, queue, reply, epoch);
   }
 
+  /**
+   * Single attempts at several locks in one script call (attempt-all.lua): each lock decided by
+   * the rule of its mode's acquire script for a single attempt (the same line, readers and
+   * tokens), every one granted or none, nothing queued. On Sentinel the failover epoch is read
+   * before the script, and with `minReplicas` one `WAIT` covers every grant; either check failing
+   * withdraws every grant and rejects, as for a single attempt. On a Cluster the keys of every
+   * lock must hash to one slot (`{key}` hash tags whose slots match): the server refuses a script
+   * that spans slots.
+   * @returns null on a Cluster when the locks' keys span several hash slots, and for requests the
+   *   script does not take (a semaphore's permits, a contender that waits, mixed modes or TTLs):
+   *   the core then attempts key by key.
+   * @throws InvalidArgumentError (`downgradeBlocked`) when a read downgrade (`heldWriter`) finds
+   *   another writer holding or waiting for its key (nothing was granted); BackendError as
+   *   `attempt` does (whether anything was granted is then unknown).
+   */
+  async attemptAll(requests: readonly AttemptRequest[]): Promise<AttemptResult[] | null> {
+    const first = requests[0];
+    if (
+      first === undefined ||
+      requests.some(
+        (r) =>
+          r.permits !== undefined ||
+          r.willWait !== false ||
+          r.mode !== first.mode ||
+          r.ttlMs !== first.ttlMs,
+      )
+    ) {
+      return null;
+    }
+    const { client } = this.#connection;
+    const locks = requests.map((r) => this.keysOf(r.key));
+    const keys = locks.flatMap((k) => grantKeysOf(k));
+    if (isClusterClient(client) && sharedSlot(keys) === undefined) return null;
+    const args = [
+      first.mode,
+      first.ttlMs,
+      fenceTtlMs(first.ttlMs),
+      ...requests.flatMap((r) => [r.owner, r.heldWriter ?? '']),
+    ];
+    const operation = acquireOf(requests);
+    const [epoch, replies] = await this.#connection.call(operation, async () => {
+      const before = await this.#epochs?.current();
+      return [before, await attemptAllScript.run(client, keys, args)] as const;
+    });
+    if (replies.length !== requests.length) {
+      throw new BackendError(
+        this.name,
+        operation,
+        new Error(`${replies.length} answers to ${requests.length} attempts`),
+      );
+    }
+    const blocked = replies.findIndex((reply) => reply[0] === -2);
+    // The script granted nothing (a refused round), as read-acquire.lua keeps nothing of it.
+    if (blocked !== -1) throw downgradeBlocked(requests[blocked]!.key);
+    const counters: bigint[] = [];
+    for (const reply of replies) if (reply[0] === 1) counters.push(BigInt(reply[1]));
+    if (counters.length < requests.length) {
+      return replies.map((reply, i) =>
+        reply[0] === 0
+          ? this.#notGranted(requests[i]!, locks[i]!, false, reply[1], epoch)
+          : { granted: false },
+      );
+    }
+    if (first.mode === 'read') for (const r of requests) this.#rememberReadGrant(r.owner);
+    if (epoch === undefined && this.#minReplicas === 0) {
+      return counters.map((token) => ({ granted: true, token, ttlMs: first.ttlMs }));
+    }
+    return this.#checkedGrants(requests, counters, epoch);
+  }
+
   /** The acquire script of the request's mode, run once. */
   #acquireScript(
     request: AttemptRequest,
@@ -248,7 +330,7 @@ export class RedisBackend implements Backend {
     queue: boolean,
   ): Promise<[1, string] | [0, number] | [-2]> {
     const { client } = this.#connection;
-    const keys = [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens] as const;
+    const keys = grantKeysOf(k);
     const args = this.#acquireArgs(request, queue);
     return request.mode === 'write'
       ? queuedAcquireScript.run(client, keys, args)
@@ -330,9 +412,23 @@ export class RedisBackend implements Backend {
       if (epoch === undefined && this.#minReplicas === 0) {
         return { granted: true, token: counter, ttlMs: request.ttlMs };
       }
-      return this.#checkedGrant(request, counter, epoch);
+      return this.#checkedGrants([request], [counter], epoch).then(([granted]) => granted!);
     }
-    const holderTtlMs = Math.max(reply[1], 0);
+    return this.#notGranted(request, k, queue, reply[1], epoch);
+  }
+
+  /**
+   * The answer to an attempt the script refused, `ms` being how long the key can stay unavailable
+   * to it with nothing changing: wait for a release message that names this contender (or poll).
+   */
+  #notGranted(
+    request: AttemptRequest,
+    k: { readonly channel: string },
+    queue: boolean,
+    ms: number,
+    epoch: Awaited<ReturnType<FailoverEpoch['current']>> | undefined,
+  ): NotGranted {
+    const holderTtlMs = Math.max(ms, 0);
     return {
       granted: false,
       holderTtlMs,
@@ -377,28 +473,32 @@ export class RedisBackend implements Backend {
   }
 
   /**
-   * A grant on Sentinel (the epoch must not have changed under the script) or with
-   * `minReplicas` (the replicas must have it).
-   * @throws BackendError when either check fails (the grant is withdrawn first).
+   * Grants of one script call (one, or `attemptAll`'s) on Sentinel (the epoch must not have
+   * changed under the script) or with `minReplicas` (the replicas must have them), in the order
+   * of `requests`, whose counters they are.
+   * @throws BackendError when either check fails (every grant is withdrawn first).
    */
-  async #checkedGrant(
-    request: AttemptRequest,
-    counter: bigint,
+  async #checkedGrants(
+    requests: readonly AttemptRequest[],
+    counters: readonly bigint[],
     epoch: Awaited<ReturnType<FailoverEpoch['current']>> | undefined,
-  ): Promise<AttemptResult> {
+  ): Promise<Granted[]> {
     if (epoch !== undefined && this.#epochs?.generation !== epoch.generation) {
-      // The connection changed while the script ran: the grant may sit on another primary
-      // than the epoch read names. Withdraw it; the next attempt reads the epoch again.
-      await this.abandon(request).catch(() => undefined);
+      // The connection changed while the script ran: the grants may sit on another primary
+      // than the epoch read names. Withdraw them; the next attempt reads the epoch again.
+      await Promise.all(requests.map((r) => this.abandon(r).catch(() => undefined)));
       throw new BackendError(
         this.name,
-        `acquire of "${request.key}"`,
+        acquireOf(requests),
         new Error('the connection to the primary changed during the grant (a failover?)'),
       );
     }
-    if (this.#minReplicas > 0) await this.#awaitReplicas(request, counter);
-    const token = epoch === undefined ? counter : composeToken(epoch.epoch, counter);
-    return { granted: true, token, ttlMs: request.ttlMs };
+    if (this.#minReplicas > 0) await this.#awaitReplicas(requests, counters);
+    return requests.map((request, i) => {
+      const counter = counters[i]!;
+      const token = epoch === undefined ? counter : composeToken(epoch.epoch, counter);
+      return { granted: true, token, ttlMs: request.ttlMs };
+    });
   }
 
   /** The counter part of a lease's token, as the scripts store it. */
@@ -407,24 +507,34 @@ export class RedisBackend implements Backend {
   }
 
   /**
-   * `WAIT` on the granting connection for `minReplicas`; too few: release the grant and fail.
+   * One `WAIT` on the granting connection for `minReplicas`, after the script that made the
+   * grants of `requests` (their counters); too few: release every grant and fail.
    * @throws BackendError
    */
-  async #awaitReplicas(request: AttemptRequest, token: bigint): Promise<void> {
+  async #awaitReplicas(
+    requests: readonly AttemptRequest[],
+    counters: readonly bigint[],
+  ): Promise<void> {
     const acked = await this.#connection.call('acquire (WAIT for replicas)', () =>
       this.#connection.client.wait(this.#minReplicas, this.#replicaTimeoutMs),
     );
     if (acked >= this.#minReplicas) return;
-    await this.#connection
-      .call('acquire (release after WAIT)', () =>
-        this.#releaseScript(request.key, request.owner, String(token), request.permits),
-      )
-      .catch(() => undefined);
+    await Promise.all(
+      requests.map((r, i) =>
+        this.#connection
+          .call('acquire (release after WAIT)', () =>
+            this.#releaseScript(r.key, r.owner, String(counters[i]), r.permits),
+          )
+          .catch(() => undefined),
+      ),
+    );
+    const what = requests.length === 1 ? 'the grant' : `the ${requests.length} grants`;
+    const it = requests.length === 1 ? 'it was' : 'they were';
     throw new BackendError(
       this.name,
-      `acquire of "${request.key}"`,
+      acquireOf(requests),
       new Error(
-        `only ${acked} of ${this.#minReplicas} replicas acknowledged the grant within ${this.#replicaTimeoutMs} ms; it was released, since a failover could lose it`,
+        `only ${acked} of ${this.#minReplicas} replicas acknowledged ${what} within ${this.#replicaTimeoutMs} ms; ${it} released, since a failover could lose it`,
       ),
     );
   }
@@ -642,6 +752,18 @@ export class RedisBackend implements Backend {
     if (this.#connection.closed) return;
     await Promise.all([this.#waiters.close(), this.#connection.close()]);
   }
+}
+
+/** A lock's keys as the granting scripts take them (`QueueKeys` in scripts.ts). */
+function grantKeysOf(k: ReadWriteLockKeys) {
+  return [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens] as const;
+}
+
+/** The operation's name in errors: `acquire of "<key>"`, or of several keys. */
+function acquireOf(requests: readonly AttemptRequest[]): string {
+  return requests.length === 1
+    ? `acquire of "${requests[0]!.key}"`
+    : `acquire of ${requests.length} keys ("${requests[0]!.key}"…)`;
 }
 
 /** A release script's code (1 released, 0 not held, -1 not owner) as the core's outcome. */

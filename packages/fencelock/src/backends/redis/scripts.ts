@@ -92,7 +92,7 @@ export const queuedAcquireScript = defineScript<
   QueueKeys,
   readonly [owner: string, ttlMs: number, waiterTtlMs: number, fenceTtlMs: number],
   [1, string] | [0, number]
->('queued-acquire', SCRIPTS, ['lock-line']);
+>('queued-acquire', SCRIPTS, ['lock-line', 'write-line']);
 /**
  * Grant a read lock in arrival order (Curator's read-write rule: a reader waits only for writers
  * holding the key or ahead of it in the line): `[1, token]`, `[0, ms]` as `queuedAcquireScript`,
@@ -111,6 +111,20 @@ export const readAcquireScript = defineScript<
   ],
   [1, string] | [0, number] | [-2]
 >('read-acquire', SCRIPTS, ['lock-line', 'read-line']);
+/**
+ * Single attempts at several locks, all granted or none (`attemptAll`): each lock's six
+ * `QueueKeys` in turn; `args` its mode, ttlMs and fence counter lifetime, then per lock its owner
+ * and `heldWriter` ('' for none). Each lock is decided by the rule of `queuedAcquireScript` or
+ * `readAcquireScript` for a single attempt (never queued) before any is granted. One reply per
+ * lock: every one `[1, token]`; or none granted, each lock `[0, ms]` / `[-2]` as its single attempt
+ * would refuse, or `[-1]` when it was free but another lock refused. Every key must be on one node
+ * (one hash slot on a Cluster).
+ */
+export const attemptAllScript = defineScript<
+  readonly string[],
+  readonly (string | number)[],
+  ([1, string] | [0, number] | [-1] | [-2])[]
+>('attempt-all', SCRIPTS, ['lock-line', 'read-line', 'write-line']);
 /** The keys of the scripts that may hand a free key to the head of its line. */
 type HandOffKeys = readonly [
   lockKey: string,

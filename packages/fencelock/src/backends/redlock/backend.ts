@@ -127,6 +127,7 @@ export class RedlockBackend implements Backend {
     queue: true,
     batchRenew: true,
     permits: true,
+    attemptAll: false,
   });
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   /** Votes a lock needs: a majority of the nodes. */

@@ -36,6 +36,12 @@
  * the last reader's release, the writer at the head. A renewal or release that is not the
  * writer's looks for a read grant of that owner and token (a `LeaseRef` carries no mode).
  *
+ * A multi-key acquire's first round (`attemptAll`) is one IMMEDIATE transaction that runs the
+ * single attempt of each key in it (the same function `attempt` runs in a transaction of its own,
+ * for both modes), so each key is granted by the same rules and draws its token from the same
+ * counter; it commits only when every key was granted, and otherwise rolls back, writing nothing
+ * (no token spent, no commit seen by other connections' waiters).
+ *
  * One host only: SQLite's locking is unreliable on network file systems, and the lease clock is
  * the host's.
  */
@@ -62,6 +68,17 @@ import { initialize, NOW, prepareNextToken, prepareSweep, READERS_OWNER } from '
 import { Semaphores } from './semaphores.js';
 import type { SqliteUrlConfig } from './url.js';
 
+/** A single attempt's answer in the store: a read attempt may be a refused downgrade. */
+type Answer = AttemptResult | typeof DOWNGRADE_BLOCKED;
+
+/** Thrown inside `attemptAll`'s transaction to roll it back, with each key's answer. */
+class RolledBack {
+  readonly answers: Answer[];
+  constructor(answers: Answer[]) {
+    this.answers = answers;
+  }
+}
+
 interface LeaseRow {
   owner: string;
   token: bigint;
@@ -86,7 +103,8 @@ export class SqliteBackend implements Backend {
   readonly maxTtlMs = MAX_TIMER_MS;
   /**
    * Read and write locks; a FIFO line of waiters per key (both modes) and per semaphore
-   * (`leaveQueue`); semaphore permits.
+   * (`leaveQueue`); semaphore permits; several keys' single attempts in one transaction
+   * (`attemptAll`).
    */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write', 'read'] as const),
@@ -94,9 +112,12 @@ export class SqliteBackend implements Backend {
     queue: true,
     batchRenew: false,
     permits: true,
+    attemptAll: true,
   });
   readonly #db: Database.Database;
   readonly #attempt: (request: AttemptRequest) => AttemptResult;
+  /** Each request's single attempt, in one transaction that commits only if all were granted. */
+  readonly #attemptAll: (requests: readonly AttemptRequest[]) => Answer[];
   readonly #renew: (lease: LeaseRef, ttlMs: number) => RenewResult;
   readonly #release: (lease: LeaseRef) => ReleaseOutcome;
   readonly #abandon: (request: AttemptRequest) => void;
@@ -199,35 +220,54 @@ export class SqliteBackend implements Backend {
       };
     };
 
-    this.#attempt = db
-      .transaction((request: AttemptRequest): AttemptResult => {
-        const ttl = BigInt(request.ttlMs);
-        const row = read.get(request.key);
-        if (row && row.remaining > 0n) {
-          if (row.owner === request.owner) {
-            refresh.run(ttl, request.key);
-            return { granted: true, token: row.token, ttlMs: request.ttlMs };
-          }
-          return notGranted(request, row.remaining);
+    /** A lock's single attempt, inside the caller's transaction (`#attempt`, `#attemptAll`). */
+    const attemptLock = (request: AttemptRequest): AttemptResult => {
+      const ttl = BigInt(request.ttlMs);
+      const row = read.get(request.key);
+      if (row && row.remaining > 0n) {
+        if (row.owner === request.owner) {
+          refresh.run(ttl, request.key);
+          return { granted: true, token: row.token, ttlMs: request.ttlMs };
         }
-        // Free of writers; readers granted past a writer whose row then expired (a downgrade)
-        // still hold it (read in the same statement as the head of the line: the one check a
-        // plain write lock pays, on a free key only).
-        const first = head.get({ key: request.key })!;
-        if (first.readersLeft !== null) return notGranted(request, first.readersLeft);
-        // Free: the head of the line goes first; a contender behind it waits its turn.
-        if (first.owner !== null && first.owner !== request.owner) {
-          return notGranted(request, first.remaining ?? 0n);
-        }
-        if (first.owner !== null) dequeue.run(request.key, request.owner);
-        // Expired rows of other keys and of semaphores (holders and waiters that vanished) go;
-        // this key's is replaced.
-        sweep();
-        const token = nextToken();
-        grant.run(request.key, request.owner, token, ttl);
-        return { granted: true, token, ttlMs: request.ttlMs };
-      })
-      .immediate.bind(null);
+        return notGranted(request, row.remaining);
+      }
+      // Free of writers; readers granted past a writer whose row then expired (a downgrade)
+      // still hold it (read in the same statement as the head of the line: the one check a
+      // plain write lock pays, on a free key only).
+      const first = head.get({ key: request.key })!;
+      if (first.readersLeft !== null) return notGranted(request, first.readersLeft);
+      // Free: the head of the line goes first; a contender behind it waits its turn.
+      if (first.owner !== null && first.owner !== request.owner) {
+        return notGranted(request, first.remaining ?? 0n);
+      }
+      if (first.owner !== null) dequeue.run(request.key, request.owner);
+      // Expired rows of other keys and of semaphores (holders and waiters that vanished) go;
+      // this key's is replaced.
+      sweep();
+      const token = nextToken();
+      grant.run(request.key, request.owner, token, ttl);
+      return { granted: true, token, ttlMs: request.ttlMs };
+    };
+    this.#attempt = db.transaction(attemptLock).immediate.bind(null);
+
+    // Every key's single attempt in one transaction, committed only when every key was granted:
+    // a refusal throws `RolledBack` out of it, which undoes the grants (tokens drawn, sweeps,
+    // rows) so that nothing of the round is written and no other connection sees a commit.
+    const together = db.transaction((requests: readonly AttemptRequest[]): Answer[] => {
+      const answers = requests.map((request) =>
+        request.mode === 'read' ? readers.attemptIn(request) : attemptLock(request),
+      );
+      if (answers.every((a) => a !== DOWNGRADE_BLOCKED && a.granted)) return answers;
+      throw new RolledBack(answers);
+    }).immediate;
+    this.#attemptAll = (requests: readonly AttemptRequest[]): Answer[] => {
+      try {
+        return together(requests);
+      } catch (error) {
+        if (error instanceof RolledBack) return error.answers;
+        throw error;
+      }
+    };
 
     /** The answer for an owner and token that hold nothing: `not-owner` while readers hold. */
     const heldBySomeone = (key: string, state: 'not-held' | 'not-owner') =>
@@ -330,6 +370,35 @@ export class SqliteBackend implements Backend {
     const answer = this.#run('attempt', () => this.#semaphores.attempt(request, permits));
     if ('inUse' in answer) throw new PermitsMismatchError(request.key, permits, answer.inUse);
     return answer;
+  }
+
+  /**
+   * Single attempts at several keys (`acquireAll`'s first round) as one IMMEDIATE transaction:
+   * each key's attempt is `attempt`'s own (the lock's row, or a read grant; a key whose line has
+   * a live waiter is refused as it is there), the grants draw their tokens from the one counter
+   * in key order, and the transaction commits only when every key was granted. Otherwise it
+   * rolls back: nothing is written, no token is spent and other connections' waiters see no
+   * commit (`data_version` stays); each refused key is answered as `attempt` answers it, each
+   * other key `{ granted: false }`.
+   * @param requests single attempts (`willWait: false`) at distinct keys, without `permits`.
+   * @returns the answers in the order of `requests`; null for semaphore permits (not taken here).
+   * @throws InvalidArgumentError (`downgradeBlocked`) when a read attempt past the caller's own
+   *   writer finds another writer waiting; nothing is granted.
+   * @throws BackendError when SQLite fails (the transaction is rolled back).
+   */
+  async attemptAll(requests: readonly AttemptRequest[]): Promise<AttemptResult[] | null> {
+    if (requests.some((r) => r.permits !== undefined)) return null;
+    const answers = this.#run(`attempt of ${requests.length} keys`, () =>
+      this.#attemptAll(requests),
+    );
+    const blocked = answers.indexOf(DOWNGRADE_BLOCKED);
+    if (blocked >= 0) throw downgradeBlocked(requests[blocked]!.key);
+    // As for `attempt`, `#localChanges` stays: a grant lets no waiter in, and a refusal wrote
+    // nothing; a committed round moves `data_version` for the other connections' waiters.
+    const all = answers as AttemptResult[];
+    if (all.every((a) => a.granted)) return all;
+    // Rolled back: a key granted in the transaction is free, not held.
+    return all.map((a) => (a.granted ? { granted: false } : a));
   }
 
   /**

@@ -47,7 +47,12 @@ interface ReaderLine {
 
 /** The read grants of one connection: statements and the read attempt's transaction. */
 export class ReadGrants {
-  /** One IMMEDIATE transaction: a read grant, a not-granted answer, or a refused downgrade. */
+  /**
+   * Inside the caller's transaction: a read grant, a not-granted answer, or a refused downgrade
+   * (the backend's `attemptAll` runs it for each key of one transaction).
+   */
+  readonly attemptIn: (request: AttemptRequest) => AttemptResult | typeof DOWNGRADE_BLOCKED;
+  /** `attemptIn` as one IMMEDIATE transaction. */
   readonly attempt: (request: AttemptRequest) => AttemptResult | typeof DOWNGRADE_BLOCKED;
   /** Inside the caller's transaction: renew `lease` if it is a live read grant. */
   readonly renew: (lease: LeaseRef, ttlMs: number) => boolean;
@@ -156,45 +161,44 @@ export class ReadGrants {
       };
     };
 
-    this.attempt = db
-      .transaction((request: AttemptRequest): AttemptResult | typeof DOWNGRADE_BLOCKED => {
-        const { key, owner } = request;
-        const ttl = BigInt(request.ttlMs);
-        // A reader asking again keeps its token, its grant refreshed (and no line entry).
-        const held = mine.get(key, owner);
-        if (held !== undefined && held.remaining > 0n) {
-          refresh.run(ttl, key, owner);
-          dequeue.run(key, owner);
-          sync(key);
-          return { granted: true, token: held.token, ttlMs: request.ttlMs };
-        }
-        const downgrade =
-          request.heldWriter !== undefined && holdsWrite.get(key, request.heldWriter)!.held === 1n;
-        if (downgrade) {
-          // Past the caller's own writer; another writer waiting would wait for this reader.
-          if (writerWaits.get(key, owner)!.waits === 1n) {
-            dequeue.run(key, owner);
-            return DOWNGRADE_BLOCKED;
-          }
-        } else {
-          // A waiting reader stands in line before it looks who is ahead of it.
-          if (request.willWait !== false) {
-            enqueue.run({ key, owner, entryTtlMs: QUEUE_ENTRY_TTL_MS });
-          }
-          const row = line.get({ key, owner })!;
-          if (row.written > 0n) return notGranted(request, row.writerLeft);
-          if (row.writersAhead > 0n) return notGranted(request, row.aheadLeft);
-        }
+    this.attemptIn = (request: AttemptRequest): AttemptResult | typeof DOWNGRADE_BLOCKED => {
+      const { key, owner } = request;
+      const ttl = BigInt(request.ttlMs);
+      // A reader asking again keeps its token, its grant refreshed (and no line entry).
+      const held = mine.get(key, owner);
+      if (held !== undefined && held.remaining > 0n) {
+        refresh.run(ttl, key, owner);
         dequeue.run(key, owner);
-        // Expired rows (holders and waiters that vanished) go; a lapsed grant of this owner is
-        // replaced.
-        sweep();
-        const token = nextToken();
-        grant.run(key, owner, token, ttl);
         sync(key);
-        return { granted: true, token, ttlMs: request.ttlMs };
-      })
-      .immediate.bind(null);
+        return { granted: true, token: held.token, ttlMs: request.ttlMs };
+      }
+      const downgrade =
+        request.heldWriter !== undefined && holdsWrite.get(key, request.heldWriter)!.held === 1n;
+      if (downgrade) {
+        // Past the caller's own writer; another writer waiting would wait for this reader.
+        if (writerWaits.get(key, owner)!.waits === 1n) {
+          dequeue.run(key, owner);
+          return DOWNGRADE_BLOCKED;
+        }
+      } else {
+        // A waiting reader stands in line before it looks who is ahead of it.
+        if (request.willWait !== false) {
+          enqueue.run({ key, owner, entryTtlMs: QUEUE_ENTRY_TTL_MS });
+        }
+        const row = line.get({ key, owner })!;
+        if (row.written > 0n) return notGranted(request, row.writerLeft);
+        if (row.writersAhead > 0n) return notGranted(request, row.aheadLeft);
+      }
+      dequeue.run(key, owner);
+      // Expired rows (holders and waiters that vanished) go; a lapsed grant of this owner is
+      // replaced.
+      sweep();
+      const token = nextToken();
+      grant.run(key, owner, token, ttl);
+      sync(key);
+      return { granted: true, token, ttlMs: request.ttlMs };
+    };
+    this.attempt = db.transaction(this.attemptIn).immediate.bind(null);
 
     this.renew = (lease: LeaseRef, ttlMs: number): boolean => {
       const row = mine.get(lease.key, lease.owner);

@@ -150,6 +150,7 @@ export class ZookeeperBackend implements Backend {
     queue: true,
     batchRenew: false,
     permits: true,
+    attemptAll: false,
   });
   readonly #native: NativeZooKeeperClass;
   readonly #settings: ZookeeperBackendSettings;

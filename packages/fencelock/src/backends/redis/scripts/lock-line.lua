@@ -15,6 +15,15 @@
 -- keys expire with their latest grant, the line's with its newest entry: nothing stays once the
 -- lock is idle.
 
+-- The keys of a lock as the granting scripts receive them, six from KEYS[first] on (scripts.ts's
+-- QueueKeys order): lock, fence, queue, waiters, readers, readerTokens.
+local function grantKeysAt(first)
+  return {
+    lock = KEYS[first], fence = KEYS[first + 1], queue = KEYS[first + 2],
+    waiters = KEYS[first + 3], readers = KEYS[first + 4], readerTokens = KEYS[first + 5],
+  }
+end
+
 -- Redis's own clock ({seconds, microseconds}), read once per script, only when needed.
 local clock
 local function time()

@@ -12,44 +12,15 @@
 -- so the attempt is refused: nothing of it stays, and the backend throws downgradeBlocked.
 -- Returns {1, token} granted; {0, ms} not granted, where ms bounds how long nothing may change
 -- (the writer's PTTL, or the first writer's entry time left); {-2} a downgrade blocked.
-local lockKey = KEYS[1]       -- the writer's "<owner>:<token>" with a PX expiry
-local fenceKey = KEYS[2]      -- the key's last token (writers' and readers')
-local queueKey = KEYS[3]      -- list of waiting owners, head first
-local waitersKey = KEYS[4]    -- hash: owner -> entry expiry (ms); owner:read -> '1' for readers
-local readersKey = KEYS[5]    -- sorted set: reading owner -> grant expiry (ms, Redis TIME)
-local tokensKey = KEYS[6]     -- hash: reading owner -> its token
+local k = grantKeysAt(1)      -- lock, fence, queue, waiters, readers, readerTokens (lock-line.lua)
 local owner = ARGV[1]         -- contender id (hex, no ':')
 local ttlMs = ARGV[2]         -- lease length in whole milliseconds
 local waiterTtlMs = tonumber(ARGV[3]) -- entry lifetime; 0: a single attempt, never queued
 local fenceTtlMs = ARGV[4]    -- lifetime of the fence counter, ms (longer than ttlMs)
 local heldWriter = ARGV[5]    -- owner of the caller's write lock (a downgrade), or ''
 
--- The same reader asks again (its earlier reply was lost): refresh and answer again.
-local mine = redis.call('HGET', tokensKey, owner)
-if mine and tonumber(redis.call('ZSCORE', readersKey, owner) or '0') > nowMs() then
-  holdRead(readersKey, tokensKey, owner, mine, ttlMs)
-  leaveLine(queueKey, waitersKey, owner)
-  return {1, mine}
-end
-
--- Not yet: wait in line, or, for a downgrade, withdraw (it would wait for itself).
-local function notYet(ms)
-  if heldWriter ~= '' then
-    leaveLine(queueKey, waitersKey, owner)
-    return {-2}
-  end
-  enqueue(queueKey, waitersKey, owner, ttlMs, waiterTtlMs, true)
-  return {0, math.max(ms, 1)}
-end
-
-local current = redis.call('GET', lockKey)
-if current and string.sub(current, 1, string.find(current, ':', 1, true) - 1) ~= heldWriter then
-  return notYet(redis.call('PTTL', lockKey))
-end
-local writer, writerLeft = writerAhead(queueKey, waitersKey, owner)
-if writer then return notYet(writerLeft) end
-
-leaveLine(queueKey, waitersKey, owner)
-local token = nextToken(fenceKey, fenceTtlMs)
-holdRead(readersKey, tokensKey, owner, token, ttlMs)
-return {1, token}
+-- The reader's rule (read-line.lua). Not yet: wait in line, or, for a downgrade, withdraw (it
+-- would wait for itself).
+local verdict, detail = readVerdict(k, owner, heldWriter)
+if verdict == 'busy' then return refuseRead(k, owner, ttlMs, waiterTtlMs, heldWriter, detail) end
+return grantRead(k, owner, ttlMs, fenceTtlMs, verdict, detail)
