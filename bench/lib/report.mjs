@@ -404,7 +404,7 @@ function markdownOf(report, summary, byId) {
   lines.push(
     `\`${report.command}\` on ${m.cpus} × ${m.cpuModel ?? 'CPU'}, ${m.memoryGiB} GiB, Node ${m.node}; ` +
       `${report.durationSec.total} s in all. Load average before ${m.loadAverageBefore.join(' / ')}, after ${m.loadAverage.join(' / ')} ` +
-      '(the machine is shared: other processes, among them integration tests on the same engines, ran meanwhile). ' +
+      '(the figure after counts the bench’s own worker processes and engines; the machine is shared with others). ' +
       `Every figure is the median of ${plan.runs} run${plan.runs > 1 ? 's' : ''}; ± is half the spread (max − min) / median between runs. ` +
       'Ratios compare contenders measured in this run only.',
   );

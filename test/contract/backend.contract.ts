@@ -90,6 +90,11 @@ export interface EngineTraits {
 /** One fresh backend instance (its own connection) and the engine hooks that go with it. */
 export interface BackendFixture extends EngineHooks, EngineTraits {
   readonly backend: Backend;
+  /**
+   * The same store as a store URL (`createLocker(url)`: same keys, prefix, schema or file), which
+   * the cases that run clients in other processes open there.
+   */
+  readonly storeUrl: string;
 }
 
 /** Makes a fresh backend on the shared store of this run. Called once per simulated client. */
@@ -100,6 +105,7 @@ interface Client extends EngineHooks {
   readonly locker: Locker;
   readonly backend: Backend;
   readonly traits: EngineTraits;
+  readonly storeUrl: string;
 }
 
 /**
@@ -298,6 +304,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
         locker,
         backend: fixture.backend,
         traits: traitsOf(fixture),
+        storeUrl: fixture.storeUrl,
         deleteKey: (key) => fixture.deleteKey(key),
         closeClient: async () => {
           await fixture.closeClient?.();

@@ -29,6 +29,7 @@ describeBackend('etcd', () => {
   const backend = createEtcdBackend({ url });
   return {
     backend,
+    storeUrl: url,
     // Leases are whole seconds, at least the server's minimum TTL: 1.5 × the 1,000 ms election
     // timeout of scripts/services.sh, rounded up to 2 s. Tokens are cluster revisions (shared by
     // every key), and inspect() reports the newest contender key's, 0n when there is none.

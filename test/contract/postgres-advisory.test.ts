@@ -21,6 +21,7 @@ afterAll(async () => {
 
 describeBackend('postgres (advisory locks)', () => ({
   backend: createPostgresBackend({ url: PG_URL, schema, mode: 'advisory', poolSize: 2 }),
+  storeUrl: `${PG_URL}?schema=${schema}&mode=advisory`,
   // The backend's own TTL timer (ms); tokens from the schema's sequence; the holder row is
   // only reported while its connection holds the lock.
   ttlGranularityMs: 1,

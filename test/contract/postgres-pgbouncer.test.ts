@@ -24,6 +24,7 @@ afterAll(async () => {
 
 describeBackend('postgres via pgbouncer (transaction mode)', () => ({
   backend: createPostgresBackend({ url: STORE, poolSize: 4 }),
+  storeUrl: STORE,
   // As in lease mode without a pooler (test/contract/postgres.test.ts).
   ttlGranularityMs: 1,
   minTtlMs: 1,

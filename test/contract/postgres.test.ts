@@ -21,6 +21,7 @@ afterAll(async () => {
 
 describeBackend('postgres', () => ({
   backend: createPostgresBackend({ url: PG_URL, schema, poolSize: 4 }),
+  storeUrl: `${PG_URL}?schema=${schema}`,
   // Expiry times on the server's clock with microsecond precision; tokens from one sequence
   // per schema (strictly increasing per key, not consecutive); a released row is deleted.
   ttlGranularityMs: 1,

@@ -32,6 +32,7 @@ describeBackend('redis-cluster', () => {
   const backend = createRedisBackend({ url: CLUSTER_URL, prefix });
   return {
     backend,
+    storeUrl: `${CLUSTER_URL}?prefix=${prefix}`,
     // As single-node Redis: millisecond TTLs and a per-key fence counter in the key's slot,
     // tokens from the server clock in µs (not consecutive), the counter outliving the lock key.
     ttlGranularityMs: 1,

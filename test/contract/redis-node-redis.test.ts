@@ -33,6 +33,8 @@ describeBackend('redis via node-redis', async () => {
   const backend = createRedisBackend({ client, prefix });
   return {
     backend,
+    // Other processes open the same keys through ioredis (a store URL names no client).
+    storeUrl: `${REDIS_URL}?prefix=${prefix}`,
     ttlGranularityMs: 1,
     minTtlMs: 1,
     // Tokens from the server clock in µs (not consecutive), as with ioredis.

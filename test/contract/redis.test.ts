@@ -30,6 +30,7 @@ describeBackend('redis', () => {
   const backend = createRedisBackend({ url: REDIS_URL, prefix });
   return {
     backend,
+    storeUrl: `${REDIS_URL}?prefix=${prefix}`,
     // Millisecond TTLs (PX), and a per-key fence counter that DEL of the lock key leaves alone
     // (it expires FENCE_GRACE_MS after the lease's TTL); tokens are at least the server clock in
     // µs, so not consecutive.

@@ -33,6 +33,7 @@ describeBackend('redlock', () => {
   const backend = createRedlockBackend({ nodes: REDLOCK_NODE_URLS, prefix });
   return {
     backend,
+    storeUrl: `redlock://${REDLOCK_NODE_URLS.map((u) => u.replace('redis://', '')).join(',')}?prefix=${prefix}`,
     // Every node takes the TTL in milliseconds; tokens are the highest node clock in µs (or a
     // counter + 1), so not consecutive, and each node's counter outlives its lock key.
     ttlGranularityMs: 1,

@@ -23,6 +23,7 @@ afterAll(() => {
 
 describeBackend('sqlite', () => ({
   backend: createSqliteBackend({ path }),
+  storeUrl: `sqlite:${path}`,
   // Millisecond expiry times; tokens from one counter for the whole file, so a key's tokens are
   // not consecutive and nothing of the key (its last token included) outlives its lease row.
   ttlGranularityMs: 1,

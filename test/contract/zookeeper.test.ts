@@ -42,6 +42,7 @@ describeBackend('zookeeper', () => {
   const backend = createZookeeperBackend({ url });
   return {
     backend,
+    storeUrl: url,
     // The TTL is the session timeout the server negotiates: any value within [2, 20] × tickTime
     // (tickTime 500 ms in scripts/services.sh, so at least 1,000 ms). Tokens are zxids (shared
     // by every node), and inspect() reports the newest contender node's, 0n when there is none.

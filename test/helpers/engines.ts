@@ -58,6 +58,14 @@ export const PG_PORT = Number(process.env.FENCELOCK_PG_PORT || 25432);
 export const PG_URL = `postgres://fencelock@127.0.0.1:${PG_PORT}/fencelock`;
 
 /**
+ * The second PostgreSQL server of `scripts/services.sh up register`, which no fault touches: the
+ * torture harness's fenced register lives there (database `register`).
+ */
+export const REGISTER_PORT = Number(process.env.FENCELOCK_REGISTER_PORT || 25433);
+/** `postgres://fencelock@127.0.0.1:25433/register`. */
+export const REGISTER_URL = `postgres://fencelock@127.0.0.1:${REGISTER_PORT}/register`;
+
+/**
  * PgBouncer of `scripts/services.sh up pgbouncer`: transaction mode, database `fencelock`
  * forwarded to the PostgreSQL server above.
  */
