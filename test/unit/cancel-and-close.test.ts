@@ -110,6 +110,23 @@ describe('a silent engine does not hold the caller past its deadline', () => {
       .catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'ERR_LOCK_TIMEOUT' });
   });
+
+  it('an abort of a wait that found the key held says so (sawHolder), as a timeout does', async () => {
+    const backend = new MemoryBackend();
+    const holder = lockerOn(backend);
+    await holder.acquire('k', { ttlMs: 60_000 });
+    const waiter = lockerOn(backend);
+    for (const run of [
+      (signal: AbortSignal) => waiter.acquire('k', { signal }),
+      (signal: AbortSignal) => waiter.acquireAll(['j', 'k'], { signal }),
+    ]) {
+      const error = await run(AbortSignal.timeout(150)).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(LockTimeoutError);
+      expect((error as LockTimeoutError).message).toMatch(/was aborted/);
+      expect((error as LockTimeoutError).sawHolder).toBe(true);
+    }
+    expect(backend.entries.has('j')).toBe(false);
+  });
 });
 
 describe('a failed first attempt', () => {

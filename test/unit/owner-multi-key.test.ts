@@ -94,6 +94,13 @@ describe('acquireAllForOwner / tryAcquireAllForOwner', () => {
       [() => locker.acquireAllForOwner('ab' as never, ownerOf('A'), { ttlMs: 5000 }), 'keys'],
       [() => locker.acquireAllForOwner([], ownerOf('A'), { ttlMs: 5000 }), 'keys'],
       [() => locker.acquireAllForOwner(['a', ''], ownerOf('A'), { ttlMs: 5000 }), 'keys[1]'],
+      // A hole of a sparse array is a key too (undefined), not skipped.
+      // biome-ignore lint/suspicious/noSparseArray: the input under test.
+      [() => locker.acquireAllForOwner([, 'a'] as never, ownerOf('A'), { ttlMs: 5000 }), 'keys[0]'],
+      // biome-ignore lint/suspicious/noSparseArray: the input under test.
+      [() => locker.acquireAll(['b', , 'a'] as never), 'keys[1]'],
+      // biome-ignore lint/suspicious/noSparseArray: the input under test.
+      [() => locker.tryAcquireAll(['b', , 'a'] as never), 'keys[1]'],
       [() => locker.acquireAllForOwner(['a'], 'a'.repeat(32) as never, { ttlMs: 5000 }), 'owner'],
       [() => locker.acquireAllForOwner(['a', 'b'], () => 'a'.repeat(32), { ttlMs: 5000 }), 'owner'],
       [() => locker.acquireAllForOwner(['a'], () => 'nothex', { ttlMs: 5000 }), 'owner("a")'],

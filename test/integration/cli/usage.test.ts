@@ -364,7 +364,10 @@ describe('--help', () => {
 
   it('lists run and inspect among the commands', async () => {
     const { stdout } = await runCli(['--help']);
-    expect(stdout).toMatch(/^ {2}run \[options\] <key> <command> \[args\.\.\.\] +hold a lock/m);
+    // run's own usage line (several keys, `--`), not one rebuilt from its arguments.
+    expect(stdout).toMatch(
+      /^ {2}run \[options\] <key> \[more keys\.\.\.\] -- <command> \[args\.\.\.\] +hold a lock/m,
+    );
     expect(stdout).toMatch(/^ {2}inspect \[options\] <key> +show the holder/m);
   });
 });

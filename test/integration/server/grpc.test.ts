@@ -307,9 +307,13 @@ describe.each(STORES)('fencelock.v1.Locks over gRPC ($name)', ({ make }) => {
     });
   });
 
-  it('refuses a request over 16 KiB with RESOURCE_EXHAUSTED', async () => {
+  it('refuses a request over 2 MiB with RESOURCE_EXHAUSTED', async () => {
     const refused = await failure(
-      locks('Acquire', { key: uniqueKey('big'), owner: 'x'.repeat(17 * 1024), ttlMs: 5_000 }),
+      locks('Acquire', {
+        key: uniqueKey('big'),
+        owner: 'x'.repeat(2 * 1024 * 1024 + 1),
+        ttlMs: 5_000,
+      }),
     );
     expect(refused.code).toBe(status.RESOURCE_EXHAUSTED);
   });

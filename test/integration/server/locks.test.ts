@@ -410,13 +410,21 @@ describe.each(STORES)('/v1/locks ($name)', ({ make }) => {
 
   it('keeps its own codes: a body not sent as JSON is 415, malformed JSON 400 ERR_INVALID_ARGUMENT', async () => {
     const key = uniqueKey('media-type');
-    for (const contentType of ['application/x-www-form-urlencoded', null]) {
-      const answer = await call(base, lockPath(key, 'acquire'), {
-        raw: JSON.stringify({ owner: 'A', ttlMs: 1000 }),
-        contentType,
-      });
-      expect(answer.status, String(contentType)).toBe(415);
-      expect(answer.body.errorCode).toBe('ERR_UNSUPPORTED_MEDIA_TYPE');
+    // text/plain too: JSON sent as text is 415, not a 400 about a string body (it was).
+    for (const contentType of [
+      'application/x-www-form-urlencoded',
+      'text/plain',
+      'text/plain; charset=utf-8',
+      null,
+    ]) {
+      for (const [path, body] of [
+        [lockPath(key, 'acquire'), { owner: 'A', ttlMs: 1000 }],
+        ['/v1/locks/acquire-all', { keys: [key], owner: 'A', ttlMs: 1000 }],
+      ] as const) {
+        const answer = await call(base, path, { raw: JSON.stringify(body), contentType });
+        expect(answer.status, `${path} ${contentType}`).toBe(415);
+        expect(answer.body.errorCode).toBe('ERR_UNSUPPORTED_MEDIA_TYPE');
+      }
     }
     const malformed = await call(base, lockPath(key, 'acquire'), { raw: '{"owner":' });
     expect(malformed.status).toBe(400);

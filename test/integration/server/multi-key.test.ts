@@ -370,6 +370,69 @@ describe.each(STORES)('all-or-nothing multi-key locks through the sidecar ($name
   });
 });
 
+describe('the body limits: 16 KiB for one key, 2 MiB for the multi-key routes (SQLite)', () => {
+  let server: ServerProcess;
+  let grpc: GrpcClients;
+
+  beforeAll(async () => {
+    server = await serveStore(`sqlite:${sqliteFile()}`, ['--grpc-port', '0']);
+    grpc = grpcClients(server.grpcAddress!);
+  });
+
+  afterAll(async () => {
+    grpc?.close();
+    expect(await server?.stop()).toBe(0);
+  });
+
+  it('1,000 keys are acquired and released in one call each; larger bodies are 413 naming the limits', async () => {
+    // 1,000 keys of 60 characters: the release-all body is about 110 KB.
+    const keys = Array.from(
+      { length: 1_000 },
+      (_, i) => `${uniqueKey('limit')}:${String(i).padStart(30, '0')}`,
+    );
+    const acquired = await call(server.url, '/v1/locks/acquire-all', {
+      body: { keys, owner: 'A', ttlMs: 30_000 },
+    });
+    expect(acquired.status).toBe(200);
+    expect(acquired.body.grants).toHaveLength(1_000);
+    const grants = acquired.body.grants.map((g: { key: string; fencingToken: string }) => ({
+      key: g.key,
+      fencingToken: g.fencingToken,
+    }));
+    expect(JSON.stringify({ owner: 'A', grants }).length).toBeGreaterThan(100_000);
+    const released = await call(server.url, '/v1/locks/release-all', {
+      body: { owner: 'A', grants },
+    });
+    expect(released.status).toBe(200);
+    expect(released.body.outcomes.every((o: { outcome: string }) => o.outcome === 'released')).toBe(
+      true,
+    );
+
+    const single = await call(server.url, lockPath(uniqueKey('limit'), 'acquire'), {
+      body: { owner: 'x'.repeat(17 * 1024), ttlMs: 1_000 },
+    });
+    expect(single.status).toBe(413);
+    expect(single.body).toMatchObject({ errorCode: 'ERR_BODY_TOO_LARGE' });
+    expect(single.body.message).toMatch(
+      /at most 16384 bytes \(2097152 on acquire-all and release-all\)/,
+    );
+    const huge = await call(server.url, '/v1/locks/acquire-all', {
+      body: { keys: ['a'], owner: 'x'.repeat(2 * 1024 * 1024), ttlMs: 1_000 },
+    });
+    expect(huge.status).toBe(413);
+
+    // gRPC: the same 2 MiB for every call.
+    const refused = await failure(
+      unary(grpc.locks, 'Acquire', {
+        key: uniqueKey('big'),
+        owner: 'x'.repeat(2 * 1024 * 1024 + 1),
+        ttlMs: 5_000,
+      }),
+    );
+    expect(refused.code).toBe(status.RESOURCE_EXHAUSTED);
+  }, 60_000);
+});
+
 describe('multi-key grants whose caller went away (in-process, SQLite)', () => {
   const locker = createLocker(`sqlite:${sqliteFile()}`);
   afterAll(() => locker.close());

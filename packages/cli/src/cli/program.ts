@@ -17,6 +17,9 @@ export function createProgram(): Command {
   const program = new Command('fencelock')
     .description('distributed locks with a fencing token on every lease')
     .version(packageVersion())
+    // The commands' list shows each command's own usage line (`run`'s names several keys and
+    // `--`), not one rebuilt from its declared arguments.
+    .configureHelp({ subcommandTerm: (command) => `${command.name()} ${command.usage()}` })
     // Before the commands are added, so they inherit it.
     .exitOverride();
   registerRunCommand(program);

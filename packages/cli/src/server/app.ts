@@ -21,6 +21,7 @@ import {
   MIN_TOKEN_CHARS,
   OPEN_PATHS,
 } from './auth.js';
+import { BODY_LIMIT_BYTES } from './body-limits.js';
 import { createGrpcServer, type GrpcServer } from './grpc/server.js';
 import { daprAnswer, fromFastifyError, HttpError, sendError, utf8Body } from './http-errors.js';
 import type { RouteContext } from './routes/context.js';
@@ -191,7 +192,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     logger: options.logger ?? false,
     // Lock keys may be up to 1024 UTF-8 bytes, i.e. 3072 characters once percent-encoded.
     routerOptions: { maxParamLength: 4096 },
-    bodyLimit: 16 * 1024,
+    bodyLimit: BODY_LIMIT_BYTES,
     // A client that stalls its request (headers or body) is cut off after 30 to 60 s (Node
     // checks every 30 s); a waiting acquire is not affected (its request was received in full).
     // A shutdown does not wait for such a client beyond SHUTDOWN_GRACE_MS.
@@ -265,7 +266,10 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   }
 
   // JSON bodies must be valid UTF-8 (see `utf8Body`); Dapr's routes have a parser of their own.
+  // Fastify's text/plain parser goes too: a JSON text sent as text/plain is a 415, as any other
+  // type that is not JSON, not a string body that fails the schema's "object".
   const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('text/plain');
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     const text = utf8Body(body as Buffer);

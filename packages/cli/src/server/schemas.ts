@@ -33,7 +33,7 @@ export function allowedFor(field: string, maxWaitMs: number): string {
       return `a number of milliseconds in [0, ${maxWaitMs}]`;
     case 'resourceId':
     case 'key':
-      return `a string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes`;
+      return `a well-formed string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes without NUL`;
     case 'lockOwner':
     case 'owner':
       return `a well-formed string (no lone surrogate) of 1 to ${MAX_OWNER_CHARS} characters`;
@@ -44,7 +44,7 @@ export function allowedFor(field: string, maxWaitMs: number): string {
     case 'mode':
       return `"write" or "read" (gRPC: LOCK_MODE_WRITE or LOCK_MODE_READ); "read" only on a store with read locks (not PostgreSQL's advisory mode), and not with permits`;
     case 'keys':
-      return `an array of 1 to ${MAX_MULTI_KEYS} keys, each a string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes`;
+      return `an array of 1 to ${MAX_MULTI_KEYS} keys, each a well-formed string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes without NUL`;
     case 'grants':
       return `an array of 1 to ${MAX_MULTI_KEYS} grants { key, fencingToken } with distinct keys`;
     default:

@@ -99,7 +99,7 @@ export class AcquireLoop<T> {
     const { cancellation, request, backend } = this.#plan;
     try {
       for (;;) {
-        cancellation.throwIfStopped();
+        cancellation.throwIfStopped(this.#sawHolder);
         const attemptStartedAt = monotonicNow();
         // No attempt starts past the deadline (after a wait that ran to it): nothing would bound
         // it but the engine's command timeout. A tryAcquire's one attempt starts at its deadline.
@@ -164,7 +164,7 @@ export class AcquireLoop<T> {
    * @throws LockTimeoutError when a stop source fired, or for one attempt or past the deadline.
    */
   async #withdrawUnusable(): Promise<void> {
-    this.#plan.cancellation.throwIfStopped();
+    this.#plan.cancellation.throwIfStopped(this.#sawHolder);
     await this.#plan.withdrawal.now();
     if (this.#plan.attempts === 'one' || monotonicNow() >= this.#deadline) {
       throw this.#timeout({ reason: 'granted with no validity left' });
@@ -294,7 +294,7 @@ export class AcquireLoop<T> {
 
   /** The answer did not come before the deadline or a stop. */
   #noAnswer(): Error {
-    this.#plan.cancellation.throwIfStopped();
+    this.#plan.cancellation.throwIfStopped(this.#sawHolder);
     // Out of time while the votes kept failing: the nodes' outcomes say more than a timeout.
     if (this.#undecided) return this.#undecided;
     return this.#timeout(

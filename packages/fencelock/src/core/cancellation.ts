@@ -62,28 +62,33 @@ export class AcquireCancellation {
   }
 
   /**
+   * @param sawHolder whether an attempt of this acquire found the key held (the error's
+   *   `sawHolder`).
    * @throws LockTimeoutError naming what stopped the acquire (the locker closed, the session
    *   ended with its reason as `cause`, or the caller aborted with its reason as `cause`), when
    *   one did.
    */
-  throwIfStopped(): void {
+  throwIfStopped(sawHolder: boolean): void {
     if (!this.isStopped()) return;
     const waitedMs = monotonicNow() - this.#startedAt;
     const { signal, session } = this.#caller;
     if (this.#closing.aborted) {
       throw new LockTimeoutError(this.#key, waitedMs, {
         reason: 'was cancelled: the locker was closed',
+        sawHolder,
       });
     }
     if (session !== undefined && !session.isOpen) {
       throw new LockTimeoutError(this.#key, waitedMs, {
         reason: `was cancelled: its session ${session.id} ended`,
         cause: session.signal.reason,
+        sawHolder,
       });
     }
     throw new LockTimeoutError(this.#key, waitedMs, {
       reason: 'was aborted',
       cause: signal?.reason,
+      sawHolder,
     });
   }
 }

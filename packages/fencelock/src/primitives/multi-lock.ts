@@ -60,8 +60,10 @@ export function validateKeys(keys: unknown): string[] {
   if (keys.length === 0 || keys.length > MAX_MULTI_KEYS) {
     throw new InvalidArgumentError('keys', `1 to ${MAX_MULTI_KEYS} keys`, `${keys.length} keys`);
   }
-  const valid = keys.map((key, i) => validateKey(key, `keys[${i}]`));
-  return [...new Set(valid)].sort();
+  // Every index, holes of a sparse array too (`map` would skip them and keep them holes).
+  const valid = new Set<string>();
+  for (let i = 0; i < keys.length; i++) valid.add(validateKey(keys[i], `keys[${i}]`));
+  return [...valid].sort();
 }
 
 /**

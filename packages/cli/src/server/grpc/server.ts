@@ -17,6 +17,7 @@ import {
   type UntypedServiceImplementation,
 } from '@grpc/grpc-js';
 import { apiTokenChecker, DAPR_API_TOKEN_HEADER } from '../auth.js';
+import { MULTI_KEY_BODY_LIMIT_BYTES } from '../body-limits.js';
 import { HttpError } from '../http-errors.js';
 import type { LockOperationsContext } from '../lock-operations.js';
 import { SERVED_DAPR_METHODS, UNSERVED_DAPR_METHODS } from './dapr-methods.js';
@@ -27,8 +28,8 @@ import type { ServiceMethods } from './service-methods.js';
 import { toServiceError } from './status.js';
 import { UnreadableRequest, withStrictStrings } from './strict-strings.js';
 
-/** Largest request message, bytes: the HTTP side's body limit. */
-export const MAX_REQUEST_BYTES = 16 * 1024;
+/** Largest request message, bytes: the HTTP multi-key routes' body limit (body-limits.ts). */
+export const MAX_REQUEST_BYTES = MULTI_KEY_BODY_LIMIT_BYTES;
 
 /** How long a shutdown waits for calls still running before it cuts their connections, ms. */
 const SHUTDOWN_GRACE_MS = 5_000;

@@ -13,6 +13,7 @@
  * `POST /v1/locks/release-all` `{ owner, grants: [{ key, fencingToken }] }` → `{ outcomes }`.
  */
 import type { FastifyInstance, FastifyReply } from 'fastify';
+import { MULTI_KEY_BODY_LIMIT_BYTES } from '../body-limits.js';
 import { acquire, acquireAll, inspect, release, releaseAll, renew } from '../lock-operations.js';
 import {
   type AcquireAllBody,
@@ -52,14 +53,14 @@ export function registerLockRoutes(app: FastifyInstance, ctx: RouteContext): voi
 
   app.post<{ Body: AcquireAllBody }>(
     '/v1/locks/acquire-all',
-    { schema: acquireAllSchema(ctx.maxWaitMs) },
+    { schema: acquireAllSchema(ctx.maxWaitMs), bodyLimit: MULTI_KEY_BODY_LIMIT_BYTES },
     async (request, reply) =>
       untilHungUp(reply, (signal) => acquireAll(ctx, { ...request.body, signal })),
   );
 
   app.post<{ Body: ReleaseAllBody }>(
     '/v1/locks/release-all',
-    { schema: releaseAllSchema },
+    { schema: releaseAllSchema, bodyLimit: MULTI_KEY_BODY_LIMIT_BYTES },
     async (request) => releaseAll(ctx, request.body),
   );
 
