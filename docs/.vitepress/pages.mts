@@ -27,7 +27,7 @@ const GUIDE_ORDER = [
   'packages',
 ];
 const ENGINE_ORDER = ['redis', 'redlock', 'etcd', 'zookeeper', 'postgres', 'sqlite'];
-const PRIMITIVE_ORDER = ['semaphore', 'read-write', 'multi-key'];
+const PRIMITIVE_ORDER = ['semaphore', 'read-write', 'multi-key', 'listing'];
 /** Reading order of the pages inside a folder's group. */
 const ORDER_IN_FOLDER: Record<string, string[]> = {
   engines: ENGINE_ORDER,

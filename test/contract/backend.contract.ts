@@ -29,6 +29,7 @@ import {
   type ReleaseEvent,
 } from '../../packages/fencelock/src/index.js';
 import { describeAttemptAllContract } from './attempt-all.contract.js';
+import { describeListContract } from './list.contract.js';
 import { describeMultiLockContract } from './multi-lock.contract.js';
 import { describeSemaphoreContract } from './semaphore.contract.js';
 
@@ -319,6 +320,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
     describeSemaphoreContract({ newClient, uniqueKey });
     describeMultiLockContract({ newClient, uniqueKey });
     describeAttemptAllContract({ newClient, uniqueKey });
+    describeListContract({ newClient, uniqueKey });
 
     it('mutual exclusion: concurrent clients never overlap and tokens increase', async () => {
       const key = uniqueKey('mutex');

@@ -55,6 +55,7 @@ function scripted(answers: (AttemptResult | (() => Promise<AttemptResult>))[]): 
       batchRenew: false,
       permits: false,
       attemptAll: false,
+      list: false,
     },
     attempt: async () => {
       const next = answers[Math.min(i, answers.length - 1)];

@@ -10,6 +10,9 @@ import type {
   BackendCapabilities,
   Granted,
   LeaseRef,
+  ListedLock,
+  ListPage,
+  ListRequest,
   LockInfo,
   ReleaseOutcome,
   RenewResult,
@@ -36,6 +39,7 @@ export class MemoryBackend implements Backend {
     batchRenew: false,
     permits: false,
     attemptAll: false,
+    list: false,
   });
   readonly calls: Record<string, number> = {};
   readonly entries = new Map<string, Entry>();
@@ -191,6 +195,30 @@ export class MemoryBackend implements Backend {
         : null,
       lastFencingToken: this.fences.get(key) ?? 0n,
     };
+  }
+
+  /**
+   * Held keys under the prefix in key order, `pageSize` keys walked per page (as PostgreSQL's
+   * walk: a page can come back short, or empty, with a cursor). The cursor is the last key walked.
+   * Callable whatever `capabilities.list` says (tests switch it on).
+   */
+  async list(request: ListRequest): Promise<ListPage> {
+    this.#count('list');
+    const keys = [...this.entries.keys()]
+      .sort()
+      .filter((key) => request.cursor === null || key > request.cursor);
+    const walked = keys.slice(0, request.pageSize);
+    const entries = walked.flatMap((key): ListedLock[] => {
+      const e = this.#live(key);
+      if (e === undefined || !key.startsWith(request.prefix)) return [];
+      const holder = {
+        owner: e.owner,
+        fencingToken: e.token,
+        ttlMs: e.expiresAt - performance.now(),
+      };
+      return [{ key, mode: 'write', holders: [holder], waiters: 0 }];
+    });
+    return { entries, cursor: walked.length === request.pageSize ? walked.at(-1)! : null };
   }
 
   async close(): Promise<void> {

@@ -15,6 +15,10 @@ export type {
   BackendSession,
   Granted,
   LeaseRef,
+  ListedHolder,
+  ListedLock,
+  ListPage,
+  ListRequest,
   LockInfo,
   NotGranted,
   NotGrantedReason,
@@ -31,6 +35,7 @@ export {
   type WaitEvent,
 } from './core/events.js';
 export { Lease } from './core/lease.js';
+export { type ListOptions, MAX_LIST_PAGE_SIZE } from './core/listing.js';
 export { Lock } from './core/lock.js';
 export {
   type AcquireOptions,

@@ -223,6 +223,49 @@ export interface LockInfo {
   readonly lastFencingToken: bigint;
 }
 
+/** One holder of a listed key: a lock's writer, one of its readers, or one semaphore permit. */
+export interface ListedHolder {
+  readonly owner: string;
+  readonly fencingToken: bigint;
+  /** Remaining engine TTL, ms. */
+  readonly ttlMs: number;
+}
+
+/**
+ * A held key as `list` reports it: a consistent snapshot of that key (its holders and line read
+ * in one engine operation), though not of the whole listing.
+ */
+export interface ListedLock {
+  readonly key: string;
+  /**
+   * `write`: one exclusive holder; `read`: readers share the key; `permits`: a semaphore's
+   * permits (a different object on the engine from the lock of the same key, listed apart).
+   */
+  readonly mode: LockMode | 'permits';
+  /** With `mode: 'permits'`: the semaphore's permit count. */
+  readonly permits?: number;
+  /** Every live holder, in the order of their tokens (oldest first); never empty. */
+  readonly holders: readonly ListedHolder[];
+  /** Contenders waiting in the key's line (0 where the engine keeps none). */
+  readonly waiters: number;
+}
+
+/** One page of a listing: held keys under `prefix`, after `cursor`, at most `pageSize`. */
+export interface ListRequest {
+  /** Keys that start with this text (validated; '' for all). */
+  readonly prefix: string;
+  /** Where the previous page ended (its `cursor`); null for the first page. */
+  readonly cursor: string | null;
+  /** Most entries in the page, 1 to 1,000; the engine's work per page is bounded by it. */
+  readonly pageSize: number;
+}
+
+/** A page of held keys, and where the next one starts (null: this was the last). */
+export interface ListPage {
+  readonly entries: readonly ListedLock[];
+  readonly cursor: string | null;
+}
+
 /**
  * What a backend can do, stated once (the core decides by these facts and never probes for
  * optional members). Frozen; the same for every call of one backend instance.
@@ -267,6 +310,11 @@ export interface BackendCapabilities {
    * on SQLite). Elsewhere the core makes one attempt per key and releases what it got.
    */
   readonly attemptAll: boolean;
+  /**
+   * `list` is implemented: the held keys of the store under a prefix, page by page, each page
+   * bounded work on the engine (an index range on PostgreSQL and SQLite).
+   */
+  readonly list: boolean;
 }
 
 /**
@@ -324,6 +372,15 @@ export interface Backend {
   leaveQueue?(request: AttemptRequest): Promise<void>;
   /** Current state of `key`. */
   inspect(key: string): Promise<LockInfo>;
+  /**
+   * One page of the held keys (locks, read locks and semaphores) whose names start with
+   * `request.prefix`, in the engine's order of keys; a key held both as a lock and as a
+   * semaphore appears once as each. Keys with waiters but no live holder are left out. Required
+   * when `capabilities.list` is true; the core calls it only then.
+   * @throws BackendError when the engine cannot answer; InvalidArgumentError for a cursor this
+   *   backend did not make.
+   */
+  list?(request: ListRequest): Promise<ListPage>;
   /**
    * Open a session for the user. Required when `capabilities.sessions` is true (etcd,
    * ZooKeeper); the core calls it only then.

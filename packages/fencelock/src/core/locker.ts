@@ -25,9 +25,10 @@ import {
   Semaphore,
   type SemaphoreOptions,
 } from '../primitives/semaphore.js';
-import type { Backend, LeaseRef, LockInfo, ReleaseOutcome } from './backend.js';
+import type { Backend, LeaseRef, ListedLock, LockInfo, ReleaseOutcome } from './backend.js';
 import { heldLease, holdWhile } from './hold.js';
 import type { Lease, LeaseContext } from './lease.js';
+import { checkListOptions, type ListOptions, listHeld } from './listing.js';
 import { Lock, type LockContext } from './lock.js';
 import {
   type OwnerAcquireAllOptions,
@@ -356,6 +357,26 @@ export class Locker implements AsyncDisposable {
     this.#assertOpen();
     const k = validateKey(key);
     return (await this.#getBackend()).inspect(k);
+  }
+
+  /**
+   * The held keys of the store whose names start with `options.prefix`: for each, its mode
+   * (`write`, `read`, or `permits` for a semaphore), its holders (owner, fencing token, TTL
+   * left) and how many wait. An async iterable that reads the engine a page at a time
+   * (`pageSize`, 100 by default; one bounded request each: an index range on PostgreSQL and
+   * SQLite); each entry is a consistent snapshot of its key, the listing as a whole is not (keys
+   * taken or freed meanwhile may or may not appear). Stops after `limit` entries, or with the
+   * reason of `signal` once it aborts.
+   *
+   * ```ts
+   * for await (const held of locker.list({ prefix: 'jobs:' })) console.log(held.key, held.holders);
+   * ```
+   * @throws InvalidArgumentError at once for bad options; at the first iteration for a store
+   *   that cannot list (`capabilities.list`); BackendError when the engine cannot answer.
+   */
+  list(options?: ListOptions): AsyncIterable<ListedLock> {
+    this.#assertOpen();
+    return listHeld(() => this.#getBackend(), checkListOptions(options));
   }
 
   /**

@@ -168,6 +168,7 @@ export class EtcdBackend implements Backend {
     batchRenew: true,
     permits: true,
     attemptAll: true,
+    list: false,
   });
   readonly #client: Etcd3;
   readonly #ownsClient: boolean;

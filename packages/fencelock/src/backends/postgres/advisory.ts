@@ -108,6 +108,7 @@ export class PostgresAdvisoryBackend implements Backend {
     batchRenew: false,
     permits: false,
     attemptAll: true,
+    list: false,
   });
   readonly #db: PostgresConnectionSet;
   readonly #held = new Map<string, Holding>();

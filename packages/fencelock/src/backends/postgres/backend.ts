@@ -55,6 +55,8 @@ import type {
   Backend,
   BackendCapabilities,
   LeaseRef,
+  ListPage,
+  ListRequest,
   LockInfo,
   ReleaseOutcome,
   RenewResult,
@@ -65,6 +67,7 @@ import { MAX_TIMER_MS } from '../../options.js';
 import { QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
 import { notGrantedIn } from './listener.js';
+import { listPage } from './listing.js';
 import { PostgresPermits } from './permits.js';
 import { PostgresReads } from './reads.js';
 import { xactLockPairOf } from './sql.js';
@@ -95,6 +98,7 @@ export class PostgresBackend implements Backend {
     batchRenew: true,
     permits: true,
     attemptAll: true,
+    list: true,
   });
   readonly #db: PostgresConnectionSet;
   readonly #permits: PostgresPermits;
@@ -323,6 +327,14 @@ export class PostgresBackend implements Backend {
    * The unexpired holder. `lastFencingToken` is its token, 0n when the key is free: tokens come
    * from a sequence shared by all keys and a released row is deleted, so nothing per key remains.
    */
+  /**
+   * A page of held locks and semaphores: one statement walking at most `pageSize` rows of a
+   * table's key index from where the last page stopped (listing.ts, list-sql.ts).
+   */
+  list(request: ListRequest): Promise<ListPage> {
+    return listPage(this.#db, request);
+  }
+
   async inspect(key: string): Promise<LockInfo> {
     const { rows } = await this.#db.run('inspect', () =>
       this.#db.query<{

@@ -11,6 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import { attemptAllSqlFor, type WriteAttemptInputs } from './attempt-all-sql.js';
+import { listSqlFor } from './list-sql.js';
 import { permitSqlFor } from './permit-sql.js';
 import { readSqlFor } from './read-sql.js';
 
@@ -166,6 +167,7 @@ WHERE h.key = ${p.key} AND NOT EXISTS (SELECT 1 FROM granted)`;
 `;
   const permits = permitSqlFor(s);
   const reads = readSqlFor(s);
+  const list = listSqlFor(s);
   const attemptAll = attemptAllSqlFor(s, writeAttempt);
   /**
    * The sequences, tables, indexes and functions of a schema, each created if missing (the
@@ -216,6 +218,8 @@ ${attemptAll.objects}`;
     permits,
     /** The read locks' statements (read-sql.ts). */
     reads,
+    /** `list`'s page statements (list-sql.ts). */
+    list,
     /** True when the schema exists: the set-up then creates only what is missing inside it. */
     schemaExists: `SELECT to_regnamespace($1) IS NOT NULL AS exists`,
     schemaName: s,

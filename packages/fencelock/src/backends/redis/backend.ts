@@ -201,6 +201,7 @@ export class RedisBackend implements Backend {
       batchRenew: !isClusterClient(client),
       permits: true,
       attemptAll: true,
+      list: false,
     });
     this.#prefix = settings.prefix;
     this.#notifications = settings.notifications;

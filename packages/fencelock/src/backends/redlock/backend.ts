@@ -128,6 +128,7 @@ export class RedlockBackend implements Backend {
     batchRenew: true,
     permits: true,
     attemptAll: false,
+    list: false,
   });
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   /** Votes a lock needs: a majority of the nodes. */

@@ -54,6 +54,8 @@ import type {
   Backend,
   BackendCapabilities,
   LeaseRef,
+  ListPage,
+  ListRequest,
   LockInfo,
   ReleaseOutcome,
   RenewResult,
@@ -61,8 +63,10 @@ import type {
 import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, PermitsMismatchError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
+import { parseListCursor } from '../list-cursor.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { type LineView, watchLine } from './line-watch.js';
+import { HeldKeys } from './listing.js';
 import { DOWNGRADE_BLOCKED, ReadGrants } from './readers.js';
 import { initialize, NOW, prepareNextToken, prepareSweep, READERS_OWNER } from './schema.js';
 import { Semaphores } from './semaphores.js';
@@ -113,6 +117,7 @@ export class SqliteBackend implements Backend {
     batchRenew: false,
     permits: true,
     attemptAll: true,
+    list: true,
   });
   readonly #db: Database.Database;
   readonly #attempt: (request: AttemptRequest) => AttemptResult;
@@ -127,6 +132,8 @@ export class SqliteBackend implements Backend {
   readonly #semaphores: Semaphores;
   /** The read grants (readers.ts). */
   readonly #readers: ReadGrants;
+  /** `list`'s pages (listing.ts). */
+  readonly #held: HeldKeys;
   /** What waiters watch (`watchLine`). */
   readonly #line: LineView;
   /** Commits of this connection that can let a waiter in (they do not move `data_version`). */
@@ -331,6 +338,7 @@ export class SqliteBackend implements Backend {
       return { free: row.held === 1n ? 0 : 1, ahead: Number(row.ahead) };
     };
     this.#semaphores = new Semaphores(db, this.#line);
+    this.#held = new HeldKeys(db);
 
     this.#inspect = (key: string): LockInfo => {
       const row = read.get(key);
@@ -457,6 +465,12 @@ export class SqliteBackend implements Backend {
    */
   async inspect(key: string): Promise<LockInfo> {
     return this.#run('inspect', () => this.#inspect(key));
+  }
+
+  /** A page of the held locks and semaphores under a prefix, in one read transaction. */
+  async list(request: ListRequest): Promise<ListPage> {
+    const start = parseListCursor(request.cursor);
+    return this.#run('list', () => this.#held.page(request, start));
   }
 
   /** Close the database connection. */

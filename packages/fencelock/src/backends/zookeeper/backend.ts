@@ -151,6 +151,7 @@ export class ZookeeperBackend implements Backend {
     batchRenew: false,
     permits: true,
     attemptAll: false,
+    list: false,
   });
   readonly #native: NativeZooKeeperClass;
   readonly #settings: ZookeeperBackendSettings;
