@@ -116,4 +116,27 @@ describe('locker.list()', () => {
     await locker.close();
     expect(() => locker.list()).toThrow(InvalidArgumentError);
   });
+
+  it('listPage hands out one page and its cursor, to resume with', async () => {
+    const { locker, backend } = await lockerHolding(['k1', 'k2', 'k3']);
+    const first = await locker.listPage({ pageSize: 2 });
+    expect(first.entries.map((e) => e.key)).toEqual(['k1', 'k2']);
+    expect(first.cursor).toBe('k2');
+    const second = await locker.listPage({ pageSize: 2, cursor: first.cursor });
+    expect(second.entries.map((e) => e.key)).toEqual(['k3']);
+    expect(second.cursor).toBeNull();
+    expect(backend.calls.list).toBe(2);
+    for (const [options, argument] of [
+      [{ cursor: '' }, 'cursor'],
+      [{ cursor: 42 }, 'cursor'],
+      [{ cursor: 'x'.repeat(8 * 1024 + 1) }, 'cursor'],
+      [{ limit: 3 }, 'options.limit'],
+      [{ pageSize: 0 }, 'pageSize'],
+    ] as const) {
+      const error = await locker.listPage(options as never).catch((e: unknown) => e);
+      expect(error, argument).toBeInstanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).argument, argument).toBe(argument);
+    }
+    expect(backend.calls.list).toBe(2);
+  });
 });

@@ -35,7 +35,12 @@ export {
   type WaitEvent,
 } from './core/events.js';
 export { Lease } from './core/lease.js';
-export { type ListOptions, MAX_LIST_PAGE_SIZE } from './core/listing.js';
+export {
+  type ListOptions,
+  type ListPageOptions,
+  MAX_LIST_CURSOR_BYTES,
+  MAX_LIST_PAGE_SIZE,
+} from './core/listing.js';
 export { Lock } from './core/lock.js';
 export {
   type AcquireOptions,

@@ -279,6 +279,7 @@ describe('--help', () => {
         '',
         'run',
         'inspect',
+        'ls',
         'demo',
         'demo flash-sale',
         'demo versions',

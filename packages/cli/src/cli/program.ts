@@ -5,6 +5,7 @@
 import { Command } from 'commander';
 import { packageVersion } from '../version.js';
 import { registerInspectCommand } from './commands/inspect.js';
+import { registerLsCommand } from './commands/ls.js';
 import { registerRepositoryTools } from './commands/repository-tools.js';
 import { registerRunCommand } from './commands/run.js';
 import { registerServeCommand } from './commands/serve.js';
@@ -24,6 +25,7 @@ export function createProgram(): Command {
     .exitOverride();
   registerRunCommand(program);
   registerInspectCommand(program);
+  registerLsCommand(program);
   registerServeCommand(program);
   registerRepositoryTools(program);
   return program;

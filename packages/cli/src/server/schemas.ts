@@ -6,6 +6,7 @@
  */
 import {
   MAX_KEY_BYTES,
+  MAX_LIST_PAGE_SIZE,
   MAX_MULTI_KEYS,
   MAX_PERMITS,
   MAX_TIMER_MS,
@@ -45,6 +46,14 @@ export function allowedFor(field: string, maxWaitMs: number): string {
       return `"write" or "read" (gRPC: LOCK_MODE_WRITE or LOCK_MODE_READ); "read" only on a store with read locks (not PostgreSQL's advisory mode), and not with permits`;
     case 'keys':
       return `an array of 1 to ${MAX_MULTI_KEYS} keys, each a well-formed string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes without NUL`;
+    case 'prefix':
+      return `a key prefix of up to ${MAX_KEY_BYTES} UTF-8 bytes without NUL, taken literally`;
+    case 'limit':
+      return `an integer in [1, ${MAX_LIST_PAGE_SIZE}] (held keys per answer)`;
+    case 'cursor':
+      return 'the cursor of a previous answer of this sidecar';
+    case 'store':
+      return 'a store that can list its held locks';
     case 'grants':
       return `an array of 1 to ${MAX_MULTI_KEYS} grants { key, fencingToken } with distinct keys`;
     default:
@@ -183,6 +192,19 @@ export function acquireAllSchema(maxWaitMs: number) {
     },
   } as const;
 }
+
+/** `GET /v1/locks?prefix=…&limit=…&cursor=…` (the query's values are checked by the operation). */
+export const listSchema = {
+  querystring: {
+    type: 'object',
+    properties: {
+      prefix: { type: 'string' },
+      limit: { type: 'string' },
+      cursor: { type: 'string' },
+    },
+    additionalProperties: false,
+  },
+} as const;
 
 /** `POST /v1/locks/release-all`. */
 export const releaseAllSchema = {

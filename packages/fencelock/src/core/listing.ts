@@ -1,12 +1,12 @@
 /**
- * `locker.list()`: the held keys of a store under a prefix, as an async iterable over the
+ * `locker.list()` and `locker.listPage()`: the held keys of a store under a prefix, as an async iterable over the
  * backend's pages (`Backend.list`). Options are checked when `list()` is called, before any
  * engine call; the pages are fetched one at a time as the caller iterates, so a caller that stops
  * early (`break`, `limit`, its `signal`) costs no more pages than it read.
  */
 import { InvalidArgumentError } from '../errors.js';
 import { isOptionsObject, validateKey } from '../options.js';
-import type { Backend, ListedLock } from './backend.js';
+import type { Backend, ListedLock, ListPage } from './backend.js';
 
 /** Options of `locker.list()`. */
 export interface ListOptions {
@@ -83,6 +83,92 @@ export function checkListOptions(options: unknown): CheckedListOptions {
   };
 }
 
+/** Options of `locker.listPage()`: `list()`'s, with the cursor of the page to read. */
+export interface ListPageOptions {
+  /** As `ListOptions.prefix`. */
+  readonly prefix?: string;
+  /** The `cursor` of the previous page; null or absent for the first page. */
+  readonly cursor?: string | null;
+  /** As `ListOptions.pageSize`. */
+  readonly pageSize?: number;
+  /** Aborting it before the engine answers rejects with its reason. */
+  readonly signal?: AbortSignal;
+}
+
+/** Longest cursor `listPage` takes, UTF-8 bytes (a key, a part, an engine's own cursor). */
+export const MAX_LIST_CURSOR_BYTES = 8 * 1024;
+const PAGE_OPTION_NAMES = new Set(['prefix', 'cursor', 'pageSize', 'signal']);
+
+interface CheckedPageOptions {
+  readonly prefix: string;
+  readonly cursor: string | null;
+  readonly pageSize: number;
+  readonly signal: AbortSignal | undefined;
+}
+
+/**
+ * Check `listPage()`'s options.
+ * @throws InvalidArgumentError naming the first bad option.
+ */
+export function checkListPageOptions(options: unknown): CheckedPageOptions {
+  if (options !== undefined && !isOptionsObject(options)) {
+    throw new InvalidArgumentError('options', 'an object of list options', options);
+  }
+  const { cursor, ...rest } = (options ?? {}) as ListPageOptions;
+  for (const name of Object.keys(rest)) {
+    if (!PAGE_OPTION_NAMES.has(name)) {
+      throw new InvalidArgumentError(
+        `options.${name}`,
+        'one of prefix, cursor, pageSize, signal',
+        name,
+      );
+    }
+  }
+  if (
+    cursor !== undefined &&
+    cursor !== null &&
+    (typeof cursor !== 'string' ||
+      cursor.length === 0 ||
+      Buffer.byteLength(cursor) > MAX_LIST_CURSOR_BYTES)
+  ) {
+    throw new InvalidArgumentError(
+      'cursor',
+      `the cursor of a previous page (1 to ${MAX_LIST_CURSOR_BYTES} bytes) or null`,
+      cursor,
+    );
+  }
+  const { prefix, pageSize, signal } = checkListOptions(rest);
+  return { prefix, cursor: cursor ?? null, pageSize, signal };
+}
+
+/**
+ * Read one page.
+ * @throws as `listHeld`.
+ */
+export async function listOnePage(
+  backend: () => Promise<Backend>,
+  options: CheckedPageOptions,
+): Promise<ListPage> {
+  const { prefix, cursor, pageSize, signal } = options;
+  signal?.throwIfAborted();
+  const store = listingStore(await backend());
+  const page = await store.list({ prefix, cursor, pageSize });
+  signal?.throwIfAborted();
+  return page;
+}
+
+/** The backend, if it lists. */
+function listingStore(store: Backend): Backend & Required<Pick<Backend, 'list'>> {
+  if (!store.capabilities.list || store.list === undefined) {
+    throw new InvalidArgumentError(
+      'store',
+      'a store that can list its held locks (PostgreSQL, SQLite)',
+      store.name,
+    );
+  }
+  return store as Backend & Required<Pick<Backend, 'list'>>;
+}
+
 /**
  * Iterate the held keys page by page.
  * @param backend resolves to the store's backend (loaded on the first iteration).
@@ -95,14 +181,7 @@ export async function* listHeld(
 ): AsyncGenerator<ListedLock, void, undefined> {
   const { prefix, limit, pageSize, signal } = options;
   signal?.throwIfAborted();
-  const store = await backend();
-  if (!store.capabilities.list || store.list === undefined) {
-    throw new InvalidArgumentError(
-      'store',
-      'a store that can list its held locks (PostgreSQL, SQLite)',
-      store.name,
-    );
-  }
+  const store = listingStore(await backend());
   let cursor: string | null = null;
   let yielded = 0;
   do {

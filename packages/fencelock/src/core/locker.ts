@@ -25,10 +25,24 @@ import {
   Semaphore,
   type SemaphoreOptions,
 } from '../primitives/semaphore.js';
-import type { Backend, LeaseRef, ListedLock, LockInfo, ReleaseOutcome } from './backend.js';
+import type {
+  Backend,
+  LeaseRef,
+  ListedLock,
+  ListPage,
+  LockInfo,
+  ReleaseOutcome,
+} from './backend.js';
 import { heldLease, holdWhile } from './hold.js';
 import type { Lease, LeaseContext } from './lease.js';
-import { checkListOptions, type ListOptions, listHeld } from './listing.js';
+import {
+  checkListOptions,
+  checkListPageOptions,
+  type ListOptions,
+  type ListPageOptions,
+  listHeld,
+  listOnePage,
+} from './listing.js';
 import { Lock, type LockContext } from './lock.js';
 import {
   type OwnerAcquireAllOptions,
@@ -377,6 +391,20 @@ export class Locker implements AsyncDisposable {
   list(options?: ListOptions): AsyncIterable<ListedLock> {
     this.#assertOpen();
     return listHeld(() => this.#getBackend(), checkListOptions(options));
+  }
+
+  /**
+   * One page of `list()`, for callers that hand pages out themselves (the sidecar's
+   * `GET /v1/locks`): up to `pageSize` entries and the `cursor` to pass for the next page (null
+   * after the last). A page may hold fewer entries than `pageSize`, or none, while the cursor is
+   * not null (the engine walked that far and found nothing to list). A cursor is good for the
+   * store that made it only.
+   * @throws InvalidArgumentError for bad options (before any engine call) or a cursor this store
+   *   did not make; for a store that cannot list; BackendError when the engine cannot answer.
+   */
+  async listPage(options?: ListPageOptions): Promise<ListPage> {
+    this.#assertOpen();
+    return listOnePage(() => this.#getBackend(), checkListPageOptions(options));
   }
 
   /**

@@ -8,8 +8,10 @@
  *
  * `mode` is the enum `LockMode` (numbers, as loaded): 0 (unset) and 1 write, 2 read; any other
  * number is refused naming `mode`. AcquireAll / ReleaseAll are `/v1/locks/acquire-all` and
- * `/v1/locks/release-all`.
+ * `/v1/locks/release-all`; List is `GET /v1/locks` (list-operation.ts).
  */
+
+import { listHeld } from '../list-operation.js';
 import {
   acquire,
   acquireAll,
@@ -84,6 +86,13 @@ interface ReleaseRequest {
   readonly permits: number;
 }
 
+interface ListRequest {
+  readonly prefix: string;
+  /** 0: the default. */
+  readonly limit: number;
+  readonly cursor: string;
+}
+
 interface InspectRequest {
   readonly key: string;
   readonly owner: string;
@@ -125,6 +134,18 @@ export function locksService(ctx: LockOperationsContext): ServiceMethods {
       async Release(request: ReleaseRequest) {
         const { key } = await release(ctx, request);
         return { key };
+      },
+      async List(request: ListRequest) {
+        const answer = await listHeld(ctx, {
+          prefix: request.prefix,
+          limit: request.limit === 0 ? undefined : request.limit,
+          cursor: request.cursor,
+        });
+        // Protobuf has no null: an empty cursor says there is nothing more.
+        return {
+          locks: answer.locks.map((lock) => ({ ...lock, permits: lock.permits ?? 0 })),
+          cursor: answer.cursor ?? '',
+        };
       },
       async Inspect(request: InspectRequest) {
         const answer = await inspect(ctx, {

@@ -11,9 +11,13 @@
  * Several keys at once, all or nothing: `POST /v1/locks/acquire-all` `{ keys, owner?, ttlMs,
  * waitMs?, mode? }` → `{ owner, grants }` (one grant per key, sorted by key), and
  * `POST /v1/locks/release-all` `{ owner, grants: [{ key, fencingToken }] }` → `{ outcomes }`.
+ *
+ * The held keys: `GET /v1/locks?prefix=…&limit=…&cursor=…` → `{ locks, cursor }`
+ * (list-operation.ts).
  */
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { MULTI_KEY_BODY_LIMIT_BYTES } from '../body-limits.js';
+import { type ListHeldRequest, listHeld } from '../list-operation.js';
 import { acquire, acquireAll, inspect, release, releaseAll, renew } from '../lock-operations.js';
 import {
   type AcquireAllBody,
@@ -21,6 +25,7 @@ import {
   acquireAllSchema,
   acquireSchema,
   inspectSchema,
+  listSchema,
   type ReleaseAllBody,
   type ReleaseBody,
   type RenewBody,
@@ -74,6 +79,10 @@ export function registerLockRoutes(app: FastifyInstance, ctx: RouteContext): voi
     '/v1/locks/:key/release',
     { schema: releaseSchema },
     async (request) => release(ctx, { key: request.params.key, ...request.body }),
+  );
+
+  app.get<{ Querystring: ListHeldRequest }>('/v1/locks', { schema: listSchema }, async (request) =>
+    listHeld(ctx, request.query),
   );
 
   app.get<KeyParams & { Querystring: { owner?: string } }>(
