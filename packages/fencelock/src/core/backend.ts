@@ -312,7 +312,8 @@ export interface BackendCapabilities {
   readonly attemptAll: boolean;
   /**
    * `list` is implemented: the held keys of the store under a prefix, page by page, each page
-   * bounded work on the engine (an index range on PostgreSQL and SQLite).
+   * bounded work on the engine (an index range on SQLite, an index walk on PostgreSQL, a key
+   * range on etcd, the key nodes' lines on ZooKeeper).
    */
   readonly list: boolean;
 }

@@ -162,7 +162,7 @@ function listingStore(store: Backend): Backend & Required<Pick<Backend, 'list'>>
   if (!store.capabilities.list || store.list === undefined) {
     throw new InvalidArgumentError(
       'store',
-      'a store that can list its held locks (PostgreSQL, SQLite)',
+      'a store that can list its held locks (capabilities.list)',
       store.name,
     );
   }

@@ -16,6 +16,10 @@
  *   in one transaction: a process holding 10,000 leases sends a few dozen requests per renew
  *   interval, not 10,000.
  *
+ * - Listing (`list`, listing.ts): a page is one Range over the folders of one part (locks, then
+ *   semaphores) from the cursor to the end of the prefix's byte range, `pageSize × 4` keys at
+ *   most, whole folders only; who holds is the rule above; the TTLs come from the leases.
+ *
  * - Several locks at once (`attemptAll`, the first round of `acquireAll`): one transaction puts
  *   every contender key only while no line holds a key that would refuse it (no key in a writer's
  *   folder, no writer's key in a reader's), and otherwise reads every line and writes nothing.
@@ -58,6 +62,8 @@ import type {
   BackendSession,
   Granted,
   LeaseRef,
+  ListPage,
+  ListRequest,
   LockInfo,
   NotGranted,
   ReleaseOutcome,
@@ -81,6 +87,7 @@ import { contenderKey, contenderOf, contendersOf } from './contender-key.js';
 import { KeepaliveRoute } from './keepalive-route.js';
 import { prefixEnd } from './key-range.js';
 import { type WatchTarget, type WatchTest, waitForWatchEvent } from './line-watch.js';
+import { listPage, listStart } from './listing.js';
 import { permitContenderKey, permitContendersOf, permitCountValue } from './permit-key.js';
 import { grantsToAnnounce, hasSuccessor, permitVerdict } from './permit-line.js';
 import { announceGrants, joinPermitLine } from './permit-requests.js';
@@ -168,7 +175,7 @@ export class EtcdBackend implements Backend {
     batchRenew: true,
     permits: true,
     attemptAll: true,
-    list: false,
+    list: true,
   });
   readonly #client: Etcd3;
   readonly #ownsClient: boolean;
@@ -918,6 +925,27 @@ export class EtcdBackend implements Backend {
       },
       lastFencingToken,
     };
+  }
+
+  /**
+   * One page of the held locks, read locks and semaphores under `request.prefix` (listing.ts):
+   * one Range of at most `pageSize × 4` keys over the part's folders from the cursor on (a
+   * snapshot of every key of the page), a Range or two more only for a folder longer than that,
+   * then one `LeaseTimeToLive` per distinct lease of the page's holders.
+   * @throws InvalidArgumentError (`cursor`) before any engine call for a cursor this backend did
+   *   not make for this prefix; BackendError when the cluster does not answer.
+   */
+  async list(request: ListRequest): Promise<ListPage> {
+    const start = listStart(request);
+    return listPage(
+      {
+        client: this.#client,
+        namespace: this.#namespace,
+        call: (run) => this.#call('list', run),
+      },
+      request,
+      start,
+    );
   }
 
   /**

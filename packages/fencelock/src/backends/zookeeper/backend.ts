@@ -41,6 +41,13 @@
  *   deleted before the error is thrown. A single attempt (`willWait: false`) that finds N or
  *   more contenders answers not granted without creating a node.
  *
+ * Listing (`list`, listing.ts): a page reads the children of `/<namespace>/locks` (then of
+ * `/<namespace>/semaphores`) after a `sync`, keeps the key nodes under the prefix after the
+ * cursor, and reads the line of at most `pageSize` of them, one `getChildren` each (the line at
+ * one zxid), with one `getData` per holder node (its czxid, and the TTL its holder wrote). A
+ * holder's `ttlMs` is this process's own bound when the grant is this backend's, else the TTL in
+ * the node (an upper bound: another session's remaining time cannot be read).
+ *
  * Sessions: one ZooKeeper session per requested TTL (the negotiated session timeout is the TTL
  * of its locks), or the session the user opened. On a lost connection (SUSPENDED) the granted
  * locks of the session are lost at once by default (Curator's advice; `suspended: 'wait'` keeps
@@ -54,14 +61,19 @@ import type {
   BackendCapabilities,
   BackendSession,
   LeaseRef,
+  ListPage,
+  ListRequest,
   LockInfo,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
-import { type QueueEntry, queueVerdict } from '../../core/predecessor.js';
+import { monotonicNow } from '../../core/clock.js';
+import { queueVerdict } from '../../core/predecessor.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, InvalidArgumentError, PermitsMismatchError } from '../../errors.js';
 import { DEFAULTS, MAX_TIMER_MS } from '../../options.js';
+import { listPage } from './listing.js';
+import { nodeNameOf, parseChildren } from './names.js';
 import {
   otherCountInUse,
   parsePermitLine,
@@ -82,13 +94,6 @@ import type { SuspendedPolicy } from './url.js';
 /** How long a waiter trusts its watch before reading the children again, ms. */
 const RECHECK_AFTER_MS = 30_000;
 
-/**
- * A contender node name: `_c_<owner>-<w|r>-<10-digit sequence>`, the owner id being 32 to 128
- * hex digits (`validateOwnerId`). Only names of this shape are contenders: any other child of a
- * key's node (written by someone else) is ignored by the predecessor rule and by `inspect`.
- */
-const NODE_NAME = /^_c_([0-9a-f]{32,128})-([wr])-(\d{10})$/;
-
 interface Contender {
   readonly owner: string;
   readonly path: string;
@@ -105,6 +110,8 @@ interface Contender {
   readonly lost: AbortController;
   /** Without the watchdog: deletes the node when its TTL runs out. */
   expiry: NodeJS.Timeout | undefined;
+  /** Without the watchdog: when `expiry` fires, on the monotonic clock (`performance.now()`). */
+  expiresAt: number | undefined;
   /** Removes the grant's listener on the session's suspension (`suspended: 'lose'`). */
   unlink: (() => void) | undefined;
   /** A semaphore's permit was granted (and its node written if a successor may watch it). */
@@ -122,11 +129,6 @@ interface Doomed {
 
 /** First retry of a guaranteed delete that failed while the connection seemed up, ms. */
 const DELETE_RETRY_MS = 500;
-
-/** A contender node as an entry of the key's line; its order is the node's sequence number. */
-interface Entry extends QueueEntry {
-  readonly name: string;
-}
 
 /** Settings of a ZooKeeper backend. */
 export interface ZookeeperBackendSettings {
@@ -151,7 +153,7 @@ export class ZookeeperBackend implements Backend {
     batchRenew: false,
     permits: true,
     attemptAll: false,
-    list: false,
+    list: true,
   });
   readonly #native: NativeZooKeeperClass;
   readonly #settings: ZookeeperBackendSettings;
@@ -498,6 +500,50 @@ export class ZookeeperBackend implements Backend {
     };
   }
 
+  /**
+   * One page of the held locks, read locks and semaphores under `request.prefix`, in the order of
+   * the keys' node names (listing.ts): one `sync` and one `getChildren` of the namespace's
+   * `locks` node (then of its `semaphores` node) per page, then, for each of at most
+   * `request.pageSize` keys, one `getChildren` of its node (its line at one zxid) and one
+   * `getData` per holder node (czxid = fencing token, data = the holder's TTL).
+   * @throws InvalidArgumentError for a cursor this backend did not make, before any request.
+   * @throws BackendError when the ensemble cannot answer.
+   */
+  async list(request: ListRequest): Promise<ListPage> {
+    return listPage(
+      {
+        root: `/${this.#settings.namespace}`,
+        session: () => this.session(DEFAULTS.ttlMs),
+        call: (run) => this.#call('list', run),
+        ownRemainingMs: (owner, path, token) => this.#ownRemainingMs(owner, path, token),
+      },
+      request,
+    );
+  }
+
+  /**
+   * The remaining validity of `owner`'s grant at `path` with czxid `token` when it is one of ours
+   * and live, ms (at least 1):
+   * until its session's `validUntil` (the start of the session's last answered request plus its
+   * negotiated timeout, less drift: the ensemble keeps the session at least that long), and for a
+   * lease without the watchdog until its own expiry if sooner. Undefined for any other node.
+   */
+  #ownRemainingMs(owner: string, path: string, token: bigint): number | undefined {
+    const contender = this.#contenders.get(owner);
+    if (
+      contender === undefined ||
+      contender.path !== path ||
+      contender.token !== token ||
+      !contender.session.alive ||
+      contender.lost.signal.aborted
+    ) {
+      return undefined;
+    }
+    const now = monotonicNow();
+    const until = Math.min(contender.session.validUntil, contender.expiresAt ?? Infinity);
+    return Math.max(1, Math.floor(until - now));
+  }
+
   /** Close every session this backend opened (the server deletes their nodes). */
   async close(): Promise<void> {
     if (this.#closed) return;
@@ -590,6 +636,7 @@ export class ZookeeperBackend implements Backend {
       ttlMs: session.timeoutMs,
       lost: new AbortController(),
       expiry: undefined,
+      expiresAt: undefined,
       unlink: undefined,
       announced: false,
     };
@@ -649,6 +696,7 @@ export class ZookeeperBackend implements Backend {
       this.#forget(contender.owner);
       contender.session.delete(contender.path, contender.version).catch(() => undefined);
     }, contender.ttlMs);
+    contender.expiresAt = monotonicNow() + contender.ttlMs;
     contender.expiry.unref();
   }
 
@@ -808,25 +856,4 @@ export class ZookeeperBackend implements Backend {
     const unreachable = await requestUnreachable(error, connect, connectTimeoutMs);
     return new BackendError(this.name, operation, error, unreachable);
   }
-}
-
-/** `key` as one node name: node names cannot be `.` or `..`, so every dot is encoded too. */
-function nodeNameOf(key: string): string {
-  return encodeURIComponent(key).replaceAll('.', '%2E');
-}
-
-/** Contender entries among `names`, lowest sequence first (other names are ignored). */
-function parseChildren(names: readonly string[]): Entry[] {
-  const entries: Entry[] = [];
-  for (const name of names) {
-    const m = NODE_NAME.exec(name);
-    if (m === null) continue;
-    entries.push({
-      name,
-      owner: m[1]!,
-      mode: m[2] === 'w' ? 'write' : 'read',
-      order: BigInt(m[3]!),
-    });
-  }
-  return entries.sort((a, b) => (a.order < b.order ? -1 : a.order > b.order ? 1 : 0));
 }

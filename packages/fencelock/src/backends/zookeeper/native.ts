@@ -83,6 +83,8 @@ export interface NativeZooKeeper {
   ): unknown;
   a_delete_(path: string, version: number, cb: (rc: number, error: string) => void): unknown;
   a_set(path: string, data: string, version: number, cb: Callback<NodeStat>): unknown;
+  /** Bring the connected server up to date with the leader (`zoo_async`); answers the path. */
+  a_sync(path: string, cb: Callback<string>): unknown;
 }
 
 /** A constructor of the native client. */

@@ -372,6 +372,16 @@ export class ZkSession implements BackendSession {
   }
 
   /**
+   * Bring the connected server up to date with the leader (ZooKeeper `sync`): the session's reads
+   * sent after it see every write the ensemble committed before the server handled it, made by
+   * any session (a follower alone may lag behind the leader).
+   * @throws ZooKeeperError
+   */
+  async sync(path: string): Promise<void> {
+    await this.#call<string>((cb) => this.#zk.a_sync(path, cb));
+  }
+
+  /**
    * Set the data of `path` if its version is `version`; resolves with the new stat.
    * @throws ZooKeeperError (-101 when missing, -103 on another version)
    */
