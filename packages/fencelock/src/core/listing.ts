@@ -1,8 +1,9 @@
 /**
- * `locker.list()` and `locker.listPage()`: the held keys of a store under a prefix, as an async iterable over the
- * backend's pages (`Backend.list`). Options are checked when `list()` is called, before any
- * engine call; the pages are fetched one at a time as the caller iterates, so a caller that stops
- * early (`break`, `limit`, its `signal`) costs no more pages than it read.
+ * `locker.list()` and `locker.listPage()`: the held keys of a store under a prefix, read through
+ * the backend's pages (`Backend.list`). `list()` is an async iterable over them: its options are
+ * checked when it is called, before any engine call, and the pages are fetched one at a time as
+ * the caller iterates, so a caller that stops early (`break`, `limit`, its `signal`) costs no
+ * more pages than it read. `listPage()` reads one page, for callers that hand pages out.
  */
 import { InvalidArgumentError } from '../errors.js';
 import { isOptionsObject, validateKey } from '../options.js';

@@ -377,10 +377,10 @@ export class Locker implements AsyncDisposable {
    * The held keys of the store whose names start with `options.prefix`: for each, its mode
    * (`write`, `read`, or `permits` for a semaphore), its holders (owner, fencing token, TTL
    * left) and how many wait. An async iterable that reads the engine a page at a time
-   * (`pageSize`, 100 by default; one bounded request each: an index range on PostgreSQL and
-   * SQLite); each entry is a consistent snapshot of its key, the listing as a whole is not (keys
-   * taken or freed meanwhile may or may not appear). Stops after `limit` entries, or with the
-   * reason of `signal` once it aborts.
+   * (`pageSize`, 100 by default; each page bounded work on the engine, how per engine in
+   * docs/primitives/listing.md); each entry is a consistent snapshot of its key, the listing as a
+   * whole is not (keys taken or freed meanwhile may or may not appear). Stops after `limit`
+   * entries, or with the reason of `signal` once it aborts.
    *
    * ```ts
    * for await (const held of locker.list({ prefix: 'jobs:' })) console.log(held.key, held.holders);

@@ -27,7 +27,7 @@ semaphore of one name are two lines. With --json, one JSON object per line (JSON
 decimal strings:
   {"key":"jobs:a","mode":"write","holders":[{"owner":"…","fencingToken":"7","ttlMs":29875}],"waiters":1}
 
-Stores that list: SQLite, PostgreSQL (lease mode), etcd and ZooKeeper so far; others exit 1 saying so.
+Every store lists but PostgreSQL's advisory mode, which exits 1 saying so.
 Exit status: 0 (whatever was found, nothing included), 1 error, 2 bad usage.
 `;
 

@@ -46,6 +46,12 @@
  * Cluster one script may only touch one hash slot: keys whose `{key}` tags hash to different
  * slots (hash-slot.ts, no round trip) are answered null, and the core attempts them key by key.
  *
+ * Listing (`list`, listing.ts): a page is one `SCAN` (`MATCH` the prefix inside the `{…}` hash
+ * tag, its glob characters escaped; `COUNT` = `pageSize`; on a Cluster one primary at a time), then
+ * one read-only script (list.lua; on a Cluster one per hash slot among the page's keys) that reads
+ * each held object's live holders, tokens and live line by Redis `TIME`. The cursor is the SCAN
+ * cursor, with SCAN's guarantees.
+ *
  * Failover caveat (the Redis documentation, "Distributed locks with Redis"): replication is
  * asynchronous, so a promoted replica may not have the key and grant it again. The fence counter
  * can be lost the same way; the token still rises when the new primary's clock is not behind the
@@ -60,6 +66,8 @@ import type {
   BackendCapabilities,
   Granted,
   LeaseRef,
+  ListPage,
+  ListRequest,
   LockInfo,
   NotGranted,
   ReleaseOutcome,
@@ -75,6 +83,7 @@ import { isClusterClient, RedisConnection } from './connection.js';
 import { composeToken, counterOf, type FailoverEpoch } from './failover-epoch.js';
 import { FENCE_GRACE_MS, fenceTtlMs } from './fence-counter.js';
 import { sharedSlot } from './hash-slot.js';
+import { RedisListing } from './listing.js';
 import { type ReadWriteLockKeys, readWriteLockKeys, semaphoreKeys } from './lock-keys.js';
 import type { NodeRedisClientLike } from './node-redis.js';
 import { ReleaseWaiters } from './release-waiters.js';
@@ -163,6 +172,8 @@ export class RedisBackend implements Backend {
    * is asked of that script too, so a forgotten owner costs one call more, nothing else.
    */
   readonly #readGrants = new Set<string>();
+  /** `list`'s pages (listing.ts). */
+  readonly #listing: RedisListing;
 
   constructor(
     client: Redis | Cluster,
@@ -201,12 +212,13 @@ export class RedisBackend implements Backend {
       batchRenew: !isClusterClient(client),
       permits: true,
       attemptAll: true,
-      list: false,
+      list: true,
     });
     this.#prefix = settings.prefix;
     this.#notifications = settings.notifications;
     this.#minReplicas = settings.minReplicas;
     this.#replicaTimeoutMs = settings.replicaTimeoutMs;
+    this.#listing = new RedisListing(this.#connection, settings.prefix, epochs);
   }
 
   /**
@@ -746,6 +758,21 @@ export class RedisBackend implements Backend {
       if (token !== undefined && token > lastFencingToken) lastFencingToken = token;
     }
     return { key, holder, lastFencingToken };
+  }
+
+  /**
+   * One page of the held locks, read locks and semaphores under `request.prefix` (listing.ts): one
+   * `SCAN` with `COUNT` `pageSize` (on a Cluster, of one primary at a time), then one read-only
+   * script (list.lua; on a Cluster one per hash slot among the page's keys) that reads each
+   * object's live holders, tokens and live line atomically, by Redis `TIME`. The cursor is the
+   * SCAN cursor (and on a Cluster the primary's index): `SCAN`'s guarantees apply (a key held
+   * throughout is listed, one that comes or goes meanwhile may or may not be, a rare key twice).
+   * On Sentinel tokens carry the failover epoch, as granted.
+   * @throws InvalidArgumentError for a cursor this backend did not make, before any command;
+   *   BackendError when Redis fails.
+   */
+  list(request: ListRequest): Promise<ListPage> {
+    return this.#listing.page(request);
   }
 
   /** Wake local waiters, quit the subscriber and (if owned) the client, each within 1 s. */

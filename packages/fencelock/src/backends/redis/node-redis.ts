@@ -1,7 +1,7 @@
 /**
  * A node-redis client (`redis` package, v4 and later) seen through the few ioredis calls the Redis
- * and Redlock backends make: EVALSHA/EVAL with keys and arguments, WAIT, INFO, a duplicate
- * connection for pub/sub, events, quit. The client must be connected by its owner
+ * and Redlock backends make: EVALSHA/EVAL with keys and arguments, WAIT, INFO, SCAN (on a cluster
+ * per primary), a duplicate connection for pub/sub, events, quit. The client must be connected by its owner
  * (`await client.connect()`); the backend never closes it.
  */
 import { EventEmitter } from 'node:events';
@@ -25,6 +25,9 @@ interface NodeRedisClient {
   evalSha(sha: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
   eval(script: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
   sendCommand(args: string[]): Promise<unknown>;
+  /** A node-redis cluster's primaries (`createCluster`), and a client of one of them. */
+  readonly masters?: readonly { readonly host: string; readonly port: number }[];
+  nodeClient?(node: unknown): Promise<NodeRedisClient> | NodeRedisClient;
   info(section?: string): Promise<string>;
   duplicate(): NodeRedisClient;
   connect(): Promise<unknown>;
@@ -100,6 +103,33 @@ export class NodeRedisAdapter extends EventEmitter {
     return this.#client.info(section);
   }
 
+  /** As ioredis: one `SCAN` call (`list`), answered `[next cursor, names]`. */
+  scan(
+    cursor: string,
+    match: 'MATCH',
+    pattern: string,
+    count: 'COUNT',
+    n: number,
+  ): Promise<[string, string[]]> {
+    return scanWith(this.#client, cursor, match, pattern, count, n);
+  }
+
+  /**
+   * As ioredis' `Cluster.nodes('master')`, for `list` only: each primary of a node-redis cluster,
+   * with its address and its `SCAN` (through `nodeClient`); a plain client has none.
+   */
+  nodes(_role: 'master'): {
+    readonly options: { host: string; port: number };
+    scan: NodeRedisAdapter['scan'];
+  }[] {
+    const cluster = this.#client;
+    return (cluster.masters ?? []).map((master) => ({
+      options: { host: master.host, port: master.port },
+      scan: async (cursor, match, pattern, count, n) =>
+        scanWith(await cluster.nodeClient!(master), cursor, match, pattern, count, n),
+    }));
+  }
+
   /** A pub/sub connection (a duplicate of the client, connected on first subscribe). */
   duplicate(): NodeRedisAdapter {
     const subscriber = new NodeRedisAdapter(this.#client.duplicate());
@@ -127,6 +157,22 @@ export class NodeRedisAdapter extends EventEmitter {
     if (this.#client.destroy) this.#client.destroy();
     else void this.#client.disconnect?.().catch(() => undefined);
   }
+}
+
+/** One `SCAN cursor MATCH pattern COUNT n` on a node-redis client. */
+async function scanWith(
+  client: NodeRedisClient,
+  cursor: string,
+  match: 'MATCH',
+  pattern: string,
+  count: 'COUNT',
+  n: number,
+): Promise<[string, string[]]> {
+  const reply = (await client.sendCommand(['SCAN', cursor, match, pattern, count, String(n)])) as [
+    unknown,
+    unknown[],
+  ];
+  return [String(reply[0]), reply[1].map(String)];
 }
 
 function split(

@@ -3,7 +3,7 @@
  * `scripts/*.lua`, behind a typed loader: each script is hashed once, run by EVALSHA, and sent
  * with EVAL only when the server answers NOSCRIPT (after a restart or SCRIPT FLUSH). Shape after
  * redis-semaphore's `createEval`. The Redlock backend loads its own scripts with the same loader
- * and reuses `renew-many.lua` and `inspect.lua`.
+ * and reuses `renew-many.lua`, `inspect.lua` and `list.lua`.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -224,6 +224,23 @@ export const semaphoreAbandonScript = defineScript<
   readonly [owner: string, keepGrant: '0' | '1'],
   1 | 0
 >('semaphore-abandon', SCRIPTS, ['semaphore-line']);
+/**
+ * Read several locks and semaphores for one `list` page, each object atomically and read-only:
+ * five keys per object and its kind in `args` (`'w'` found by its writer key, `'r'` by its
+ * readers, `'p'` a semaphore by its holders); one reply per object, `[0]` without a live holder
+ * (list.lua says the shapes). Every key must be on one node (one hash slot on a Cluster). Works on
+ * a Redlock node's layout too (its line is a sorted set).
+ */
+export const listScript = defineScript<
+  readonly string[],
+  readonly string[],
+  (
+    | [0]
+    | [1, string, number, number]
+    | [2, (string | number)[], number]
+    | [3, (string | number)[], number, number]
+  )[]
+>('list');
 /** Inspect: `[value | null, PTTL, last token | null]` (null once the fence counter expired). */
 export const inspectScript = defineScript<
   LockKeys,

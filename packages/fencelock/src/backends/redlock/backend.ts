@@ -69,7 +69,10 @@
  * waiter keeps its place in every line by its ticket; a release on a node publishes the ids of
  * the waiters its freed permit lets in on the semaphore's channel there, and only they wake.
  * Tokens are the highest a quorum issued, settled on q nodes (`settle-permit-token.lua`), rising
- * under the same clock assumptions as a lock's (any two permit quorums share a node).
+ * under the same clock assumptions as a lock's (any two permit quorums share a node). *
+ * Listing (`list`, listing.ts): each node's keyspace in turn, one `SCAN` per page, and the Redis
+ * backend's read-only list.lua on every node; a holder is listed when a quorum of nodes (the
+ * lock's, or the permit quorum) shows its owner and token, once, from the first node showing it.
  */
 import type { Redis } from 'ioredis';
 import type {
@@ -78,6 +81,8 @@ import type {
   Backend,
   BackendCapabilities,
   LeaseRef,
+  ListPage,
+  ListRequest,
   LockInfo,
   ReleaseOutcome,
   RenewResult,
@@ -95,6 +100,7 @@ import {
 } from '../redis/lock-keys.js';
 import { LINE_RECHECK_MS, REDLOCK_ENTRY_TTL_MS } from '../waiting-line.js';
 import { LineWaits } from './line-waits.js';
+import { RedlockListing } from './listing.js';
 import type { RedlockNode } from './node.js';
 import { RedlockPermits } from './permits.js';
 import { type NodeResult, outcomesOf, quorumOf } from './quorum.js';
@@ -128,7 +134,7 @@ export class RedlockBackend implements Backend {
     batchRenew: true,
     permits: true,
     attemptAll: false,
-    list: false,
+    list: true,
   });
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   /** Votes a lock needs: a majority of the nodes. */
@@ -142,6 +148,8 @@ export class RedlockBackend implements Backend {
   readonly #line: LineWaits;
   /** A semaphore's permits (`AttemptRequest.permits`), voted on with the permit quorum. */
   readonly #permits: RedlockPermits;
+  /** `list`'s pages (listing.ts). */
+  readonly #listing: RedlockListing;
 
   /**
    * @param nodes an odd number ≥ 3 of independent nodes (checked by `createRedlockBackend`).
@@ -160,6 +168,11 @@ export class RedlockBackend implements Backend {
       nodeTimeoutMs,
       releaseTimeoutMs: Math.max(nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),
     });
+    this.#listing = new RedlockListing(
+      this.#voter,
+      prefix,
+      Math.max(nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),
+    );
   }
 
   /** The nodes, in the order given. */
@@ -511,6 +524,20 @@ export class RedlockBackend implements Backend {
     if (holder === undefined) return { key, holder: null, lastFencingToken };
     const { owner, fencingToken, ttlMs } = holder;
     return { key, holder: { owner, fencingToken, ttlMs }, lastFencingToken };
+  }
+
+  /**
+   * One page of the held locks, read locks and semaphores under `request.prefix` (listing.ts): one
+   * `SCAN` (`COUNT` `pageSize`) of one node, nodes in the order given, then one read-only script
+   * call per node (the Redis backend's list.lua) over the objects found. An object is listed with
+   * the holders a quorum of nodes shows with the same owner and token (a majority; for a
+   * semaphore the permit quorum), each with the time until fewer than that quorum hold it, and
+   * from the first node that shows them only. A node whose SCAN fails is skipped.
+   * @throws InvalidArgumentError for a cursor this backend did not make, before any command;
+   *   QuorumError when fewer than a quorum of nodes answer.
+   */
+  list(request: ListRequest): Promise<ListPage> {
+    return this.#listing.page(request);
   }
 
   /** Quit the connections this backend opened, each within 1 s. */
