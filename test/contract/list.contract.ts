@@ -8,8 +8,10 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { expect, it } from 'vitest';
 import {
   type Backend,
+  BackendError,
   InvalidArgumentError,
   type ListedLock,
+  type ListPage,
   type Locker,
   type LockerOptions,
 } from '../../packages/fencelock/src/index.js';
@@ -126,7 +128,33 @@ export function describeListContract(suite: ListSuite): void {
     await expect(stopped).rejects.toThrow('enough');
     expect(seen).toHaveLength(3);
 
-    await Promise.all([...leases, lookalike].map((l) => l.release()));
+    // A cursor of another prefix never lists keys outside the prefix asked for (refused, or
+    // taken as a position only): `otherPrefix` sorts after every key above, and `l:!` (this
+    // form is SQLite's, PostgreSQL's and etcd's) before them. Nor does a cursor with a NUL in it
+    // reach the engine.
+    const otherPrefix = `${prefix}~`;
+    const others = await Promise.all(
+      ['x', 'y'].map((s) => locker.acquire(`${otherPrefix}${s}`, { ttlMs: 10_000 })),
+    );
+    const first = await locker.listPage({ prefix, pageSize: 1 });
+    expect(first.cursor).not.toBeNull();
+    for (const cursor of [first.cursor, 'l:!']) {
+      const crossed = await locker
+        .listPage({ prefix: otherPrefix, cursor })
+        .catch((e: unknown) => e);
+      if (crossed instanceof Error) expect(crossed).toBeInstanceOf(InvalidArgumentError);
+      else {
+        for (const entry of (crossed as ListPage).entries) {
+          expect(entry.key.startsWith(otherPrefix), `${cursor}: ${entry.key}`).toBe(true);
+        }
+      }
+    }
+    for (const cursor of ['l:\u0000', 'p:a\u0000']) {
+      const answer = await locker.listPage({ prefix: '', cursor }).catch((e: unknown) => e);
+      expect(answer, JSON.stringify(cursor)).not.toBeInstanceOf(BackendError);
+    }
+
+    await Promise.all([...leases, lookalike, ...others].map((l) => l.release()));
   });
 
   it('list: bad options are InvalidArgumentError before any engine call', async () => {

@@ -5,6 +5,7 @@
  * prefix.
  */
 import { InvalidArgumentError } from '../errors.js';
+import { validateKey } from '../options.js';
 
 /** Where a page starts: its part, after which key (null: from the prefix on). */
 export interface ListCursor {
@@ -26,7 +27,34 @@ export function parseListCursor(cursor: string | null): ListCursor {
   if ((part === 'l' || part === 'p') && cursor[1] === ':' && cursor.length > 2) {
     return { part, after: cursor.slice(2) };
   }
-  throw new InvalidArgumentError('cursor', 'a cursor from this store’s previous page', cursor);
+  throw refused(cursor);
+}
+
+/**
+ * Read a cursor whose last key is a store key (SQLite, PostgreSQL): it must be a valid key, or
+ * the engine would be sent text it cannot hold (NUL), and with `prefix`, one that starts with it
+ * (SQLite's pages stop at the prefix's last key, so its cursors always do; one of another prefix
+ * would list keys outside this one).
+ * @throws InvalidArgumentError (argument `cursor`) otherwise, before any engine call.
+ */
+export function parseKeyListCursor(cursor: string | null, prefix?: string): ListCursor {
+  const start = parseListCursor(cursor);
+  if (start.after === null) return start;
+  try {
+    validateKey(start.after);
+  } catch {
+    throw refused(cursor);
+  }
+  if (prefix !== undefined && !start.after.startsWith(prefix)) throw refused(cursor);
+  return start;
+}
+
+function refused(cursor: string | null): InvalidArgumentError {
+  return new InvalidArgumentError(
+    'cursor',
+    'a cursor from this store’s previous page of the same prefix',
+    cursor,
+  );
 }
 
 /** The text of a cursor. */

@@ -92,7 +92,7 @@ export interface ListPageOptions {
   readonly cursor?: string | null;
   /** As `ListOptions.pageSize`. */
   readonly pageSize?: number;
-  /** Aborting it before the engine answers rejects with its reason. */
+  /** Checked before the engine is asked and once it answered: aborted, the page rejects with its reason. */
   readonly signal?: AbortSignal;
 }
 

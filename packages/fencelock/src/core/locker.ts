@@ -398,7 +398,7 @@ export class Locker implements AsyncDisposable {
    * `GET /v1/locks`): up to `pageSize` entries and the `cursor` to pass for the next page (null
    * after the last). A page may hold fewer entries than `pageSize`, or none, while the cursor is
    * not null (the engine walked that far and found nothing to list). A cursor is good for the
-   * store that made it only.
+   * store that made it, with the same prefix, only.
    * @throws InvalidArgumentError for bad options (before any engine call) or a cursor this store
    *   did not make; for a store that cannot list; BackendError when the engine cannot answer.
    */

@@ -1,6 +1,7 @@
 /**
  * `fencelock ls [prefix]`: the held keys of a store under a prefix (`locker.list`), one line per
- * key, printed as the pages come in. A read only: it takes no lock and changes nothing.
+ * key, printed as the pages come in. It takes no lock; like any first use of a store, it sets up
+ * a store that was never used (the SQLite file, the PostgreSQL schema).
  */
 import type { Command } from 'commander';
 import { createLocker, type ListedLock, MAX_LIST_PAGE_SIZE } from 'fencelock';

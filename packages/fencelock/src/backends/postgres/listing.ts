@@ -4,13 +4,15 @@
  * is list-cursor.ts's: the part and the last key the walk read.
  */
 import type { ListedLock, ListPage, ListRequest } from '../../core/backend.js';
-import { formatListCursor, parseListCursor } from '../list-cursor.js';
+import { formatListCursor, parseKeyListCursor } from '../list-cursor.js';
 import type { PostgresConnectionSet } from './connection.js';
 import type { ListRow } from './list-sql.js';
 
 /** One page of held keys on one backend's connections. */
 export async function listPage(db: PostgresConnectionSet, request: ListRequest): Promise<ListPage> {
-  const { part, after } = parseListCursor(request.cursor);
+  // The walk's last key need not start with the prefix (it walks past the prefix's keys), and
+  // never lists a key that does not (`starts_with`): any valid key is a position.
+  const { part, after } = parseKeyListCursor(request.cursor);
   const statements = part === 'l' ? db.sql.list.locks : db.sql.list.semaphores;
   const { rows } = await db.run('list', () =>
     db.query<ListRow>(after === null ? statements.first : statements.next, [

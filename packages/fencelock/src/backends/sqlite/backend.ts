@@ -63,7 +63,7 @@ import type {
 import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, PermitsMismatchError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
-import { parseListCursor } from '../list-cursor.js';
+import { parseKeyListCursor } from '../list-cursor.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { type LineView, watchLine } from './line-watch.js';
 import { HeldKeys } from './listing.js';
@@ -469,7 +469,7 @@ export class SqliteBackend implements Backend {
 
   /** A page of the held locks and semaphores under a prefix, in one read transaction. */
   async list(request: ListRequest): Promise<ListPage> {
-    const start = parseListCursor(request.cursor);
+    const start = parseKeyListCursor(request.cursor, request.prefix);
     return this.#run('list', () => this.#held.page(request, start));
   }
 
