@@ -1,6 +1,8 @@
 /**
- * The checker of a torture run: three oracles over what the clients reported
- * (stamped by the harness on receipt, one monotonic clock) and what the fenced register logged.
+ * The checker of a torture run: three oracles over what the clients reported (each step at the
+ * client's reading of the machine's monotonic clock, one clock for every process; not at the
+ * harness's receipt, which can take two clients' messages in either order) and what the fenced
+ * register logged.
  * A run is of a lock (`permits` 1) or of a semaphore of N permits; a lock is the case N = 1.
  *
  * 1. The fenced register: stale writes accepted (an accepted write whose token is not among the

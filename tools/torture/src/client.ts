@@ -2,10 +2,8 @@
  * One torture client, a child process of the harness (`fork`). It contends for one key on a
  * store through the public Locker API (the key's lock, or a permit of its semaphore when the
  * cell is a semaphore's) and, once granted, writes through the fenced register, then releases,
- * over and over, reporting each step to the harness over IPC; the harness stamps the messages on
- * receipt, so every client's events share one clock (when a grant was asked for and when its
- * acquire returned are the client's own readings of the machine's monotonic clock, see
- * `ClientMessage`).
+ * over and over, reporting each step to the harness over IPC, each with the client's reading of
+ * the machine's monotonic clock (see `ClientMessage`), so every client's events share one clock.
  *
  * The client writes even when its lease was already reported lost (it says so in the event): the
  * resource, not the client's good manners, must be what refuses a stale holder.
@@ -42,10 +40,13 @@ export interface ClientConfig {
 }
 
 /**
- * Messages a client sends to the harness (tokens as decimal strings). `atNs`: when the client
- * asked for a grant / its acquire returned, on the machine's monotonic clock
- * (`process.hrtime.bigint()`, CLOCK_MONOTONIC, the same in every process), so grants made at about
- * the same time are ordered however their messages arrive.
+ * Messages a client sends to the harness (tokens as decimal strings). `atNs`: when the step
+ * happened (asked for a grant, its acquire returned, its validity was read, it was lost, its
+ * release began), on the machine's monotonic clock (`process.hrtime.bigint()`, CLOCK_MONOTONIC,
+ * the same in every process). The harness places the steps by these readings, not by when their
+ * messages arrive: messages of different clients can be read in either order (a release and the
+ * grant it let in, on a store that hands over within a millisecond, were), and a client's own
+ * message can wait while its event loop is held by a synchronous engine call.
  */
 export type ClientMessage =
   | { readonly type: 'ready' }
@@ -56,11 +57,11 @@ export type ClientMessage =
       readonly remainingMs: number;
       readonly atNs: string;
     }
-  | { readonly type: 'validity'; readonly remainingMs: number }
+  | { readonly type: 'validity'; readonly remainingMs: number; readonly atNs: string }
   | { readonly type: 'written'; readonly accepted: boolean; readonly knewLost: boolean }
-  | { readonly type: 'releasing' }
+  | { readonly type: 'releasing'; readonly atNs: string }
   | { readonly type: 'released'; readonly outcome: string }
-  | { readonly type: 'lost'; readonly reason: string }
+  | { readonly type: 'lost'; readonly reason: string; readonly atNs: string }
   | { readonly type: 'error'; readonly message: string };
 
 function send(message: ClientMessage): void {
@@ -82,7 +83,11 @@ async function main(config: ClientConfig): Promise<void> {
   diagnostics_channel.subscribe(CHANNELS.renew, (message) => {
     const event = message as RenewEvent;
     if (event.ok && current !== undefined && event.owner === current.owner) {
-      send({ type: 'validity', remainingMs: current.remainingMs });
+      send({
+        type: 'validity',
+        remainingMs: current.remainingMs,
+        atNs: process.hrtime.bigint().toString(),
+      });
     }
   });
   send({ type: 'ready' });
@@ -111,7 +116,7 @@ async function main(config: ClientConfig): Promise<void> {
       'abort',
       () => {
         const reason = (lease.signal.reason as { reason?: string })?.reason ?? 'aborted';
-        send({ type: 'lost', reason });
+        send({ type: 'lost', reason, atNs: process.hrtime.bigint().toString() });
       },
       { once: true },
     );
@@ -126,7 +131,7 @@ async function main(config: ClientConfig): Promise<void> {
       }
     }
     // The critical section ends here, before the release's round trip.
-    send({ type: 'releasing' });
+    send({ type: 'releasing', atNs: process.hrtime.bigint().toString() });
     try {
       send({ type: 'released', outcome: await lease.release() });
     } catch (error) {

@@ -171,7 +171,7 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
           case 'acquired':
             holders.set(id, true);
             events.push({
-              at,
+              at: clientTime(message.atNs),
               client: id,
               type: 'acquired',
               token: BigInt(message.token),
@@ -181,7 +181,12 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
             for (const wake of [...grantWaiters]) wake(id);
             break;
           case 'validity':
-            events.push({ at, client: id, type: 'validity', remainingMs: message.remainingMs });
+            events.push({
+              at: clientTime(message.atNs),
+              client: id,
+              type: 'validity',
+              remainingMs: message.remainingMs,
+            });
             break;
           case 'written':
             events.push({
@@ -194,12 +199,17 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
             break;
           case 'releasing':
             holders.delete(id);
-            events.push({ at, client: id, type: 'releasing' });
+            events.push({ at: clientTime(message.atNs), client: id, type: 'releasing' });
             break;
           case 'released':
             break;
           case 'lost':
-            events.push({ at, client: id, type: 'lost', reason: message.reason });
+            events.push({
+              at: clientTime(message.atNs),
+              client: id,
+              type: 'lost',
+              reason: message.reason,
+            });
             break;
           case 'error':
             if (errors.length < 20) errors.push(`${id}: ${message.message}`);
