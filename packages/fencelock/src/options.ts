@@ -167,6 +167,23 @@ export function isOptionsObject(value: unknown): value is object {
 }
 
 /**
+ * Refuse an options object with a name outside `allowed` (a typo is an error, never ignored).
+ * @param path how the object is named in errors: `options` gives `options.<name>`.
+ * @throws InvalidArgumentError naming the first unknown `<path>.<name>`, allowed: "one of …".
+ */
+export function checkOptionNames(
+  options: object,
+  allowed: ReadonlySet<string>,
+  path = 'options',
+): void {
+  for (const name of Object.keys(options)) {
+    if (!allowed.has(name)) {
+      throw new InvalidArgumentError(`${path}.${name}`, `one of ${[...allowed].join(', ')}`, name);
+    }
+  }
+}
+
+/**
  * The shortest lease anyone may ask for, ms: the library, the CLI (`--ttl`) and the sidecar
  * (`ttlMs`) share it. At 100 ms the default drift allowance (1 % + 2 ms) leaves 97 ms of
  * validity and the watchdog renews every 33 ms, still several loopback round trips; a shorter
@@ -228,6 +245,8 @@ function validatePositive(value: unknown, argument: string, min: number, max: nu
   return value;
 }
 
+const RETRY_OPTION_NAMES = new Set(['initialDelayMs', 'maxDelayMs', 'factor']);
+
 function validateRetry(value: unknown, base: Required<RetryOptions>): Required<RetryOptions> {
   if (value === undefined) return base;
   if (!isOptionsObject(value)) {
@@ -237,15 +256,7 @@ function validateRetry(value: unknown, base: Required<RetryOptions>): Required<R
       value,
     );
   }
-  for (const name of Object.keys(value)) {
-    if (!['initialDelayMs', 'maxDelayMs', 'factor'].includes(name)) {
-      throw new InvalidArgumentError(
-        `retry.${name}`,
-        'one of initialDelayMs, maxDelayMs, factor',
-        name,
-      );
-    }
-  }
+  checkOptionNames(value, RETRY_OPTION_NAMES, 'retry');
   const r = value as RetryOptions;
   const initialDelayMs = validatePositive(
     r.initialDelayMs ?? base.initialDelayMs,
@@ -288,11 +299,7 @@ export function resolveLockOptions(
   if (!isOptionsObject(overrides)) {
     throw new InvalidArgumentError('options', 'an options object', overrides);
   }
-  for (const name of Object.keys(overrides)) {
-    if (!allowed.has(name)) {
-      throw new InvalidArgumentError(`options.${name}`, `one of ${[...allowed].join(', ')}`, name);
-    }
-  }
+  checkOptionNames(overrides, allowed);
   const o = overrides as LockOptions;
   const ttlMs = o.ttlMs === undefined ? base.ttlMs : validateTtl(o.ttlMs);
   const maxHoldMs =

@@ -6,7 +6,7 @@
  * more pages than it read. `listPage()` reads one page, for callers that hand pages out.
  */
 import { InvalidArgumentError } from '../errors.js';
-import { isOptionsObject, validateKey } from '../options.js';
+import { checkOptionNames, isOptionsObject, validateKey } from '../options.js';
 import type { Backend, ListedLock, ListPage } from './backend.js';
 
 /** Options of `locker.list()`. */
@@ -49,15 +49,7 @@ export function checkListOptions(options: unknown): CheckedListOptions {
   if (!isOptionsObject(options)) {
     throw new InvalidArgumentError('options', 'an object of list options', options);
   }
-  for (const name of Object.keys(options)) {
-    if (!OPTION_NAMES.has(name)) {
-      throw new InvalidArgumentError(
-        `options.${name}`,
-        'one of prefix, limit, pageSize, signal',
-        name,
-      );
-    }
-  }
+  checkOptionNames(options, OPTION_NAMES);
   const { prefix, limit, pageSize, signal } = options as ListOptions;
   if (prefix !== undefined && prefix !== '') validateKey(prefix, 'prefix');
   if (limit !== undefined && !(Number.isSafeInteger(limit) && limit > 0)) {
@@ -115,16 +107,8 @@ export function checkListPageOptions(options: unknown): CheckedPageOptions {
   if (options !== undefined && !isOptionsObject(options)) {
     throw new InvalidArgumentError('options', 'an object of list options', options);
   }
+  checkOptionNames(options ?? {}, PAGE_OPTION_NAMES);
   const { cursor, ...rest } = (options ?? {}) as ListPageOptions;
-  for (const name of Object.keys(rest)) {
-    if (!PAGE_OPTION_NAMES.has(name)) {
-      throw new InvalidArgumentError(
-        `options.${name}`,
-        'one of prefix, cursor, pageSize, signal',
-        name,
-      );
-    }
-  }
   if (
     cursor !== undefined &&
     cursor !== null &&

@@ -11,6 +11,7 @@
  */
 import { BackendError, FencelockError, InvalidArgumentError } from '../errors.js';
 import {
+  checkOptionNames,
   MAX_TIMER_MS,
   type ResolvedLockOptions,
   type RetryOptions,
@@ -215,11 +216,7 @@ function resolveOwnerOptions(
       undefined,
     );
   }
-  for (const name of Object.keys(options)) {
-    if (!names.has(name)) {
-      throw new InvalidArgumentError(`options.${name}`, `one of ${[...names].join(', ')}`, name);
-    }
-  }
+  checkOptionNames(options, names);
   const { permits, ...lockOptions } = options;
   const resolved = resolveLockOptions(defaults, lockOptions, names);
   const mode = options.mode === undefined ? 'write' : resolved.mode;

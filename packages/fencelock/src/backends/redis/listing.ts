@@ -52,7 +52,7 @@ interface RedisListCursor {
 }
 
 /** One primary's keyspace, scanned one SCAN call at a time. */
-interface KeyScanner {
+export interface KeyScanner {
   readonly options: { readonly host?: string; readonly port?: number };
   scan(
     cursor: string,

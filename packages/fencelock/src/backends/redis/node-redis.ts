@@ -1,11 +1,12 @@
 /**
  * A node-redis client (`redis` package, v4 and later) seen through the few ioredis calls the Redis
- * and Redlock backends make: EVALSHA/EVAL with keys and arguments, WAIT, INFO, SCAN (on a cluster
- * per primary), a duplicate connection for pub/sub, events, quit. The client must be connected by its owner
- * (`await client.connect()`); the backend never closes it.
+ * and Redlock backends make: EVALSHA/EVAL with keys and arguments, WAIT, INFO, SCAN (on a
+ * cluster per primary), a duplicate connection for pub/sub, events, quit. The client must be
+ * connected by its owner (`await client.connect()`); the backend never closes it.
  */
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
+import type { KeyScanner } from './listing.js';
 
 /**
  * What identifies a node-redis client (`redis` package) for the option types; the backends
@@ -104,15 +105,7 @@ export class NodeRedisAdapter extends EventEmitter {
   }
 
   /** As ioredis: one `SCAN` call (`list`), answered `[next cursor, names]`. */
-  scan(
-    cursor: string,
-    match: 'MATCH',
-    pattern: string,
-    count: 'COUNT',
-    n: number,
-  ): Promise<[string, string[]]> {
-    return scanWith(this.#client, cursor, match, pattern, count, n);
-  }
+  readonly scan: ScanCall = (...args) => scanOn(this.#client, ...args);
 
   /**
    * As ioredis' `Cluster.nodes('master')`, for `list` only: each primary of a node-redis cluster,
@@ -125,8 +118,7 @@ export class NodeRedisAdapter extends EventEmitter {
     const cluster = this.#client;
     return (cluster.masters ?? []).map((master) => ({
       options: { host: master.host, port: master.port },
-      scan: async (cursor, match, pattern, count, n) =>
-        scanWith(await cluster.nodeClient!(master), cursor, match, pattern, count, n),
+      scan: async (...args) => scanOn(await cluster.nodeClient!(master), ...args),
     }));
   }
 
@@ -159,14 +151,13 @@ export class NodeRedisAdapter extends EventEmitter {
   }
 }
 
+/** ioredis' `scan(cursor, 'MATCH', pattern, 'COUNT', n)`, as `list` calls it. */
+type ScanCall = KeyScanner['scan'];
+
 /** One `SCAN cursor MATCH pattern COUNT n` on a node-redis client. */
-async function scanWith(
+async function scanOn(
   client: NodeRedisClient,
-  cursor: string,
-  match: 'MATCH',
-  pattern: string,
-  count: 'COUNT',
-  n: number,
+  ...[cursor, match, pattern, count, n]: Parameters<ScanCall>
 ): Promise<[string, string[]]> {
   const reply = (await client.sendCommand(['SCAN', cursor, match, pattern, count, String(n)])) as [
     unknown,
