@@ -29,6 +29,7 @@ import {
   type ReleaseEvent,
 } from '../../packages/fencelock/src/index.js';
 import { describeAttemptAllContract } from './attempt-all.contract.js';
+import { describeElectionContract } from './election.contract.js';
 import { describeListContract } from './list.contract.js';
 import { describeMultiLockContract } from './multi-lock.contract.js';
 import { describeSemaphoreContract } from './semaphore.contract.js';
@@ -321,6 +322,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
     describeMultiLockContract({ newClient, uniqueKey });
     describeAttemptAllContract({ newClient, uniqueKey });
     describeListContract({ newClient, uniqueKey });
+    describeElectionContract({ newClient, uniqueKey });
 
     it('mutual exclusion: concurrent clients never overlap and tokens increase', async () => {
       const key = uniqueKey('mutex');

@@ -56,6 +56,7 @@ function scripted(answers: (AttemptResult | (() => Promise<AttemptResult>))[]): 
       permits: false,
       attemptAll: false,
       list: false,
+      election: false,
     },
     attempt: async () => {
       const next = answers[Math.min(i, answers.length - 1)];

@@ -8,12 +8,15 @@ import type {
   AttemptResult,
   Backend,
   BackendCapabilities,
+  ElectedLeader,
+  ElectionWatch,
   Granted,
   LeaseRef,
   ListedLock,
   ListPage,
   ListRequest,
   LockInfo,
+  ProclaimOutcome,
   ReleaseOutcome,
   RenewResult,
 } from '../../packages/fencelock/src/core/backend.js';
@@ -40,6 +43,7 @@ export class MemoryBackend implements Backend {
     permits: false,
     attemptAll: false,
     list: false,
+    election: false,
   });
   readonly calls: Record<string, number> = {};
   readonly entries = new Map<string, Entry>();
@@ -67,6 +71,25 @@ export class MemoryBackend implements Backend {
    */
   handOffAfterMs: number | undefined;
 
+  /** Each election object's value (under its object key, see `#objectKey`). */
+  readonly values = new Map<string, string>();
+  /** Subscribers of `watchElection`, per election name. */
+  readonly watchers = new Map<string, Set<() => void>>();
+  /** Passed as every election watch's `recheckAfterMs`. */
+  electionRecheckAfterMs = 60_000;
+
+  /** Where a request's object lives: an election's apart from the lock of the same key. */
+  #objectKey(ref: { key: string; election?: unknown }): string {
+    return ref.election ? `election\u0000${ref.key}` : ref.key;
+  }
+
+  #notify(objectKey: string): void {
+    if (!objectKey.startsWith('election\u0000')) return;
+    for (const onChange of this.watchers.get(objectKey.slice('election\u0000'.length)) ?? []) {
+      onChange();
+    }
+  }
+
   #count(op: string): void {
     this.calls[op] = (this.calls[op] ?? 0) + 1;
   }
@@ -89,6 +112,10 @@ export class MemoryBackend implements Backend {
     if (this.attemptDelayMs > 0) await new Promise((r) => setTimeout(r, this.attemptDelayMs));
     if (this.attemptMode === 'hang') return new Promise(() => {});
     const result = this.#attempt(r);
+    if (result.granted && r.election) {
+      this.values.set(this.#objectKey(r), r.election.value);
+      this.#notify(this.#objectKey(r));
+    }
     if (this.attemptMode === 'apply-then-fail') {
       throw new BackendError(this.name, 'attempt', new Error('reply lost'));
     }
@@ -139,7 +166,8 @@ export class MemoryBackend implements Backend {
     return { granted: true, token, ttlMs, handedAt };
   }
 
-  #attempt(r: AttemptRequest): AttemptResult {
+  #attempt(request: AttemptRequest): AttemptResult {
+    const r = { ...request, key: this.#objectKey(request) };
     const e = this.#live(r.key);
     if (e && e.owner !== r.owner) {
       return { granted: false, holderTtlMs: e.expiresAt - performance.now() };
@@ -158,7 +186,7 @@ export class MemoryBackend implements Backend {
     this.#count('renew');
     if (this.renewMode === 'fail') throw new BackendError(this.name, 'renew', new Error('down'));
     if (this.renewMode === 'hang') return new Promise(() => {});
-    const e = this.#live(l.key);
+    const e = this.#live(this.#objectKey(l));
     if (!e) return { ok: false, reason: 'not-held' };
     if (e.owner !== l.owner || e.token !== l.fencingToken)
       return { ok: false, reason: 'not-owner' };
@@ -172,17 +200,62 @@ export class MemoryBackend implements Backend {
       this.failReleases -= 1;
       throw new BackendError(this.name, 'release', new Error('down'));
     }
-    const e = this.#live(l.key);
+    const key = this.#objectKey(l);
+    const e = this.#live(key);
     if (!e) return 'not-held';
     if (e.owner !== l.owner || e.token !== l.fencingToken) return 'not-owner';
-    this.entries.delete(l.key);
+    this.entries.delete(key);
+    this.#notify(key);
     return 'released';
   }
 
   async abandon(r: AttemptRequest): Promise<void> {
     this.#count('abandon');
     if (this.abandonMode === 'hang') return new Promise(() => {});
-    if (this.entries.get(r.key)?.owner === r.owner) this.entries.delete(r.key);
+    const key = this.#objectKey(r);
+    if (this.entries.get(key)?.owner === r.owner) {
+      this.entries.delete(key);
+      this.#notify(key);
+    }
+  }
+
+  async proclaim(l: LeaseRef, value: string): Promise<ProclaimOutcome> {
+    this.#count('proclaim');
+    const key = this.#objectKey({ ...l, election: true });
+    const e = this.#live(key);
+    if (!e) return 'not-held';
+    if (e.owner !== l.owner || e.token !== l.fencingToken) return 'not-owner';
+    this.values.set(key, value);
+    this.#notify(key);
+    return 'proclaimed';
+  }
+
+  async leader(key: string): Promise<ElectedLeader | null> {
+    this.#count('leader');
+    const objectKey = this.#objectKey({ key, election: true });
+    const e = this.#live(objectKey);
+    if (!e) return null;
+    const value = this.values.get(objectKey) ?? '';
+    return { owner: e.owner, term: e.token, value, ttlMs: e.expiresAt - performance.now() };
+  }
+
+  async watchElection(key: string, onChange: () => void): Promise<ElectionWatch> {
+    this.#count('watchElection');
+    let set = this.watchers.get(key);
+    if (set === undefined) {
+      set = new Set();
+      this.watchers.set(key, set);
+    }
+    const watchers = set;
+    const subscriber = () => onChange();
+    watchers.add(subscriber);
+    return {
+      recheckAfterMs: this.electionRecheckAfterMs,
+      stop: () => {
+        watchers.delete(subscriber);
+        if (watchers.size === 0 && this.watchers.get(key) === watchers) this.watchers.delete(key);
+      },
+    };
   }
 
   async inspect(key: string): Promise<LockInfo> {

@@ -13,6 +13,9 @@ export type {
   Backend,
   BackendCapabilities,
   BackendSession,
+  ElectedLeader,
+  ElectionCandidacy,
+  ElectionWatch,
   Granted,
   LeaseRef,
   ListedHolder,
@@ -22,9 +25,11 @@ export type {
   LockInfo,
   NotGranted,
   NotGrantedReason,
+  ProclaimOutcome,
   ReleaseOutcome,
   RenewResult,
 } from './core/backend.js';
+export { MAX_ELECTION_VALUE_BYTES, validateElectionValue } from './core/candidacy.js';
 export {
   type AcquireEvent,
   CHANNELS,
@@ -83,6 +88,13 @@ export {
   ttlRule,
   validateKey,
 } from './options.js';
+export {
+  type CampaignOptions,
+  Election,
+  type ElectionLeader,
+  Leadership,
+} from './primitives/election.js';
+export type { ObserveOptions } from './primitives/election-observer.js';
 export {
   MAX_MULTI_KEYS,
   MultiLease,

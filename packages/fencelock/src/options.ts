@@ -125,7 +125,7 @@ export function validateKey(key: unknown, argument = 'key'): string {
 }
 
 /** A lone surrogate has no UTF-8 form: engines would store it as U+FFFD, and keys would alias. */
-const LONE_SURROGATE = /\p{Surrogate}/u;
+export const LONE_SURROGATE = /\p{Surrogate}/u;
 
 /** An owner id: 32 to 128 lowercase hex digits (128 to 512 bits). */
 const OWNER_ID = /^[0-9a-f]{32,128}$/;

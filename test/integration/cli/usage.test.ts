@@ -278,6 +278,7 @@ describe('--help', () => {
       expect.arrayContaining([
         '',
         'run',
+        'elect',
         'inspect',
         'ls',
         'demo',

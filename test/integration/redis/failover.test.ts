@@ -15,9 +15,12 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { createRedisBackend } from '../../../packages/fencelock/src/backends/redis/index.js';
+import type { AttemptRequest } from '../../../packages/fencelock/src/core/backend.js';
 import { RedisFence } from '../../../packages/fencelock/src/fencing/index.js';
 import {
   BackendError,
@@ -175,4 +178,104 @@ describe('Redis Sentinel failover (fault F4)', () => {
       healReplication();
     }
   }, 60_000);
+});
+
+/** Counts the calls of an election watch's `onChange`. */
+function counter() {
+  const c = {
+    calls: 0,
+    onChange: () => {
+      c.calls += 1;
+    },
+    async until(n: number, ms = 3_000) {
+      const deadline = Date.now() + ms;
+      while (c.calls < n) {
+        if (Date.now() > deadline) throw new Error(`${c.calls} calls, expected ${n}`);
+        await delay(10);
+      }
+    },
+  };
+  return c;
+}
+
+/** Until `test()` holds, or fails after `ms`. */
+async function eventually(test: () => Promise<boolean>, ms = 3_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await test())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await delay(20);
+  }
+}
+
+function candidate(key: string, value: string): AttemptRequest {
+  return {
+    key,
+    owner: randomBytes(16).toString('hex'),
+    ttlMs: 30_000,
+    mode: 'write',
+    autoRenew: false,
+    willWait: true,
+    election: { value },
+  };
+}
+
+/**
+ * An election watch across a Sentinel failover (two `SENTINEL FAILOVER`s, there and back; the
+ * topology is rebuilt around every test of this file, since a failover raises its epoch for good).
+ */
+describe('Redis election across a Sentinel failover', () => {
+  it('a watch is notified after a failover, and terms keep rising', async () => {
+    const sentinel = new Redis(SENTINEL_PORT_BASE + 1, '127.0.0.1');
+    const primaryPort = async () =>
+      Number(
+        ((await sentinel.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', 'fencelock')) as string[])[1],
+      );
+    const original = await primaryPort();
+    const watching = createRedisBackend({ url: `${SENTINEL_URL}?prefix=${prefix}` } as never);
+    const granting = createRedisBackend({ url: `${SENTINEL_URL}?prefix=${prefix}` } as never);
+    const key = `sentinel:${randomBytes(3).toString('hex')}`;
+    const seen = counter();
+    const watch = await watching.watchElection(key, seen.onChange);
+    seen.calls = 0; // the subscriber's first connection is told too
+    const a = candidate(key, 'a');
+    const first = (await granting.attempt(a)) as { token: bigint };
+    await seen.until(1);
+    await granting.release({ key, owner: a.owner, fencingToken: first.token, election: true });
+    await seen.until(2);
+
+    // SENTINEL FAILOVER (no kill) until accepted (a replica still syncing is refused), then until
+    // the Sentinels name the new primary.
+    const failover = async (from: number) => {
+      await eventually(
+        () =>
+          sentinel.call('SENTINEL', 'FAILOVER', 'fencelock').then(
+            () => true,
+            () => false,
+          ),
+        30_000,
+      );
+      await eventually(async () => (await primaryPort()) !== from, 30_000);
+    };
+    try {
+      await failover(original);
+      // The subscriber follows the new primary (reconnected by ioredis, which tells the watch, or
+      // still on the demoted node, which the replication stream brings the messages to).
+      // Wait until the granting backend reaches the new primary, then a grant there notifies.
+      const b = candidate(key, 'b');
+      let second: { granted: boolean; token?: bigint } | undefined;
+      await eventually(async () => {
+        second = (await granting.attempt(b).catch(() => undefined)) as typeof second;
+        return second?.granted === true;
+      }, 30_000);
+      await delay(1_000); // reconnections settled: the next call is the message
+      const before = seen.calls;
+      await granting.abandon(b);
+      await seen.until(before + 1, 5_000);
+      expect(second!.token!).toBeGreaterThan(first.token);
+    } finally {
+      watch.stop();
+      await Promise.all([watching.close(), granting.close()]);
+      sentinel.disconnect();
+    }
+  }, 90_000);
 });

@@ -63,7 +63,12 @@ function oldFile(name: string): string {
 
 /** The store's objects in a file opened by this version, by name. */
 const CURRENT_OBJECTS = [
+  'table fencelock_candidates',
+  'index fencelock_candidates_expires_at',
+  'index fencelock_candidates_line',
   'view fencelock_fences',
+  'table fencelock_leaders',
+  'index fencelock_leaders_expires_at',
   'table fencelock_leases',
   'index fencelock_leases_expires_at',
   'table fencelock_permit_waiters',

@@ -1,7 +1,7 @@
 /**
  * One torture client, a child process of the harness (`fork`). It contends for one key on a
- * store through the public Locker API (the key's lock, or a permit of its semaphore when the
- * cell is a semaphore's) and, once granted, writes through the fenced register, then releases,
+ * store through the public Locker API (the key's lock, a permit of its semaphore when the cell
+ * is a semaphore's, or the leadership of its election when it is an election's) and, once granted, writes through the fenced register, then releases,
  * over and over, reporting each step to the harness over IPC, each with the client's reading of
  * the machine's monotonic clock (see `ClientMessage`), so every client's events share one clock.
  *
@@ -26,6 +26,11 @@ export interface ClientConfig {
    * for a lock cell.
    */
   readonly permits?: number;
+  /**
+   * Campaign in the key's leader election (the client's id as the value) instead of taking the
+   * key's lock: the leadership's term is the token it writes with.
+   */
+  readonly election?: boolean;
   readonly ttlMs: number;
   /** Length of the critical section, ms, spread evenly over `writes` writes. */
   readonly holdMs: number;
@@ -144,9 +149,13 @@ async function main(config: ClientConfig): Promise<void> {
   await register.close();
 }
 
-/** One grant: the key's lock, or a permit of its semaphore (`config.permits`). */
+/**
+ * One grant: the key's lock, a permit of its semaphore (`config.permits`), or the leadership of
+ * its election (`config.election`).
+ */
 function acquire(locker: Locker, config: ClientConfig): Promise<Lease> {
   const options = { ttlMs: config.ttlMs, waitMs: 1_000 };
+  if (config.election) return locker.election(config.key).campaign(config.client, options);
   return config.permits === undefined
     ? locker.acquire(config.key, options)
     : locker.semaphore(config.key, { permits: config.permits }).acquire(options);

@@ -42,7 +42,7 @@ export function registerTortureCommand(program: Command): void {
     )
     .option(
       '--primitive <names...>',
-      'cells to run: lock, semaphore (clients take permits of a semaphore instead of the lock, under F0 to F3; F1 and F2 with --quick) (default: both)',
+      'cells to run: lock, semaphore (clients take permits of a semaphore instead of the lock), election (clients campaign in a leader election, the term as token); semaphore and election cells run under F0 to F3, F1 and F2 with --quick (default: all three)',
     )
     .option('--permits <n>', 'permits of the semaphore in the semaphore cells', '2')
     .option('--runs <n>', 'runs per cell', '1')
@@ -76,19 +76,22 @@ export function registerTortureCommand(program: Command): void {
           );
         }
       }
-      const primitives = raw.primitive ?? ['lock', 'semaphore'];
+      const primitives = raw.primitive ?? ['lock', 'semaphore', 'election'];
       for (const name of primitives) {
-        if (name !== 'lock' && name !== 'semaphore') {
-          throw new UsageError('--primitive', `--primitive: ${name} is not one of lock, semaphore`);
+        if (name !== 'lock' && name !== 'semaphore' && name !== 'election') {
+          throw new UsageError(
+            '--primitive',
+            `--primitive: ${name} is not one of lock, semaphore, election`,
+          );
         }
       }
       const { MAX_PERMITS } = await import('fencelock');
-      const { QUICK_SEMAPHORE_FAULTS, SEMAPHORE_FAULTS } = await import('./semaphore-cells.js');
+      const { QUICK_CLIENT_FAULTS, CLIENT_FAULTS } = await import('./primitive-cells.js');
       const options = {
         backends: backends as (typeof BACKENDS)[number][],
         faults,
-        primitives: primitives as ('lock' | 'semaphore')[],
-        semaphoreFaults: raw.quick ? QUICK_SEMAPHORE_FAULTS : SEMAPHORE_FAULTS,
+        primitives: primitives as ('lock' | 'semaphore' | 'election')[],
+        clientFaults: raw.quick ? QUICK_CLIENT_FAULTS : CLIENT_FAULTS,
         permits: parseIntegerOption('--permits', raw.permits, 1, MAX_PERMITS),
         runs: raw.quick ? 1 : parseIntegerOption('--runs', raw.runs, 1, 1000),
         ttlMs: raw.quick ? 1_000 : parseIntegerOption('--ttl', raw.ttl, 500, 60_000),
@@ -100,8 +103,15 @@ export function registerTortureCommand(program: Command): void {
         log: (line: string) => process.stderr.write(`${line}\n`),
       };
       const { runMatrix } = await import('./matrix.js');
-      const { markdownTable, semaphoreTable, svgChart, headline, selfTestLines, faultLegend } =
-        await import('./report.js');
+      const {
+        markdownTable,
+        semaphoreTable,
+        electionTable,
+        svgChart,
+        headline,
+        selfTestLines,
+        faultLegend,
+      } = await import('./report.js');
       const command = `npm run torture -- ${process.argv.slice(3).join(' ')}`.trim();
       const result = await runMatrix(options, command);
       mkdirSync(raw.out, { recursive: true });
@@ -110,7 +120,7 @@ export function registerTortureCommand(program: Command): void {
       writeFileSync(`${stem}.json`, `${json}\n`);
       writeFileSync(
         `${stem}.md`,
-        `${headline(result)}\n\n${faultLegend(result)}\n\n${markdownTable(result)}\n\n${semaphoreTable(result)}\n\n${selfTestLines(result)}\n`,
+        `${headline(result)}\n\n${faultLegend(result)}\n\n${markdownTable(result)}\n\n${semaphoreTable(result)}\n\n${electionTable(result)}\n\n${selfTestLines(result)}\n`,
       );
       writeFileSync(`${stem}.svg`, svgChart(result));
       process.stdout.write(

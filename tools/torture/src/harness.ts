@@ -1,6 +1,6 @@
 /**
  * The torture harness (`npm run torture`): K client processes contend for
- * one key on a real engine (its lock, or the permits of its semaphore) while a fault of
+ * one key on a real engine (its lock, the permits of its semaphore, or its election) while a fault of
  * `faults.ts` hits a holder; the fenced register and the clients' reports are then judged by the
  * checker. One call of `runCell` is one run of one backend × fault cell; `runMatrix` runs the
  * cells and the self-test.
@@ -53,6 +53,8 @@ export interface CellOptions {
    * lets more holders in than the register is told).
    */
   readonly clientPermits?: number;
+  /** An election cell: clients campaign in the key's election; judged as a lock cell. */
+  readonly election?: boolean;
   /**
    * Self-test only: client i reaches only these endpoint indexes (a split Redlock whose clients
    * each need 2 nodes out of the 5).
@@ -69,6 +71,8 @@ export interface CellRun {
   readonly fenced: boolean;
   /** The semaphore's permit count (`CellOptions.permits`); absent for a lock cell. */
   readonly permits?: number;
+  /** An election cell's run. */
+  readonly election?: boolean;
   readonly verdict: RunVerdict;
   readonly faults: readonly FaultMark[];
   readonly clientErrors: readonly string[];
@@ -137,6 +141,7 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
         store: topology.storeUrl(ports),
         key,
         ...(permits === undefined ? {} : { permits }),
+        ...(options.election === true ? { election: true } : {}),
         ttlMs: options.ttlMs,
         holdMs:
           options.fault.longHold === true
@@ -282,6 +287,7 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
       fault: options.fault.id,
       fenced: options.fenced,
       ...(options.permits === undefined ? {} : { permits: options.permits }),
+      ...(options.election === true ? { election: true } : {}),
       verdict,
       faults,
       clientErrors: errors,
@@ -302,6 +308,7 @@ export function skippedRun(options: CellOptions, reason: string): CellRun {
     fault: options.fault.id,
     fenced: options.fenced,
     ...(options.permits === undefined ? {} : { permits: options.permits }),
+    ...(options.election === true ? { election: true } : {}),
     verdict: checkRun([], [], 0n, []),
     faults: [],
     clientErrors: [`skipped: ${reason}`],

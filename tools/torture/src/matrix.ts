@@ -1,6 +1,6 @@
 /**
- * The torture matrix: every applicable backend × fault cell of the lock, and of a semaphore of N
- * permits under the faults of `semaphore-cells.ts`, `runs` times each, plus the checker's
+ * The torture matrix: every applicable backend × fault cell of the lock, of a semaphore of N
+ * permits and of a leader election under the faults of `primitive-cells.ts`, `runs` times each, plus the checker's
  * self-test (broken variants that must fail), summed into the tables the guarantees page is
  * generated from.
  */
@@ -8,20 +8,26 @@ import { cpus, loadavg } from 'node:os';
 import { percentile } from './checker.js';
 import { FAULTS, type FaultSpec } from './faults.js';
 import { type CellOptions, type CellRun, runCell, skippedRun } from './harness.js';
-import { permitsUnavailable } from './semaphore-cells.js';
+import { capabilityUnavailable } from './primitive-cells.js';
 import { BACKENDS, type BackendName } from './topologies.js';
 
-/** What the clients of a cell contend for: the key's lock, or permits of its semaphore. */
-export type Primitive = 'lock' | 'semaphore';
+/**
+ * What the clients of a cell contend for: the key's lock, permits of its semaphore, or the
+ * leadership of its election (judged as a lock: one holder, the term as the token).
+ */
+export type Primitive = 'lock' | 'semaphore' | 'election';
 
 export interface MatrixOptions {
   readonly backends: readonly BackendName[];
   /** Fault ids to run (F0, F1, …); all when empty. */
   readonly faults: readonly string[];
-  /** Which cells to run: the lock's, the semaphore's, or both. */
+  /** Which cells to run: the lock's, the semaphore's, the election's. */
   readonly primitives: readonly Primitive[];
-  /** Fault ids of the semaphore cells (those of them that apply to a backend, and `faults`). */
-  readonly semaphoreFaults: readonly string[];
+  /**
+   * Fault ids of the semaphore and election cells (those of them that apply to a backend, and
+   * `faults`).
+   */
+  readonly clientFaults: readonly string[];
   /** Permits of the semaphore cells' semaphore. */
   readonly permits: number;
   readonly runs: number;
@@ -129,7 +135,9 @@ function ttlFor(backend: BackendName, ttlMs: number): number {
 
 /**
  * Sum the runs of one cell and judge it.
- * @param permits the semaphore's permit count for a semaphore cell; absent for a lock cell.
+ * @param permits the semaphore's permit count for a semaphore cell; absent for a lock or an
+ *   election cell.
+ * @param primitive what the cell's clients contended for.
  */
 export function summarize(
   backend: BackendName,
@@ -137,6 +145,7 @@ export function summarize(
   ttlMs: number,
   runs: readonly CellRun[],
   permits?: number,
+  primitive: Primitive = permits === undefined ? 'lock' : 'semaphore',
 ): CellSummary {
   const allowed = permits ?? 1;
   const sum = (pick: (run: CellRun) => number) => runs.reduce((n, run) => n + pick(run), 0);
@@ -147,7 +156,7 @@ export function summarize(
   const cell = {
     backend,
     fault: fault.id,
-    primitive: permits === undefined ? ('lock' as const) : ('semaphore' as const),
+    primitive,
     permits: allowed,
     title: fault.title,
     runs: runs.length,
@@ -215,29 +224,40 @@ export function summarize(
   return { ...cell, verdict, reasons };
 }
 
-/** Run the matrix: per backend, its lock cells, then its semaphore cells. */
+/** Run the matrix: per backend, its lock cells, then its semaphore cells, then its election's. */
 export async function runMatrix(options: MatrixOptions, command: string): Promise<MatrixResult> {
   const cells: CellSummary[] = [];
   const chosen = (f: FaultSpec) => options.faults.length === 0 || options.faults.includes(f.id);
   const lockFaults = options.primitives.includes('lock') ? FAULTS.filter(chosen) : [];
-  const semaphoreFaults = options.primitives.includes('semaphore')
-    ? FAULTS.filter((f) => chosen(f) && options.semaphoreFaults.includes(f.id))
-    : [];
+  const clientFaults = (primitive: Primitive) =>
+    options.primitives.includes(primitive)
+      ? FAULTS.filter((f) => chosen(f) && options.clientFaults.includes(f.id))
+      : [];
+  const semaphoreFaults = clientFaults('semaphore');
+  const electionFaults = clientFaults('election');
   for (const backend of options.backends) {
     const ttlMs = ttlFor(backend, options.ttlMs);
     for (const fault of lockFaults.filter((f) => f.backends.includes(backend))) {
       cells.push(await runCellRuns(options, { backend, fault, ttlMs }));
     }
-    const applicable = semaphoreFaults.filter((f) => f.backends.includes(backend));
-    if (applicable.length === 0) continue;
-    const unavailable = await permitsUnavailable(backend);
-    for (const fault of applicable) {
+    const semaphore = semaphoreFaults.filter((f) => f.backends.includes(backend));
+    const withoutPermits =
+      semaphore.length > 0 ? await capabilityUnavailable(backend, 'semaphore') : undefined;
+    for (const fault of semaphore) {
       cells.push(
         await runCellRuns(
           options,
           { backend, fault, ttlMs, permits: options.permits },
-          unavailable,
+          withoutPermits,
         ),
+      );
+    }
+    const election = electionFaults.filter((f) => f.backends.includes(backend));
+    const withoutElections =
+      election.length > 0 ? await capabilityUnavailable(backend, 'election') : undefined;
+    for (const fault of election) {
+      cells.push(
+        await runCellRuns(options, { backend, fault, ttlMs, election: true }, withoutElections),
       );
     }
   }
@@ -267,10 +287,12 @@ export async function runMatrix(options: MatrixOptions, command: string): Promis
  */
 async function runCellRuns(
   options: MatrixOptions,
-  cell: Pick<CellOptions, 'backend' | 'fault' | 'ttlMs' | 'permits'>,
+  cell: Pick<CellOptions, 'backend' | 'fault' | 'ttlMs' | 'permits' | 'election'>,
   unavailable?: string,
 ): Promise<CellSummary> {
   const { backend, fault, ttlMs, permits } = cell;
+  const primitive: Primitive =
+    cell.election === true ? 'election' : permits === undefined ? 'lock' : 'semaphore';
   const runs: CellRun[] = [];
   for (let seed = 1; seed <= options.runs; seed++) {
     const settings: CellOptions = {
@@ -283,8 +305,13 @@ async function runCellRuns(
       unavailable === undefined ? await runCell(settings) : skippedRun(settings, unavailable),
     );
   }
-  const summary = summarize(backend, fault, ttlMs, runs, permits);
-  const name = permits === undefined ? fault.id : `${fault.id} semaphore/${permits}`;
+  const summary = summarize(backend, fault, ttlMs, runs, permits, primitive);
+  const name =
+    primitive === 'lock'
+      ? fault.id
+      : primitive === 'election'
+        ? `${fault.id} election`
+        : `${fault.id} semaphore/${permits}`;
   const inside = permits === undefined ? '' : `, most inside ${summary.maxInside}`;
   options.log(
     `${backend.padEnd(17)} ${name.padEnd(4)} ${summary.verdict.padEnd(13)} grants ${summary.grants}${inside}, stale rejected ${summary.staleRejected}, accepted ${summary.staleAccepted}, double grants ${summary.believedOverlaps}${summary.reasons.length > 0 ? ` (${summary.reasons.join('; ')})` : ''}`,

@@ -1,8 +1,8 @@
 /**
  * Several torture results as one: a deep run (ten runs per cell over every backend takes hours)
  * can be made in parts, `--backend` or `--fault` apart, and merged before `torture report`.
- * Parts must share their settings and cover disjoint cells (a backend × fault cell of the lock
- * and the same of the semaphore are two cells), so every merged cell is exactly the cell one run
+ * Parts must share their settings and cover disjoint cells (a backend × fault cell of the lock,
+ * the same of the semaphore and of the election are three cells), so every merged cell is exactly the cell one run
  * of the matrix would have written (percentiles are never re-estimated).
  */
 import { FAULTS } from './faults.js';
@@ -37,7 +37,9 @@ export function mergeResults(parts: readonly MatrixResult[]): MatrixResult {
   const cells = new Map<string, CellSummary>();
   for (const part of parts) {
     for (const cell of part.cells) {
-      const id = `${cell.backend} × ${cell.fault}${cell.primitive === 'semaphore' ? ' × semaphore' : ''}`;
+      const kind =
+        cell.primitive === undefined || cell.primitive === 'lock' ? '' : ` × ${cell.primitive}`;
+      const id = `${cell.backend} × ${cell.fault}${kind}`;
       if (cells.has(id)) throw new MergeConflict(`cell ${id} is in more than one part`);
       cells.set(id, cell);
     }
@@ -53,12 +55,15 @@ export function mergeResults(parts: readonly MatrixResult[]): MatrixResult {
   };
 }
 
-/** The matrix's order: backend, then its lock cells before its semaphore cells, then fault. */
+/** Where a primitive's cells come in a backend's: lock, semaphore, election. */
+const PRIMITIVE_ORDER = ['lock', 'semaphore', 'election'] as const;
+
+/** The matrix's order: backend, then its lock, semaphore and election cells, then fault. */
 function matrixOrder(a: CellSummary, b: CellSummary): number {
   const byBackend = BACKENDS.indexOf(a.backend) - BACKENDS.indexOf(b.backend);
   if (byBackend !== 0) return byBackend;
-  const semaphore = (c: CellSummary) => (c.primitive === 'semaphore' ? 1 : 0);
-  const byPrimitive = semaphore(a) - semaphore(b);
+  const rank = (c: CellSummary) => PRIMITIVE_ORDER.indexOf(c.primitive ?? 'lock');
+  const byPrimitive = rank(a) - rank(b);
   if (byPrimitive !== 0) return byPrimitive;
   return FAULTS.findIndex((f) => f.id === a.fault) - FAULTS.findIndex((f) => f.id === b.fault);
 }

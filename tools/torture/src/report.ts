@@ -1,5 +1,5 @@
 /**
- * Reports of a torture matrix: the markdown tables (lock cells, semaphore cells), the SVG chart
+ * Reports of a torture matrix: the markdown tables (lock, semaphore and election cells), the SVG chart
  * (liveness gaps and double-grant rates per cell) and the guarantees page, all generated from
  * the JSON result.
  */
@@ -10,20 +10,39 @@ const dash = (value: number | null, suffix = '') => (value === null ? '–' : `$
 /** Whether a cell is a semaphore's (cells of results older than semaphore cells are locks). */
 const isSemaphore = (cell: CellSummary) => cell.primitive === 'semaphore';
 
+/** Whether a cell is a leader election's. */
+const isElection = (cell: CellSummary) => cell.primitive === 'election';
+
+/** Whether a cell is a lock's (no `primitive` in results older than semaphore cells). */
+const isLock = (cell: CellSummary) => cell.primitive === undefined || cell.primitive === 'lock';
+
 const verdictText = (c: CellSummary) =>
   `${c.verdict}${c.reasons.length > 0 ? `: ${c.reasons.join('; ')}` : ''}`;
 
 /** The lock cells' table as markdown. */
 export function markdownTable(result: MatrixResult): string {
+  return exclusiveTable(result.cells.filter(isLock));
+}
+
+/**
+ * The election cells' table as markdown: the lock table's columns, a grant being a leadership
+ * and its term the token (skipped cells say why).
+ */
+export function electionTable(result: MatrixResult): string {
+  const cells = result.cells.filter(isElection);
+  if (cells.length === 0) return '_No election cells were run._';
+  return exclusiveTable(cells);
+}
+
+/** The table of cells with one holder at a time (locks, elections). */
+function exclusiveTable(cells: readonly CellSummary[]): string {
   const header =
     '| backend | fault | runs | grants | double grants (runs) | stale writes rejected | stale writes accepted | token regressions / duplicates | next grant after fault p50 / p99 (× TTL) | loss detected p50 / p99 (ms) | verdict |';
   const rule = `|${' --- |'.repeat(11)}`;
-  const rows = result.cells
-    .filter((c) => !isSemaphore(c))
-    .map(
-      (c) =>
-        `| ${c.backend} | ${c.fault} | ${c.runs} | ${c.grants} | ${c.believedOverlaps} (${c.doubleGrantRuns}) | ${c.staleRejected} | **${c.staleAccepted}** | ${c.tokenRegressions} / ${c.tokenDuplicates} | ${dash(c.livenessP50Ttl)} / ${dash(c.livenessP99Ttl)} | ${dash(c.lossDetectionP50Ms)} / ${dash(c.lossDetectionP99Ms)} | ${verdictText(c)} |`,
-    );
+  const rows = cells.map(
+    (c) =>
+      `| ${c.backend} | ${c.fault} | ${c.runs} | ${c.grants} | ${c.believedOverlaps} (${c.doubleGrantRuns}) | ${c.staleRejected} | **${c.staleAccepted}** | ${c.tokenRegressions} / ${c.tokenDuplicates} | ${dash(c.livenessP50Ttl)} / ${dash(c.livenessP99Ttl)} | ${dash(c.lossDetectionP50Ms)} / ${dash(c.lossDetectionP99Ms)} | ${verdictText(c)} |`,
+  );
   return [header, rule, ...rows].join('\n');
 }
 
@@ -89,7 +108,9 @@ export function svgChart(result: MatrixResult): string {
     const y = top + i * rowHeight;
     const label = isSemaphore(cell)
       ? `${cell.backend} ${cell.fault} sem/${cell.permits ?? 1}`
-      : `${cell.backend} ${cell.fault}`;
+      : isElection(cell)
+        ? `${cell.backend} ${cell.fault} election`
+        : `${cell.backend} ${cell.fault}`;
     parts.push(`<text x="4" y="${y + 12}">${escapeXml(label)}</text>`);
     const p99 = ((cell.livenessP99Ttl ?? 0) / maxGap) * panelWidth;
     const p50 = ((cell.livenessP50Ttl ?? 0) / maxGap) * panelWidth;
@@ -145,22 +166,34 @@ export function headline(result: MatrixResult): string {
   const backends = new Set(result.cells.map((c) => c.backend)).size;
   const faults = new Set(result.cells.map((c) => c.fault)).size;
   const semaphores = result.cells.filter(isSemaphore);
+  const elections = result.cells.filter(isElection);
   const permits = [...new Set(semaphores.map((c) => c.permits ?? 1))].join(' or ');
   const kinds =
-    semaphores.length > 0
-      ? ` (${result.cells.length - semaphores.length} lock cells, ${semaphores.length} semaphore cells of ${permits} permits)`
+    semaphores.length + elections.length > 0
+      ? ` (${[
+          `${result.cells.filter(isLock).length} lock cells`,
+          semaphores.length > 0 ? `${semaphores.length} semaphore cells of ${permits} permits` : '',
+          elections.length > 0 ? `${elections.length} election cells` : '',
+        ]
+          .filter((part) => part !== '')
+          .join(', ')})`
       : '';
   return `${t.staleAccepted} stale writes accepted and ${t.staleRejected} rejected by the fenced register, over ${t.runs} runs (${t.writes} fenced writes) of ${faults} faults on ${backends} backends${kinds}; ${t.failed} cells failed${t.documented > 0 ? ` (and ${t.documented} failed as their backend documents, outside its assumptions)` : ''}, ${t.notExercised} not exercised${skippedText(result.cells)}.`;
 }
 
-/** ", N skipped (why)" for the headline: faults missing on the machine, stores without semaphores. */
+/**
+ * ", N skipped (why)" for the headline: faults missing on the machine, stores without semaphores
+ * or elections.
+ */
 function skippedText(cells: readonly CellSummary[]): string {
   const skipped = cells.filter((c) => c.verdict === 'skipped');
-  const locks = skipped.filter((c) => !isSemaphore(c)).length;
-  const semaphores = skipped.length - locks;
+  const locks = skipped.filter(isLock).length;
+  const semaphores = skipped.filter(isSemaphore).length;
+  const elections = skipped.filter(isElection).length;
   const parts = [
     locks > 0 ? `${locks} skipped (fault not available on the machine)` : '',
     semaphores > 0 ? `${semaphores} semaphore cells skipped (reasons in the table)` : '',
+    elections > 0 ? `${elections} election cells skipped (reasons in the table)` : '',
   ];
   return parts
     .filter((part) => part !== '')
@@ -217,7 +250,7 @@ were not affected: an availability issue, not a safety one.
 
 ![liveness and double grants](${chart})
 
-${semaphoreSection(result)}## Checker self-test
+${semaphoreSection(result)}${electionSection(result)}## Checker self-test
 
 ${selfTestLines(result)}
 `;
@@ -259,12 +292,33 @@ ${semaphoreTable(result)}
 }
 
 /**
+ * The guarantees page's election section (empty for a result without election cells), ending in
+ * a blank line.
+ */
+function electionSection(result: MatrixResult): string {
+  if (!result.cells.some(isElection)) return '';
+  return `## Leader elections
+
+The same runs with a leader election: every client campaigns in the key's election
+(\`locker.election(key).campaign(value)\`) instead of taking the lock, and writes through the
+register with its leadership's term as the token. It is judged as a lock: a grant is a
+leadership, "double grants" are two clients that believed they led at the same moment, and a
+stale write is a deposed leader's write the register accepted. A backend whose
+\`capabilities.election\` is false has its election cells skipped, with the reason.
+
+${electionTable(result)}
+
+`;
+}
+
+/**
  * The README's short summary: the headline, then one row per backend (cells passed of those
  * exercised, stale writes accepted / rejected); the cell-by-cell table is docs/guarantees.md.
  */
 export function readmeSummary(result: MatrixResult, source: string): string {
   const backends = [...new Set(result.cells.map((c) => c.backend))];
   const withSemaphores = result.cells.some(isSemaphore);
+  const withElections = result.cells.some(isElection);
   const passedOf = (cells: readonly CellSummary[]) => {
     const exercised = cells.filter((c) => c.verdict !== 'skipped' && c.verdict !== 'not exercised');
     if (cells.length > 0 && cells.every((c) => c.verdict === 'skipped')) return 'skipped';
@@ -272,19 +326,25 @@ export function readmeSummary(result: MatrixResult, source: string): string {
   };
   const rows = backends.map((backend) => {
     const cells = result.cells.filter((c) => c.backend === backend);
-    const locks = passedOf(cells.filter((c) => !isSemaphore(c)));
+    const locks = passedOf(cells.filter(isLock));
     const semaphores = withSemaphores ? ` ${passedOf(cells.filter(isSemaphore))} |` : '';
+    const elections = withElections ? ` ${passedOf(cells.filter(isElection))} |` : '';
     const accepted = cells.reduce((n, c) => n + c.staleAccepted, 0);
     const rejected = cells.reduce((n, c) => n + c.staleRejected, 0);
-    return `| ${backend} | ${locks} |${semaphores} ${accepted} / ${rejected} |`;
+    return `| ${backend} | ${locks} |${semaphores}${elections} ${accepted} / ${rejected} |`;
   });
+  const columns = [
+    'backend',
+    'faults passed',
+    ...(withSemaphores ? ['semaphore faults passed'] : []),
+    ...(withElections ? ['election faults passed'] : []),
+    'stale writes accepted / rejected',
+  ];
   return [
     `${headline(result)} Fault by fault, with double grants and liveness: [docs/guarantees.md](docs/guarantees.md), generated from \`${source}\`.`,
     '',
-    withSemaphores
-      ? '| backend | faults passed | semaphore faults passed | stale writes accepted / rejected |'
-      : '| backend | faults passed | stale writes accepted / rejected |',
-    withSemaphores ? '| --- | --- | --- | --- |' : '| --- | --- | --- |',
+    `| ${columns.join(' | ')} |`,
+    `|${' --- |'.repeat(columns.length)}`,
     ...rows,
   ].join('\n');
 }

@@ -12,6 +12,10 @@
  *   126  the command could not be started;  127  the command was not found
  * and 1, 2 as above. A command can itself exit with one of these codes; the one-line message
  * `run` writes on stderr tells them apart. See `RUN_EXIT_CODES` in commands/run.ts.
+ *
+ * `fencelock elect <name> -- <command>` ends as `run` does (125: the leadership was lost), and
+ * `fencelock elect <name> --leader` with 3 when nobody leads. See `ELECT_EXIT_CODES` in
+ * commands/elect.ts.
  */
 import { createProgram } from './program.js';
 import { runProgram } from './run-program.js';

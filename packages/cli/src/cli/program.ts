@@ -4,6 +4,7 @@
  */
 import { Command } from 'commander';
 import { packageVersion } from '../version.js';
+import { registerElectCommand } from './commands/elect.js';
 import { registerInspectCommand } from './commands/inspect.js';
 import { registerLsCommand } from './commands/ls.js';
 import { registerRepositoryTools } from './commands/repository-tools.js';
@@ -19,11 +20,12 @@ export function createProgram(): Command {
     .description('distributed locks with a fencing token on every lease')
     .version(packageVersion())
     // The commands' list shows each command's own usage line (`run`'s names several keys and
-    // `--`), not one rebuilt from its declared arguments.
+    // `--`, `elect`'s its command after `--`), not one rebuilt from its declared arguments.
     .configureHelp({ subcommandTerm: (command) => `${command.name()} ${command.usage()}` })
     // Before the commands are added, so they inherit it.
     .exitOverride();
   registerRunCommand(program);
+  registerElectCommand(program);
   registerInspectCommand(program);
   registerLsCommand(program);
   registerServeCommand(program);

@@ -7,6 +7,7 @@ import {
   DEFAULT_SQLITE_PATH,
   InvalidArgumentError,
   redactStoreUrl,
+  validateElectionValue,
   validateKey,
   validateStoreUrl,
 } from 'fencelock';
@@ -84,6 +85,23 @@ export function parseKeyArgument(argument: string, raw: string): string {
     throw new UsageError(
       argument,
       `invalid ${argument}: expected ${error.allowed}, received ${shownValue(raw)}`,
+    );
+  }
+}
+
+/**
+ * Check the value a candidate publishes (`elect --value`) by the library's rule
+ * (`validateElectionValue`: a well-formed string without U+0000 of at most 64 KiB of UTF-8).
+ * @throws UsageError naming `option`.
+ */
+export function parseElectionValue(option: string, raw: string): string {
+  try {
+    return validateElectionValue(raw);
+  } catch (error) {
+    if (!(error instanceof InvalidArgumentError)) throw error;
+    throw new UsageError(
+      option,
+      `invalid ${option}: expected ${error.allowed}, received ${shownValue(raw)}`,
     );
   }
 }

@@ -1,9 +1,12 @@
 /**
  * The sidecar: an HTTP server (fastify) in front of one Locker, for callers in any language.
  * It speaks Dapr's distributed-lock API (with the metadata and health routes Dapr's SDKs call),
- * fencelock's `/v1/locks` extensions, `GET /healthz` and `GET /metrics` (Prometheus), and, with
- * `listenGrpc`, the same over gRPC (Dapr's runtime service and `fencelock.v1.Locks`, see
- * `grpc/server.ts`). It keeps no lock state of its own: every handler validates,
+ * fencelock's `/v1/locks` extensions (routes/locks.ts), leader elections under
+ * `/v1/elections/{name}` (campaign, renew, proclaim, resign, the leader, and its changes as
+ * Server-Sent Events: routes/elections.ts), `GET /healthz` and `GET /metrics` (Prometheus), and,
+ * with `listenGrpc`, the same over gRPC (Dapr's runtime service and `fencelock.v1.Locks`, with
+ * the elections as its Campaign, RenewLeadership, Proclaim, Resign, Leader and Observe methods,
+ * see `grpc/server.ts`). It keeps no lock state of its own: every handler validates,
  * calls the Locker's owner-addressed operations and maps the answer, so several sidecars over one
  * store agree (on Redis, Redlock, SQLite and PostgreSQL; on etcd and ZooKeeper a grant lives in
  * the engine session of the sidecar that made it).
@@ -27,6 +30,7 @@ import { daprAnswer, fromFastifyError, HttpError, sendError, utf8Body } from './
 import type { RouteContext } from './routes/context.js';
 import { DAPR_PATH_PREFIX, registerDaprRoutes } from './routes/dapr.js';
 import { DAPR_HEALTH_PATHS, notReady, registerDaprRuntimeRoutes } from './routes/dapr-runtime.js';
+import { registerElectionRoutes } from './routes/elections.js';
 import { registerLockRoutes } from './routes/locks.js';
 import { registerOpsRoutes } from './routes/ops.js';
 import { allowedFor } from './schemas.js';
@@ -87,8 +91,9 @@ export interface Sidecar {
    */
   listenGrpc(options?: { readonly host?: string; readonly port?: number }): Promise<string>;
   /**
-   * Graceful shutdown: new requests get 503 (gRPC: UNAVAILABLE), waiting acquires end with 503
-   * `ERR_SHUTTING_DOWN` (gRPC: UNAVAILABLE), requests in flight finish, the servers close, the metrics leave the registry, and a locker
+   * Graceful shutdown: new requests get 503 (gRPC: UNAVAILABLE), waiting acquires and campaigns
+   * end with 503 `ERR_SHUTTING_DOWN` (gRPC: UNAVAILABLE), election observers' streams end,
+   * requests in flight finish, the servers close, the metrics leave the registry, and a locker
    * the sidecar created is closed. Leases granted through the sidecar are not released: the
    * sidecar does not know them (it keeps no state), so they end by their TTL unless their owners
    * release them (through any sidecar on the same store). On etcd and ZooKeeper they end with
@@ -105,7 +110,10 @@ export const DEFAULT_GRPC_PORT = 50001;
 export const DEFAULT_STORE_NAME = 'lockstore';
 /** Default Dapr app id. */
 export const DEFAULT_APP_ID = 'fencelock';
-/** Default longest wait of `POST /v1/locks/{key}/acquire`, ms. */
+/**
+ * Default longest wait of `POST /v1/locks/{key}/acquire` and of
+ * `POST /v1/elections/{name}/campaign` (where it is also the default wait), ms.
+ */
 export const DEFAULT_MAX_WAIT_MS = 60_000;
 
 /** Answers of a sidecar shutting down: expected, not logged as failures. */
@@ -203,7 +211,11 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     // answered in the sidecar's shape; on Dapr's paths in Dapr's terms (ERR_MALFORMED_REQUEST).
     frameworkErrors: (error, request, reply) => {
       const dapr = request.url.startsWith(DAPR_PATH_PREFIX);
-      const pathField = dapr ? 'storeName' : 'key';
+      const pathField = dapr
+        ? 'storeName'
+        : request.url.startsWith('/v1/elections/')
+          ? 'name'
+          : 'key';
       const early =
         error.code === 'FST_ERR_BAD_URL'
           ? new HttpError(400, {
@@ -294,6 +306,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   const runtimeVersion = `fencelock ${packageVersion()}`;
   registerDaprRuntimeRoutes(app, { appId, runtimeVersion, storeName });
   registerLockRoutes(app, ctx);
+  registerElectionRoutes(app, ctx);
   registerOpsRoutes(app, { registry, shutdown: shutdown.signal });
 
   let closing: Promise<void> | undefined;

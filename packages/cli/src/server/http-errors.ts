@@ -13,7 +13,11 @@ import {
   PermitsMismatchError,
   QuorumError,
 } from 'fencelock';
-import { BODY_LIMIT_BYTES, MULTI_KEY_BODY_LIMIT_BYTES } from './body-limits.js';
+import {
+  BODY_LIMIT_BYTES,
+  ELECTION_BODY_LIMIT_BYTES,
+  MULTI_KEY_BODY_LIMIT_BYTES,
+} from './body-limits.js';
 
 /** Every `errorCode` the sidecar answers with. */
 export type SidecarErrorCode =
@@ -222,7 +226,7 @@ export function fromFastifyError(
   if (error.statusCode === 413) {
     return new HttpError(413, {
       errorCode: 'ERR_BODY_TOO_LARGE',
-      message: `request body too large: at most ${BODY_LIMIT_BYTES} bytes (${MULTI_KEY_BODY_LIMIT_BYTES} on acquire-all and release-all)`,
+      message: `request body too large: at most ${BODY_LIMIT_BYTES} bytes (${MULTI_KEY_BODY_LIMIT_BYTES} on acquire-all and release-all), ${ELECTION_BODY_LIMIT_BYTES} on an election's campaign and proclaim`,
     });
   }
   if (error.statusCode === 400) {

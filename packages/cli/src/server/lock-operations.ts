@@ -474,7 +474,7 @@ function checkDaprTarget(
 }
 
 /** An owner name: a well-formed string of 1 to MAX_OWNER_CHARS characters. */
-function checkOwner(ctx: LockOperationsContext, field: string, name: unknown): void {
+export function checkOwner(ctx: LockOperationsContext, field: string, name: unknown): void {
   if (!isWellFormedOwnerName(name) || name.length === 0 || name.length > MAX_OWNER_CHARS) {
     throw invalidField(field, ctx.allowed(field), name);
   }
@@ -546,7 +546,10 @@ function checkedWaitMs(ctx: LockOperationsContext, waitMs: number | undefined): 
 }
 
 /** The caller's signal joined with the shutdown's. */
-function callerSignal(ctx: LockOperationsContext, signal: AbortSignal | undefined): AbortSignal {
+export function callerSignal(
+  ctx: LockOperationsContext,
+  signal: AbortSignal | undefined,
+): AbortSignal {
   return signal === undefined ? ctx.shutdown : AbortSignal.any([signal, ctx.shutdown]);
 }
 

@@ -13,7 +13,8 @@
  *
  * The key is part of it so that one name holding several keys is several contenders to the
  * engine; the length prefix keeps (name, key) pairs from running together; the namespace keeps
- * these ids apart from the random ids of library callers. Names must be well-formed UTF-16 (no
+ * these ids apart from the random ids of library callers (and from a caller's ids as an election
+ * candidate, `candidateIdFor`, which hash under their own namespace). Names must be well-formed UTF-16 (no
  * lone surrogate): a lone surrogate has no UTF-8 form and would be hashed as U+FFFD, so "\ud800"
  * and "\ufffd" would be the same owner. The id is only as secret as the name:
  * whoever knows a caller's `lockOwner` can release its locks, as in Dapr, so callers should use
@@ -40,6 +41,31 @@ export function ownerIdFor(name: string, key: string): string {
     .update(`${Buffer.byteLength(name, 'utf8')}\n`)
     .update(name, 'utf8')
     .update(key, 'utf8')
+    .digest('hex')
+    .slice(0, 32);
+}
+
+/**
+ * Namespace hashed in front of the owner names of election candidates (version 1): a caller's
+ * id as a candidate of election `name` is never its id as a holder of the lock `name`, so that
+ * the engine sees two contenders, and a lock's release cannot name a leadership or the reverse.
+ */
+export const ELECTION_OWNER_NAMESPACE = 'fencelock/sidecar-candidate/v1\n';
+
+/**
+ * The backend owner id (32 lowercase hex digits) of owner name `name` as a candidate of the
+ * election `election`: `ownerIdFor`'s derivation under `ELECTION_OWNER_NAMESPACE`.
+ * @throws InvalidArgumentError as `ownerIdFor`.
+ */
+export function candidateIdFor(name: string, election: string): string {
+  if (!isWellFormedOwnerName(name)) {
+    throw new InvalidArgumentError('owner', 'a well-formed string (no lone surrogate)', name);
+  }
+  return createHash('sha256')
+    .update(ELECTION_OWNER_NAMESPACE)
+    .update(`${Buffer.byteLength(name, 'utf8')}\n`)
+    .update(name, 'utf8')
+    .update(election, 'utf8')
     .digest('hex')
     .slice(0, 32);
 }

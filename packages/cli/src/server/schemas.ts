@@ -5,6 +5,7 @@
  * seconds. Fencing tokens travel as decimal strings (they may exceed 2^53).
  */
 import {
+  MAX_ELECTION_VALUE_BYTES,
   MAX_KEY_BYTES,
   MAX_LIST_PAGE_SIZE,
   MAX_MULTI_KEYS,
@@ -33,6 +34,7 @@ export function allowedFor(field: string, maxWaitMs: number): string {
     case 'waitMs':
       return `a number of milliseconds in [0, ${maxWaitMs}]`;
     case 'resourceId':
+    case 'name':
     case 'key':
       return `a well-formed string of 1 to ${MAX_KEY_BYTES} UTF-8 bytes without NUL`;
     case 'lockOwner':
@@ -40,6 +42,10 @@ export function allowedFor(field: string, maxWaitMs: number): string {
       return `a well-formed string (no lone surrogate) of 1 to ${MAX_OWNER_CHARS} characters`;
     case 'fencingToken':
       return 'a decimal string of a fencing token, e.g. "42"';
+    case 'term':
+      return 'a decimal string of a leader\'s term (the fencing token of its grant), e.g. "42"';
+    case 'value':
+      return `a well-formed string without NUL of at most ${MAX_ELECTION_VALUE_BYTES} UTF-8 bytes`;
     case 'permits':
       return `an integer in [1, ${MAX_PERMITS}] (a semaphore's permit count)`;
     case 'mode':
@@ -343,4 +349,143 @@ export interface ReleaseBody {
   readonly owner: string;
   readonly fencingToken: string;
   readonly permits?: number;
+}
+
+const nameParams = {
+  type: 'object',
+  properties: { name: { type: 'string', minLength: 1 } },
+  required: ['name'],
+} as const;
+/** A leader's term: a fencing token, as a decimal string. */
+const term = fencingToken;
+/**
+ * A candidate's value: its rule (well-formed, no NUL, at most 64 KiB of UTF-8) is the library's,
+ * checked by the operation, which names it in full.
+ */
+const value = { type: 'string' } as const;
+
+const leadershipResponse = {
+  type: 'object',
+  properties: {
+    name: { type: 'string' },
+    owner: { type: 'string' },
+    ownerId: { type: 'string' },
+    term: { type: 'string' },
+    ttlMs: { type: 'number' },
+    value: { type: 'string' },
+  },
+  required: ['name', 'owner', 'ownerId', 'term', 'ttlMs'],
+} as const;
+
+const electionOutcomeResponse = {
+  type: 'object',
+  properties: { name: { type: 'string' }, outcome: { type: 'string' } },
+  required: ['name', 'outcome'],
+} as const;
+
+/** `POST /v1/elections/{name}/campaign`. */
+export function campaignSchema(maxWaitMs: number) {
+  return {
+    params: nameParams,
+    body: {
+      type: 'object',
+      properties: {
+        owner: ownerName,
+        value,
+        ttlMs,
+        waitMs: { type: 'number', minimum: 0, maximum: maxWaitMs },
+      },
+      required: ['value', 'ttlMs'],
+      additionalProperties: false,
+    },
+    response: { 200: leadershipResponse },
+  } as const;
+}
+
+/** `POST /v1/elections/{name}/renew`. */
+export const renewLeadershipSchema = {
+  params: nameParams,
+  body: {
+    type: 'object',
+    properties: { owner: ownerName, term, ttlMs },
+    required: ['owner', 'term', 'ttlMs'],
+    additionalProperties: false,
+  },
+  response: { 200: leadershipResponse },
+} as const;
+
+/** `POST /v1/elections/{name}/proclaim`. */
+export const proclaimSchema = {
+  params: nameParams,
+  body: {
+    type: 'object',
+    properties: { owner: ownerName, term, value },
+    required: ['owner', 'term', 'value'],
+    additionalProperties: false,
+  },
+  response: { 200: electionOutcomeResponse },
+} as const;
+
+/** `POST /v1/elections/{name}/resign`. */
+export const resignSchema = {
+  params: nameParams,
+  body: {
+    type: 'object',
+    properties: { owner: ownerName, term },
+    required: ['owner', 'term'],
+    additionalProperties: false,
+  },
+  response: { 200: electionOutcomeResponse },
+} as const;
+
+const leaderResponse = {
+  type: 'object',
+  properties: {
+    name: { type: 'string' },
+    leader: {
+      type: ['object', 'null'],
+      properties: {
+        ownerId: { type: 'string' },
+        term: { type: 'string' },
+        value: { type: 'string' },
+        ttlMs: { type: 'number' },
+      },
+      required: ['ownerId', 'term', 'value', 'ttlMs'],
+    },
+  },
+  required: ['name', 'leader'],
+} as const;
+
+/** `GET /v1/elections/{name}`. */
+export const leaderSchema = {
+  params: nameParams,
+  querystring: { type: 'object', properties: {}, additionalProperties: false },
+  response: { 200: leaderResponse },
+} as const;
+
+/** `GET /v1/elections/{name}/observe` (Server-Sent Events; no response schema). */
+export const observeSchema = {
+  params: nameParams,
+  querystring: { type: 'object', properties: {}, additionalProperties: false },
+} as const;
+
+export interface CampaignBody {
+  readonly owner?: string;
+  readonly value: string;
+  readonly ttlMs: number;
+  readonly waitMs?: number;
+}
+export interface RenewLeadershipBody {
+  readonly owner: string;
+  readonly term: string;
+  readonly ttlMs: number;
+}
+export interface ProclaimBody {
+  readonly owner: string;
+  readonly term: string;
+  readonly value: string;
+}
+export interface ResignBody {
+  readonly owner: string;
+  readonly term: string;
 }

@@ -235,6 +235,7 @@ export class AcquireLoop<T> {
         owner: request.owner,
         fencingToken: handed.token,
         permits: request.permits,
+        election: request.election !== undefined,
       };
       const renewed = await this.#answerBeforeDeadline(backend.renew(lease, request.ttlMs));
       if (renewed === undefined) throw this.#noAnswer();

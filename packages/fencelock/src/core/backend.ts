@@ -57,6 +57,22 @@ export interface AttemptRequest {
    * waiters of `key` using another count rejects with `PermitsMismatchError`, granting nothing.
    */
   readonly permits?: number;
+  /**
+   * A candidate of a leader election (`locker.election`): the request is for the election object
+   * of `key`, a different object on the engine from the lock and the semaphore of the same key,
+   * granted as an exclusive lock is (in arrival order where the engine keeps a line; the grant's
+   * fencing token is the leader's term). The engine stores `election.value` with the grant (with
+   * the line entry where the entry is the grant to be, as etcd's election does) and drops it with
+   * the grant. Only sent to a backend with `capabilities.election` (`mode` is then `write`,
+   * `permits` and `heldWriter` absent).
+   */
+  readonly election?: ElectionCandidacy;
+}
+
+/** What a candidate publishes while it leads: its value (see `AttemptRequest.election`). */
+export interface ElectionCandidacy {
+  /** A well-formed string without U+0000 of at most `MAX_ELECTION_VALUE_BYTES` UTF-8 bytes. */
+  readonly value: string;
 }
 
 /**
@@ -184,6 +200,8 @@ export interface LeaseRef {
   readonly isHeld?: boolean;
   /** Set for a semaphore's permit (`AttemptRequest.permits` of its grant); else a lock's. */
   readonly permits?: number | undefined;
+  /** Set for a leadership (`AttemptRequest.election` of its grant): the election object's. */
+  readonly election?: boolean | undefined;
 }
 
 /** Result of a renewal. */
@@ -221,6 +239,39 @@ export interface LockInfo {
    * free); 0n if none.
    */
   readonly lastFencingToken: bigint;
+}
+
+/**
+ * The leader of an election as the engine holds it now (`Backend.leader`): one consistent read
+ * of the election object's holder and its value.
+ */
+export interface ElectedLeader {
+  /** The leader's owner id (its `lease.owner`). */
+  readonly owner: string;
+  /** The leader's term: the fencing token of its grant. */
+  readonly term: bigint;
+  /** The value the leader campaigned with or last proclaimed. */
+  readonly value: string;
+  /** Remaining engine TTL of the leader's grant, ms (> 0). */
+  readonly ttlMs: number;
+}
+
+/** Result of a proclaim: the value was stored, or the lease no longer holds the election. */
+export type ProclaimOutcome = 'proclaimed' | 'not-held' | 'not-owner';
+
+/**
+ * A subscription to an election object's changes (`Backend.watchElection`), armed when handed
+ * out.
+ */
+export interface ElectionWatch {
+  /**
+   * How long the core may rely on the notifications before it reads the leader again anyway,
+   * ms: high where the engine's watch is reliable (etcd, ZooKeeper), low where notifications can
+   * be lost (Redis pub/sub) or are not sent for every change.
+   */
+  readonly recheckAfterMs: number;
+  /** End the subscription. Synchronous and idempotent; `onChange` is not called after it. */
+  stop(): void;
 }
 
 /** One holder of a listed key: a lock's writer, one of its readers, or one semaphore permit. */
@@ -316,6 +367,11 @@ export interface BackendCapabilities {
    * range on etcd, the key nodes' lines on ZooKeeper).
    */
   readonly list: boolean;
+  /**
+   * Leader elections: `attempt` takes `AttemptRequest.election`, `renew` and `release` take
+   * leases with `election: true`, and `proclaim`, `leader` and `watchElection` are implemented.
+   */
+  readonly election: boolean;
 }
 
 /**
@@ -382,6 +438,33 @@ export interface Backend {
    *   backend did not make.
    */
   list?(request: ListRequest): Promise<ListPage>;
+  /**
+   * Replace the value of a held leadership: store `value` with the election object's grant only
+   * if `lease.owner` holds it with `lease.fencingToken` (compare-and-set on the engine), and
+   * notify the election's watchers. Required when `capabilities.election` is true.
+   * @param lease a leadership (`election: true`).
+   * @param value as `ElectionCandidacy.value` (validated by the core).
+   * @returns `proclaimed`, or `not-held` / `not-owner` as `renew` would answer (nothing stored).
+   * @throws BackendError when the engine cannot answer.
+   */
+  proclaim?(lease: LeaseRef, value: string): Promise<ProclaimOutcome>;
+  /**
+   * The current leader of the election `key` (owner, term, value and remaining TTL read in one
+   * engine operation), or null when nobody holds it. Line entries of candidates not yet granted
+   * are not leaders. Required when `capabilities.election` is true.
+   * @throws BackendError when the engine cannot answer.
+   */
+  leader?(key: string): Promise<ElectedLeader | null>;
+  /**
+   * Subscribe to the election object of `key`: `onChange` is called (perhaps spuriously, perhaps
+   * once for several changes) after each change the engine can notify of: a grant, a proclaim, a
+   * release or withdrawal, and the end of a grant held in a session (etcd, ZooKeeper). The expiry
+   * of a grant's own TTL may go unnotified: the core reads the leader again when its TTL runs
+   * out, and after `recheckAfterMs` in any case. Resolves once armed, so that every change after
+   * it is notified. Required when `capabilities.election` is true.
+   * @throws BackendError when the engine cannot arm it.
+   */
+  watchElection?(key: string, onChange: () => void): Promise<ElectionWatch>;
   /**
    * Open a session for the user. Required when `capabilities.sessions` is true (etcd,
    * ZooKeeper); the core calls it only then.

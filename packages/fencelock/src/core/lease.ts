@@ -59,6 +59,8 @@ export interface LeaseGrant {
   readonly handedOver: boolean;
   /** A semaphore's permit count, for a permit; undefined for a lock. */
   readonly permits: number | undefined;
+  /** Set for a leadership: the grant is of the key's election object. */
+  readonly election?: boolean;
 }
 
 /**
@@ -74,6 +76,8 @@ export class Lease implements LeaseRef, AsyncDisposable {
   readonly fencingToken: bigint;
   /** For a semaphore's permit, the semaphore's permit count; undefined for a lock. */
   readonly permits: number | undefined;
+  /** True for a leadership (`locker.election`): the lease is of the key's election object. */
+  readonly election: boolean | undefined;
   readonly #ctx: LeaseContext;
   /** Made on first use of `signal` (most leases are released without anyone reading it). */
   #abort: AbortController | undefined;
@@ -107,6 +111,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
     this.owner = grant.owner;
     this.fencingToken = grant.fencingToken;
     this.permits = grant.permits;
+    this.election = grant.election;
     this.#grantedAt = grant.attemptStartedAt;
     this.#maxHoldUntil =
       grant.maxHoldMs === undefined

@@ -10,9 +10,10 @@ import { type ResolvedLockOptions, validateTtl } from '../options.js';
 import { AcquireLoop, type AttemptCount, type Withdrawal } from './acquire-loop.js';
 import type { AttemptRequest, Backend, Granted } from './backend.js';
 import { AcquireCancellation } from './cancellation.js';
+import { assertElectionGranted, type Candidacy } from './candidacy.js';
 import { monotonicNow } from './clock.js';
 import { publish } from './events.js';
-import { Lease, type LeaseContext } from './lease.js';
+import { Lease, type LeaseContext, type LeaseGrant } from './lease.js';
 import { type OwnerGrant, ownerGrantOf, ownerWithdrawal } from './owner-grants.js';
 import { assertPermitsGranted } from './permits.js';
 import { reenterHeld, scopeKeyOf } from './reentry.js';
@@ -74,18 +75,33 @@ export class Lock {
   readonly options: ResolvedLockOptions;
   /** A semaphore's permit count (`locker.semaphore`); undefined for a lock. */
   readonly permits: number | undefined;
+  /** A candidate's campaign (`locker.election`); undefined for a lock or a semaphore. */
+  readonly candidacy: Candidacy | undefined;
   readonly #ctx: LockContext;
   #lease: Lease | null = null;
 
   /**
    * @internal use `locker.lock()` (or `locker.semaphore()`, whose permits are acquired through a
-   * handle made with `permits`: no reentrancy, no read mode).
+   * handle made with `permits`, or `locker.election()`, whose campaigns go through a handle made
+   * with a `candidacy`: no reentrancy, no read mode).
    */
-  constructor(ctx: LockContext, key: string, options: ResolvedLockOptions, permits?: number) {
+  constructor(
+    ctx: LockContext,
+    key: string,
+    options: ResolvedLockOptions,
+    permits?: number,
+    candidacy?: Candidacy,
+  ) {
     this.#ctx = ctx;
     this.key = key;
     this.options = options;
     this.permits = permits;
+    this.candidacy = candidacy;
+  }
+
+  /** A lock's handle (neither a semaphore's nor an election's): reentrancy and modes apply. */
+  get #plain(): boolean {
+    return this.permits === undefined && this.candidacy === undefined;
   }
 
   /** True while this handle's latest lease is held and valid. */
@@ -170,9 +186,10 @@ export class Lock {
   #startLease(backend: Backend, attempts: AttemptCount, startedAt: number): Promise<Lease | null> {
     const renewTtlMs = this.#checkedRenewTtlMs(backend);
     const { mode } = this.options;
-    const heldWriter =
-      this.permits === undefined ? heldWriterFor(this.#ctx.scopePrefix, this.key, mode) : undefined;
-    if (this.options.reentrant && this.permits === undefined) {
+    const heldWriter = this.#plain
+      ? heldWriterFor(this.#ctx.scopePrefix, this.key, mode)
+      : undefined;
+    if (this.options.reentrant && this.#plain) {
       const held = reenterHeld(
         scopeKeyOf(this.#ctx.scopePrefix, mode, this.key),
         this.key,
@@ -216,10 +233,9 @@ export class Lock {
   singleAttempt(backend: Backend): SingleAttempt | undefined {
     if (this.options.reentrant) return undefined;
     const renewTtlMs = this.#checkedRenewTtlMs(backend);
-    const heldWriter =
-      this.permits === undefined
-        ? heldWriterFor(this.#ctx.scopePrefix, this.key, this.options.mode)
-        : undefined;
+    const heldWriter = this.#plain
+      ? heldWriterFor(this.#ctx.scopePrefix, this.key, this.options.mode)
+      : undefined;
     const request = this.#request(renewTtlMs, newOwnerId(), 'one', heldWriter);
     return {
       request,
@@ -250,6 +266,7 @@ export class Lock {
     const renewTtlMs = session?.ttlMs ?? validateTtl(this.options.ttlMs, 'ttlMs', backend.maxTtlMs);
     assertModeGranted(backend, mode);
     if (this.permits !== undefined) assertPermitsGranted(backend);
+    if (this.candidacy !== undefined) assertElectionGranted(backend);
     return renewTtlMs;
   }
 
@@ -273,6 +290,7 @@ export class Lock {
       ...(options.session ? { session: options.session.engine } : {}),
       ...(heldWriter ? { heldWriter } : {}),
       ...(this.permits === undefined ? {} : { permits: this.permits }),
+      ...(this.candidacy === undefined ? {} : { election: { value: this.candidacy.value } }),
     };
   }
 
@@ -313,7 +331,7 @@ export class Lock {
     renewTtlMs: number,
     attemptStartedAt: number,
   ): Lease {
-    const lease = new Lease(this.#ctx.leaseContext(backend), {
+    const grant: LeaseGrant = {
       key: this.key,
       owner: request.owner,
       fencingToken: result.token,
@@ -327,7 +345,10 @@ export class Lock {
       atRisk: result.atRisk,
       handedOver: result.handedAt !== undefined,
       permits: this.permits,
-    });
+      election: this.candidacy !== undefined,
+    };
+    const ctx = this.#ctx.leaseContext(backend);
+    const lease = this.candidacy?.lease?.(ctx, grant) ?? new Lease(ctx, grant);
     this.#lease = lease;
     this.#ctx.onGrant(lease);
     return lease;

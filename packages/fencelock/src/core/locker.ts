@@ -10,6 +10,7 @@ import {
   validateKey,
   validateTtl,
 } from '../options.js';
+import { type CampaignOptions, Election } from '../primitives/election.js';
 import {
   acquireAll,
   heldMultiLease,
@@ -31,6 +32,7 @@ import type {
   ListedLock,
   ListPage,
   LockInfo,
+  ProclaimOutcome,
   ReleaseOutcome,
 } from './backend.js';
 import { heldLease, holdWhile } from './hold.js';
@@ -53,12 +55,22 @@ import {
   type OwnerRenewOutcome,
   ownerAllLockOptions,
   ownerLockOptions,
+  proclaimForOwner,
   releaseForOwner,
   renewForOwner,
 } from './owner-grants.js';
 import { runHolding, scopeKeyOf } from './reentry.js';
 import { Session } from './session.js';
 import { Watchdog } from './watchdog.js';
+
+/** The campaign options `locker.election` takes as defaults. */
+const ELECTION_DEFAULT_NAMES: ReadonlySet<string> = new Set([
+  'ttlMs',
+  'waitMs',
+  'autoRenew',
+  'maxHoldMs',
+  'retry',
+]);
 
 /** Longest time `close()` waits for withdrawals still in flight, ms. */
 const CLEANUP_WAIT_MS = 2_000;
@@ -175,20 +187,56 @@ export class Locker implements AsyncDisposable {
    */
   lock(key: string, options?: LockOptions): Lock {
     this.#assertOpen();
-    const given = (options as { session?: unknown } | null | undefined)?.session;
-    if (given !== undefined && !(given instanceof Session)) {
-      throw new InvalidArgumentError('session', 'a session from locker.openSession()', given);
-    }
-    const resolved = resolveLockOptions(this.#defaults, options);
+    const validKey = validateKey(key);
+    return new Lock(
+      this.#ctx,
+      validKey,
+      this.#checkSession(resolveLockOptions(this.#defaults, options)),
+    );
+  }
+
+  /**
+   * A leader election on `name` (see `Election`): `campaign(value)` waits in line until this
+   * candidate leads and answers with a `Leadership` whose fencing token is the term; `leader()`
+   * and `observe()` read who leads. The election's object on the engine is apart from the lock
+   * and the semaphore of the same key.
+   * @param options campaign defaults over the locker's (`ttlMs`, `waitMs`, `autoRenew`,
+   *   `maxHoldMs`, `retry`).
+   * @throws InvalidArgumentError for a bad name or option (no network call is made; a store
+   *   without elections is refused at the first use).
+   */
+  election(name: string, options?: Omit<CampaignOptions, 'signal' | 'session'>): Election {
+    this.#assertOpen();
+    const validName = validateKey(name, 'name');
+    const defaults = resolveLockOptions(this.#defaults, options, ELECTION_DEFAULT_NAMES);
+    return new Election(validName, defaults, {
+      handle: (resolved, candidacy) => {
+        this.#assertOpen();
+        return new Lock(this.#ctx, validName, this.#checkSession(resolved), undefined, candidacy);
+      },
+      backend: () => this.#getBackend(),
+      closing: this.#closing.signal,
+    });
+  }
+
+  /**
+   * Check the `session` of resolved options: one this locker opened and has not closed.
+   * @throws InvalidArgumentError naming `session`.
+   */
+  #checkSession(resolved: ResolvedLockOptions): ResolvedLockOptions {
     const { session } = resolved;
-    if (session !== undefined && !this.#sessions.has(session)) {
+    if (session === undefined) return resolved;
+    if (!(session instanceof Session)) {
+      throw new InvalidArgumentError('session', 'a session from locker.openSession()', session);
+    }
+    if (!this.#sessions.has(session)) {
       throw new InvalidArgumentError(
         'session',
         'an open session of this locker',
         session.isOpen ? `session ${session.id} of another locker` : 'a closed session',
       );
     }
-    return new Lock(this.#ctx, validateKey(key), resolved);
+    return resolved;
   }
 
   /**
@@ -569,6 +617,21 @@ export class Locker implements AsyncDisposable {
     return releaseForOwner(this.#ownerCtx, lease);
   }
 
+  /**
+   * Owner-addressed proclaim: replace the value of the leadership `lease` (acquired with
+   * `acquireForOwner(name, owner, { election: { value } })`) by compare-and-set of owner and
+   * term on the engine, as `Leadership.proclaim` does.
+   * @param lease `{ key, owner, fencingToken }` of the leadership (`fencingToken` is the term).
+   * @returns `proclaimed`, or `not-held` / `not-owner` when it no longer leads (nothing stored).
+   * @throws InvalidArgumentError for a bad key, owner, term or value, or on a store without
+   *   elections, before any network call.
+   * @throws BackendError when the engine cannot answer.
+   */
+  async proclaimForOwner(lease: LeaseRef, value: string): Promise<ProclaimOutcome> {
+    this.#assertOpen();
+    return proclaimForOwner(this.#ownerCtx, lease, value);
+  }
+
   /** The backend in use (loads it if given as a URL). */
   backend(): Promise<Backend> {
     return this.#getBackend();
@@ -618,7 +681,13 @@ export class Locker implements AsyncDisposable {
   #ownerLock(key: string, owner: string, options: OwnerAcquireOptions): Lock {
     this.#assertOpen();
     const resolved = ownerLockOptions(this.#defaults, key, owner, options);
-    return new Lock(this.#ctx, resolved.key, resolved.options, resolved.permits);
+    return new Lock(
+      this.#ctx,
+      resolved.key,
+      resolved.options,
+      resolved.permits,
+      resolved.candidacy,
+    );
   }
 
   #assertOpen(): void {

@@ -12,6 +12,7 @@
 import { BackendError, FencelockError, InvalidArgumentError } from '../errors.js';
 import {
   checkOptionNames,
+  isOptionsObject,
   MAX_TIMER_MS,
   type ResolvedLockOptions,
   type RetryOptions,
@@ -29,9 +30,11 @@ import type {
   LeaseRef,
   LockInfo,
   LockMode,
+  ProclaimOutcome,
   ReleaseOutcome,
   RenewResult,
 } from './backend.js';
+import { assertElectionGranted, type Candidacy, validateElectionValue } from './candidacy.js';
 import { publish } from './events.js';
 import { assertPermitsGranted, validatePermits } from './permits.js';
 
@@ -54,6 +57,8 @@ export interface OwnerGrant {
   readonly permits?: number;
   /** `'read'` for a read grant (shared with other readers); absent for a write grant or a permit. */
   readonly mode?: 'read';
+  /** True for a leadership of the election `key`: `fencingToken` is the term. */
+  readonly election?: true;
 }
 
 /** Options of the owner-addressed acquires (`acquireForOwner`, `tryAcquireForOwner`). */
@@ -85,6 +90,12 @@ export interface OwnerAcquireOptions {
    * its fencing token. @default 'write'
    */
   readonly mode?: LockMode;
+  /**
+   * Stand as a candidate of the election `key` publishing `value` (see `locker.election`)
+   * instead of taking the lock `key`: the grant is the leadership, its fencing token the term.
+   * Renew, proclaim and release it with `election: true`. Not with `permits` or `mode: 'read'`.
+   */
+  readonly election?: { readonly value: string };
 }
 
 /**
@@ -92,7 +103,7 @@ export interface OwnerAcquireOptions {
  * `tryAcquireAllForOwner`): an owner-addressed acquire's, without `permits`; `waitMs` and
  * `signal` bound the whole acquire, `mode` applies to every key.
  */
-export type OwnerAcquireAllOptions = Omit<OwnerAcquireOptions, 'permits'>;
+export type OwnerAcquireAllOptions = Omit<OwnerAcquireOptions, 'permits' | 'election'>;
 
 /** Which lease `releaseForOwner` releases: key and owner, and the fencing token if known. */
 export interface OwnerReleaseRef {
@@ -112,6 +123,8 @@ export interface OwnerReleaseRef {
    * the grant by owner and token whatever the mode. @default 'write'
    */
   readonly mode?: LockMode;
+  /** True for a leadership (acquired with `election`); the fencing token (term) is then required. */
+  readonly election?: boolean;
 }
 
 /**
@@ -138,11 +151,12 @@ const OWNER_ACQUIRE_OPTION_NAMES: ReadonlySet<string> = new Set([
   'retry',
   'permits',
   'mode',
+  'election',
 ]);
 
-/** The option names of `acquireAllForOwner` (no `permits`). */
+/** The option names of `acquireAllForOwner` (no `permits`, no `election`). */
 const OWNER_ACQUIRE_ALL_OPTION_NAMES: ReadonlySet<string> = new Set(
-  [...OWNER_ACQUIRE_OPTION_NAMES].filter((name) => name !== 'permits'),
+  [...OWNER_ACQUIRE_OPTION_NAMES].filter((name) => name !== 'permits' && name !== 'election'),
 );
 
 /**
@@ -156,7 +170,12 @@ export function ownerLockOptions(
   key: string,
   owner: string,
   options: OwnerAcquireOptions,
-): { key: string; options: ResolvedLockOptions; permits: number | undefined } {
+): {
+  key: string;
+  options: ResolvedLockOptions;
+  permits: number | undefined;
+  candidacy: Candidacy | undefined;
+} {
   const k = validateKey(key);
   validateOwnerId(owner);
   return { key: k, ...resolveOwnerOptions(defaults, options, OWNER_ACQUIRE_OPTION_NAMES) };
@@ -205,7 +224,7 @@ function resolveOwnerOptions(
   defaults: ResolvedLockOptions,
   options: OwnerAcquireOptions,
   names: ReadonlySet<string>,
-): { options: ResolvedLockOptions; permits: number | undefined } {
+): { options: ResolvedLockOptions; permits: number | undefined; candidacy: Candidacy | undefined } {
   if (typeof options !== 'object' || options === null) {
     throw new InvalidArgumentError('options', 'an options object with ttlMs', options);
   }
@@ -217,7 +236,7 @@ function resolveOwnerOptions(
     );
   }
   checkOptionNames(options, names);
-  const { permits, ...lockOptions } = options;
+  const { permits, election, ...lockOptions } = options;
   const resolved = resolveLockOptions(defaults, lockOptions, names);
   const mode = options.mode === undefined ? 'write' : resolved.mode;
   if (permits !== undefined && mode === 'read') {
@@ -227,7 +246,9 @@ function resolveOwnerOptions(
       mode,
     );
   }
+  const candidacy = election === undefined ? undefined : checkCandidacy(election, permits, mode);
   return {
+    candidacy,
     permits: permits === undefined ? undefined : validatePermits(permits),
     options: {
       ...resolved,
@@ -240,6 +261,29 @@ function resolveOwnerOptions(
   };
 }
 
+/**
+ * Check the `election` option of an owner-addressed acquire: `{ value }`, without `permits` or
+ * read mode.
+ * @throws InvalidArgumentError naming `election`, `election.value` or the clashing option.
+ */
+function checkCandidacy(election: unknown, permits: unknown, mode: LockMode): Candidacy {
+  if (!isOptionsObject(election)) {
+    throw new InvalidArgumentError('election', 'an object { value }', election);
+  }
+  checkOptionNames(election, CANDIDACY_NAMES, 'options.election');
+  if (permits !== undefined) {
+    throw new InvalidArgumentError('permits', 'no permits with election', permits);
+  }
+  if (mode === 'read') {
+    throw new InvalidArgumentError('mode', "'write' with election", mode);
+  }
+  return {
+    value: validateElectionValue((election as { value?: unknown }).value, 'election.value'),
+  };
+}
+
+const CANDIDACY_NAMES: ReadonlySet<string> = new Set(['value']);
+
 /** The answer of an owner-addressed acquire for a grant. */
 export function ownerGrantOf(request: AttemptRequest, result: Granted): OwnerGrant {
   return {
@@ -249,6 +293,7 @@ export function ownerGrantOf(request: AttemptRequest, result: Granted): OwnerGra
     ttlMs: result.ttlMs,
     ...(request.permits === undefined ? {} : { permits: request.permits }),
     ...(request.mode === 'read' ? { mode: 'read' as const } : {}),
+    ...(request.election === undefined ? {} : { election: true as const }),
   };
 }
 
@@ -346,9 +391,13 @@ export async function renewForOwner(
   const base = { backend: backend.name, store: ctx.store, key: ref.key, owner: ref.owner };
   const fencingToken = ref.fencingToken as bigint;
   if (ref.permits !== undefined) assertPermitsGranted(backend);
+  if (ref.election) assertElectionGranted(backend);
   let result: RenewResult;
   try {
-    result = await backend.renew({ ...base, fencingToken, permits: ref.permits }, ttl);
+    result = await backend.renew(
+      { ...base, fencingToken, permits: ref.permits, election: ref.election },
+      ttl,
+    );
   } catch (error) {
     publish('renew', () => ({ ...base, fencingToken, ok: false, error }));
     throw wrapEngineError(backend, `renew of "${ref.key}"`, error);
@@ -385,6 +434,12 @@ export async function releaseForOwner(
   if (ref.mode === 'read' && fencingToken === undefined) {
     throw new InvalidArgumentError('fencingToken', "the read grant's fencing token", undefined);
   }
+  if (ref.election) {
+    assertElectionGranted(backend);
+    if (fencingToken === undefined) {
+      throw new InvalidArgumentError('fencingToken', "the leadership's term", undefined);
+    }
+  }
   if (fencingToken === undefined) {
     let info: LockInfo;
     try {
@@ -399,7 +454,11 @@ export async function releaseForOwner(
   const target = { key: ref.key, owner: ref.owner, fencingToken };
   const base = { backend: backend.name, store: ctx.store, ...target };
   try {
-    const outcome = await backend.release({ ...target, permits: ref.permits });
+    const outcome = await backend.release({
+      ...target,
+      permits: ref.permits,
+      election: ref.election,
+    });
     publish('release', () => ({ ...base, outcome }));
     return outcome;
   } catch (error) {
@@ -421,6 +480,7 @@ function validateLeaseRef(
   fencingToken: bigint | undefined;
   permits: number | undefined;
   mode: LockMode | undefined;
+  election: boolean;
 } {
   if (typeof ref !== 'object' || ref === null) {
     throw new InvalidArgumentError('lease', 'an object { key, owner, fencingToken }', ref);
@@ -437,7 +497,39 @@ function validateLeaseRef(
   if (mode !== undefined && mode !== 'write' && mode !== 'read') {
     throw new InvalidArgumentError('mode', "'write' or 'read'", mode);
   }
-  return { key, owner, fencingToken, permits, mode };
+  const { election } = ref as { election?: unknown };
+  if (election !== undefined && typeof election !== 'boolean') {
+    throw new InvalidArgumentError('election', 'a boolean', election);
+  }
+  if (election === true && (permits !== undefined || mode === 'read')) {
+    throw new InvalidArgumentError('election', 'no election with permits or read mode', election);
+  }
+  return { key, owner, fencingToken, permits, mode, election: election === true };
+}
+
+/**
+ * Owner-addressed proclaim (see `Locker.proclaimForOwner`): compare-and-set of the leadership's
+ * value on the engine, by owner and term.
+ * @returns `proclaimed`, or `not-held` / `not-owner` (nothing stored).
+ * @throws InvalidArgumentError for a bad key, owner, term or value, or on a store without
+ *   elections, before any network call.
+ * @throws BackendError when the engine cannot answer.
+ */
+export async function proclaimForOwner(
+  ctx: OwnerGrantContext,
+  lease: LeaseRef,
+  value: string,
+): Promise<ProclaimOutcome> {
+  const ref = validateLeaseRef({ ...(lease as object), election: true }, true);
+  const checked = validateElectionValue(value);
+  const backend = await ctx.backend();
+  assertElectionGranted(backend);
+  const target = { key: ref.key, owner: ref.owner, fencingToken: ref.fencingToken as bigint };
+  try {
+    return await (backend as Required<Backend>).proclaim({ ...target, election: true }, checked);
+  } catch (error) {
+    throw wrapEngineError(backend, `proclaim of "${ref.key}"`, error);
+  }
 }
 
 /** Engine errors keep their type; anything else becomes a BackendError with it as `cause`. */

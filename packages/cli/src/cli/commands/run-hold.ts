@@ -1,10 +1,11 @@
 /**
  * What `fencelock run` holds while its command runs: one lock (write or read), one permit of a
- * semaphore (`--permits`), or every key of several (`locker.acquireAll`), behind one shape, so
- * that the supervision of the command does not care which. Every lock operation is the public
- * Locker API's.
+ * semaphore (`--permits`), or every key of several (`locker.acquireAll`); and what
+ * `fencelock elect` holds: the leadership of an election. All behind one shape, so that the
+ * supervision of the command does not care which. Every lock operation is the public Locker
+ * API's.
  */
-import type { Lease, Locker, MultiLease, ReleaseOutcome } from 'fencelock';
+import type { Leadership, Lease, Locker, MultiLease, ReleaseOutcome } from 'fencelock';
 
 /** How `run` asks for its keys. */
 export interface HoldRequest {
@@ -64,12 +65,37 @@ export async function acquireHold(locker: Locker, request: HoldRequest): Promise
   return multiHolding(await locker.acquireAll(request.keys, { ...options, mode: request.mode }));
 }
 
-function leaseHolding(lease: Lease): Holding {
+/**
+ * A leadership as `elect` holds it while its command runs: the command gets the election's name,
+ * the term (also as `FENCELOCK_TOKEN`, the fencing token, as `run` passes it) and the value it
+ * published; releasing it resigns, so the next candidate leads at once.
+ */
+export function leadershipHolding(leadership: Leadership): Holding {
+  const term = leadership.term.toString();
+  return leaseHolding(leadership, {
+    env: {
+      FENCELOCK_ELECTION: leadership.key,
+      FENCELOCK_TERM: term,
+      FENCELOCK_TOKEN: term,
+      FENCELOCK_LEADER_VALUE: leadership.value,
+    },
+    description: `leadership of election ${JSON.stringify(leadership.key)} (term ${term})`,
+  });
+}
+
+/** A single lease; `shown` replaces its default environment entries and description. */
+function leaseHolding(
+  lease: Lease,
+  shown: Pick<Holding, 'env' | 'description'> = {
+    env: { FENCELOCK_KEY: lease.key, FENCELOCK_TOKEN: lease.fencingToken.toString() },
+    description: `lease on ${JSON.stringify(lease.key)} (token ${lease.fencingToken})`,
+  },
+): Holding {
   let held = true;
   return {
     signal: lease.signal,
-    env: { FENCELOCK_KEY: lease.key, FENCELOCK_TOKEN: lease.fencingToken.toString() },
-    description: `lease on ${JSON.stringify(lease.key)} (token ${lease.fencingToken})`,
+    env: shown.env,
+    description: shown.description,
     get held() {
       return held;
     },

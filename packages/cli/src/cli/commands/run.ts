@@ -245,15 +245,50 @@ function splitOperands(program: Command): {
  * @throws UsageError when the store refuses an option (e.g. a TTL above its maximum).
  * @throws BackendError / QuorumError when the store cannot be reached (exit code 1).
  */
-export async function runUnderLock(options: RunOptions): Promise<number> {
+export function runUnderLock(options: RunOptions): Promise<number> {
+  return runWhileHeld(options, holdLabel(options), (locker, signal) =>
+    acquireHold(locker, { ...options, signal }),
+  );
+}
+
+/** What `runWhileHeld` needs besides the way to hold: the store, the wait, the command. */
+export interface HeldCommandOptions {
+  readonly store: string;
+  /** `Infinity`: wait until granted. Only for messages: `acquire` applies it. */
+  readonly waitMs: number;
+  readonly graceMs: number;
+  readonly command: string;
+  readonly args: readonly string[];
+}
+
+/**
+ * Open the store, wait for what `acquire` holds (a lock, a permit, several keys, a leadership),
+ * run the command while it is held, stopping it when it is lost, release it once the command has
+ * ended, close the store. Signals sent meanwhile cancel the wait, or go to the command.
+ * @param label what is waited for, for messages: `lock "k"`.
+ * @param acquire waits as long as its options allow; `signal` aborts when fencelock is sent a
+ *   signal before the command starts.
+ * @returns the exit code (see `RUN_EXIT_CODES`).
+ * @throws UsageError when the store refuses an option (e.g. a TTL above its maximum).
+ * @throws BackendError / QuorumError when the store cannot be reached (exit code 1).
+ */
+export async function runWhileHeld(
+  options: HeldCommandOptions,
+  label: string,
+  acquire: (locker: Locker, signal: AbortSignal) => Promise<Holding>,
+): Promise<number> {
   const watcher = new SignalWatcher();
   const locker = createLocker(options.store);
   try {
-    const holding = await acquireOrExit(locker, options, watcher);
+    const holding = await acquireOrExit(() => acquire(locker, watcher.cancelWait), {
+      label,
+      waitMs: options.waitMs,
+      watcher,
+    });
     if (typeof holding === 'number') return holding;
     try {
-      if (watcher.received !== undefined) return exitOnSignal(watcher.received, holdLabel(options));
-      return await superviseCommand(holding, options, watcher);
+      if (watcher.received !== undefined) return exitOnSignal(watcher.received, label);
+      return await superviseCommand(holding, options, label, watcher);
     } finally {
       // superviseCommand releases on its normal path; this covers an early return or a throw.
       if (holding.held) await holding.release().catch(() => undefined);
@@ -266,22 +301,20 @@ export async function runUnderLock(options: RunOptions): Promise<number> {
 
 /** What was asked for, or the exit code when waiting ended without it (timeout, signal). */
 async function acquireOrExit(
-  locker: Locker,
-  options: RunOptions,
-  watcher: SignalWatcher,
+  acquire: () => Promise<Holding>,
+  { label, waitMs, watcher }: { label: string; waitMs: number; watcher: SignalWatcher },
 ): Promise<Holding | number> {
-  const label = holdLabel(options);
   try {
-    return await acquireHold(locker, { ...options, signal: watcher.cancelWait });
+    return await acquire();
   } catch (error) {
     if (watcher.received !== undefined) return exitOnSignal(watcher.received, label);
     if (error instanceof LockTimeoutError) {
       stderrLine(
         error.sawHolder
-          ? `${label} is held by another owner: gave up after waiting ${options.waitMs} ms (--wait)`
+          ? `${label} is held by another owner: gave up after waiting ${waitMs} ms (--wait)`
           : error.engineAnswered
-            ? `${label} was not granted within ${options.waitMs} ms (--wait): ${withoutPrefix(error.message)}`
-            : `${label}: the store answered no attempt within ${options.waitMs} ms (--wait); is it reachable?`,
+            ? `${label} was not granted within ${waitMs} ms (--wait): ${withoutPrefix(error.message)}`
+            : `${label}: the store answered no attempt within ${waitMs} ms (--wait); is it reachable?`,
       );
       return RUN_EXIT_CODES.waitTimeout;
     }
@@ -306,12 +339,13 @@ type CommandEnd =
   | { readonly kind: 'not-started'; readonly error: NodeJS.ErrnoException };
 
 /**
- * Run the command while `lease` is held; stop it when the lease is lost; release the lease once
- * it has ended. @returns the exit code.
+ * Run the command while `holding` is held; stop it when it is lost; release it once the command
+ * has ended. @returns the exit code.
  */
 async function superviseCommand(
   holding: Holding,
-  options: RunOptions,
+  options: HeldCommandOptions,
+  label: string,
   watcher: SignalWatcher,
 ): Promise<number> {
   if (holding.signal.aborted) {
@@ -393,7 +427,7 @@ async function superviseCommand(
   if (releaseError !== undefined) {
     // The command finished while the lease was valid; only the clean-up failed.
     stderrLine(
-      `release of ${options.keys.map((key) => JSON.stringify(key)).join(', ')} failed (${withoutPrefix(messageOf(releaseError))}); the lease ends by its TTL`,
+      `release of ${label} failed (${withoutPrefix(messageOf(releaseError))}); the lease ends by its TTL`,
     );
   }
   return exitCodeOf(end);

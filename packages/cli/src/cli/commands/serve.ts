@@ -1,7 +1,7 @@
 /**
  * `fencelock serve --store URL`: run the lock sidecar (Dapr's distributed-lock API plus
- * fencelock's `/v1/locks` extensions, `/healthz`, `/metrics`; with `--grpc-port`, the same over
- * gRPC) until SIGTERM or SIGINT, then shut
+ * fencelock's `/v1/locks` extensions, leader elections under `/v1/elections`, `/healthz`,
+ * `/metrics`; with `--grpc-port`, the same over gRPC) until SIGTERM or SIGINT, then shut
  * down gracefully. All lock work happens in the sidecar factory (`src/server/app.ts`), which calls
  * the Locker; this file only parses options, reads the token and handles signals.
  */
@@ -31,7 +31,7 @@ export function registerServeCommand(program: Command): void {
   program
     .command('serve')
     .description(
-      'run the lock sidecar: Dapr distributed-lock API, /v1/locks extensions, /healthz, /metrics',
+      'run the lock sidecar: Dapr distributed-lock API, /v1/locks extensions, /v1/elections, /healthz, /metrics',
     )
     .requiredOption(
       '--store <url>',
@@ -53,7 +53,11 @@ export function registerServeCommand(program: Command): void {
       'lockstore',
     )
     .option('--app-id <id>', 'Dapr app id, reported by GET /v1.0/metadata', 'fencelock')
-    .option('--max-wait <ms>', 'longest waitMs a caller may ask for, milliseconds', '60000')
+    .option(
+      '--max-wait <ms>',
+      "longest waitMs a caller may ask for (an election campaign's default wait), milliseconds",
+      '60000',
+    )
     .addHelpText(
       'after',
       `

@@ -8,7 +8,9 @@
  *
  * `mode` is the enum `LockMode` (numbers, as loaded): 0 (unset) and 1 write, 2 read; any other
  * number is refused naming `mode`. AcquireAll / ReleaseAll are `/v1/locks/acquire-all` and
- * `/v1/locks/release-all`; List is `GET /v1/locks` (list-operation.ts).
+ * `/v1/locks/release-all`; List is `GET /v1/locks` (list-operation.ts). Campaign,
+ * RenewLeadership, Proclaim, Resign, Leader and the server-streaming Observe are the
+ * `/v1/elections/{name}` routes (election-methods.ts).
  */
 
 import { listHeld } from '../list-operation.js';
@@ -22,6 +24,7 @@ import {
   releaseAll,
   renew,
 } from '../lock-operations.js';
+import { electionMethods } from './election-methods.js';
 import type { ServiceMethods } from './service-methods.js';
 import { toServiceError } from './status.js';
 
@@ -100,8 +103,11 @@ interface InspectRequest {
 
 /** The methods of `fencelock.v1.Locks`. */
 export function locksService(ctx: LockOperationsContext): ServiceMethods {
+  const elections = electionMethods(ctx);
   return {
+    streams: elections.streams,
     methods: {
+      ...elections.methods,
       async Acquire(request: AcquireRequest, signal) {
         const grant = await acquire(ctx, {
           key: request.key,

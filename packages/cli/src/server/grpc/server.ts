@@ -1,7 +1,8 @@
 /**
  * The sidecar's gRPC server (@grpc/grpc-js, plaintext HTTP/2): Dapr's runtime service
  * (`dapr.proto.runtime.v1.Dapr`: TryLockAlpha1, UnlockAlpha1, GetMetadata; every other Dapr
- * method UNIMPLEMENTED) and fencelock's own `fencelock.v1.Locks`. It shares the HTTP side's
+ * method UNIMPLEMENTED) and fencelock's own `fencelock.v1.Locks` (unary methods, and the
+ * server-streaming `Observe` of an election's leaders). It shares the HTTP side's
  * rules: the API token (`dapr-api-token` metadata or `authorization: Bearer`, one constant-time
  * check), the 16 KiB limit on a request, the shutdown signal (new calls and waiting acquires
  * end with UNAVAILABLE), and the lock operations themselves (`lock-operations.ts`).
@@ -12,6 +13,7 @@ import {
   ServerCredentials,
   type ServerDuplexStream,
   type ServerUnaryCall,
+  type ServerWritableStream,
   type sendUnaryData,
   status,
   type UntypedServiceImplementation,
@@ -117,21 +119,9 @@ export function createGrpcServer(
           );
           return;
         }
-        // The caller is gone once it cancels, or once its deadline passes here: a grant that
-        // lands after that would reach nobody (lock-operations.ts releases it if it can).
-        const gone = new AbortController();
-        const onCancelled = () => gone.abort();
-        call.once('cancelled', onCancelled);
-        const leftMs = Number(call.getDeadline().valueOf()) - Date.now();
-        const deadline = Number.isFinite(leftMs)
-          ? setTimeout(onCancelled, Math.max(0, leftMs))
-          : undefined;
-        const settled = () => {
-          call.off('cancelled', onCancelled);
-          clearTimeout(deadline);
-        };
+        const { signal, settled } = untilGone(call);
         const trailer = new Metadata();
-        work(call.request as never, gone.signal, trailer).then(
+        work(call.request as never, signal, trailer).then(
           (response) => {
             settled();
             callback(null, response, trailer);
@@ -144,6 +134,49 @@ export function createGrpcServer(
               return;
             }
             callback(service.fail(name, error));
+          },
+        );
+      };
+    }
+    for (const [name, work] of Object.entries(service.streams ?? {})) {
+      handlers[name] = (call: ServerWritableStream<unknown, unknown>) => {
+        // A status is sent by emitting it as the stream's error (grpc-js then ends the call).
+        const refused = refusal(call.metadata);
+        if (refused !== undefined) {
+          call.emit('error', toServiceError(refused, {}));
+          return;
+        }
+        if (call.request instanceof UnreadableRequest) {
+          const { field, reason } = call.request;
+          call.emit(
+            'error',
+            service.fail(
+              name,
+              new HttpError(400, {
+                errorCode: 'ERR_INVALID_ARGUMENT',
+                field,
+                message: `invalid ${field}: ${reason}`,
+              }),
+            ),
+          );
+          return;
+        }
+        const { signal, settled } = untilGone(call);
+        work(call.request as never, signal, (message) => {
+          if (!signal.aborted) call.write(message);
+        }).then(
+          () => {
+            settled();
+            call.end();
+          },
+          (error: unknown) => {
+            settled();
+            if (!(error instanceof HttpError)) {
+              options.onUnexpected(error);
+              call.emit('error', { code: status.INTERNAL, details: 'internal error' });
+              return;
+            }
+            call.emit('error', service.fail(name, error));
           },
         );
       };
@@ -204,6 +237,32 @@ export function createGrpcServer(
         });
       });
       return closing;
+    },
+  };
+}
+
+/**
+ * A signal aborted once the caller is gone: it cancels, or its deadline passes here (a grant that
+ * lands after that would reach nobody; lock-operations.ts releases it if it can). `settled`
+ * stops watching.
+ */
+function untilGone(call: {
+  once(event: 'cancelled', listener: () => void): unknown;
+  off(event: 'cancelled', listener: () => void): unknown;
+  getDeadline(): { valueOf(): unknown };
+}): { signal: AbortSignal; settled: () => void } {
+  const gone = new AbortController();
+  const onCancelled = () => gone.abort();
+  call.once('cancelled', onCancelled);
+  const leftMs = Number(call.getDeadline().valueOf()) - Date.now();
+  const deadline = Number.isFinite(leftMs)
+    ? setTimeout(onCancelled, Math.max(0, leftMs))
+    : undefined;
+  return {
+    signal: gone.signal,
+    settled: () => {
+      call.off('cancelled', onCancelled);
+      clearTimeout(deadline);
     },
   };
 }

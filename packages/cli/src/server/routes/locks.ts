@@ -93,11 +93,11 @@ export function registerLockRoutes(app: FastifyInstance, ctx: RouteContext): voi
 }
 
 /**
- * Run an acquire with a signal aborted when the caller hangs up before its answer: it stops
- * waiting, and grants that still come are released when the owner name was made up here, else
- * left to their TTL (lock-operations.ts).
+ * Run an acquire (or a campaign) with a signal aborted when the caller hangs up before its
+ * answer: it stops waiting, and grants that still come are released when the owner name was made
+ * up here, else left to their TTL (lock-operations.ts, election-operations.ts).
  */
-async function untilHungUp<T>(
+export async function untilHungUp<T>(
   reply: FastifyReply,
   work: (signal: AbortSignal) => Promise<T>,
 ): Promise<T> {

@@ -51,21 +51,35 @@
  *   keys of the later contenders its read shows holding permits too; each touch wakes the one
  *   waiter behind that key, which asks again and finds a permit or that it is now first waiter.
  *   So a release wakes the waiter it lets in and the one that moves up to first, not everyone.
+ *
+ * Leader elections (`AttemptRequest.election`, election.ts) follow etcd's `concurrency.Election`
+ * with this backend's contender keys: a candidate puts
+ * `<namespace>/elections/<key>/c-<lease hex>-<owner>` (election-key.ts), bound to the session's
+ * lease, whose value is the candidate's value; the election's line is apart from the lock and
+ * the semaphore of the same key. The oldest candidate key leads, exactly as a writer's key holds
+ * a lock (campaign, predecessor watch, renewal, resign and abandon are the lock's, on that
+ * folder), and its create revision is the term: a cluster revision, which never goes back, so
+ * terms grow also after the election was idle. `proclaim` puts a new value only while the key
+ * has the term as its create revision (keeping its lease); `leader` reads the folder's oldest key
+ * (one Range) and its lease's TTL; `watchElection` is one watch on the folder.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { Etcd3, type IKeyValue, type IRequestOp, type ITxnResponse } from 'etcd3';
+import { Etcd3, type IKeyValue, type IRequestOp, type ITxnResponse, type PutBuilder } from 'etcd3';
 import type {
   AttemptRequest,
   AttemptResult,
   Backend,
   BackendCapabilities,
   BackendSession,
+  ElectedLeader,
+  ElectionWatch,
   Granted,
   LeaseRef,
   ListPage,
   ListRequest,
   LockInfo,
   NotGranted,
+  ProclaimOutcome,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
@@ -83,7 +97,9 @@ import {
   lineVerdicts,
   unchangedGuards,
 } from './attempt-all.js';
-import { contenderKey, contenderOf, contendersOf } from './contender-key.js';
+import { type ContenderEntry, contenderKey, contenderOf, contendersOf } from './contender-key.js';
+import { ElectionPrefixWatch, proclaimOp, readLeader, rebindCandidateOp } from './election.js';
+import { candidateKey, candidatesOf } from './election-key.js';
 import { KeepaliveRoute } from './keepalive-route.js';
 import { prefixEnd } from './key-range.js';
 import { type WatchTarget, type WatchTest, waitForWatchEvent } from './line-watch.js';
@@ -138,20 +154,28 @@ const ATTEMPT_ALL_TRIES = 4;
  */
 const TXN_TOO_LARGE = /too many operations|request is too large|larger than max/i;
 
-/** A line of contender keys: a lock's (`w-`/`r-` keys) or a semaphore's (`p-` keys). */
+/**
+ * A line of contender keys: a lock's (`w-`/`r-` keys), a semaphore's (`p-` keys) or an
+ * election's (`c-` keys).
+ */
 interface Line {
   /** The folder its contender keys are under. */
   readonly dir: string;
   /** A semaphore's line (keys read with their values, the permit counts), or a lock's. */
   readonly permits: boolean;
+  /** An election's line (candidate keys, whose values are the candidates'). */
+  readonly election?: boolean;
 }
 
 interface Contender {
   readonly key: string;
   /** The line the key is in. */
   readonly line: Line;
-  /** The value the key carries: the lock's mode, or the semaphore's permit count. */
-  readonly value: string;
+  /**
+   * The value the key carries: the lock's mode, the semaphore's permit count, or the candidate's
+   * value (its campaign's, then its last proclaim's).
+   */
+  value: string;
   /** The session whose lease carries the key now (a renewal may move the key to another). */
   session: EtcdSession;
   /** Aborted when the session carrying the key is lost: the grant's `lost` signal. */
@@ -176,6 +200,7 @@ export class EtcdBackend implements Backend {
     permits: true,
     attemptAll: true,
     list: true,
+    election: true,
   });
   readonly #client: Etcd3;
   readonly #ownsClient: boolean;
@@ -194,6 +219,8 @@ export class EtcdBackend implements Backend {
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   /** Requests this backend runs after answering (touches of permit keys), until they settle. */
   readonly #background = new Set<Promise<void>>();
+  /** Election subscriptions (`watchElection`) not stopped yet; `close()` stops them. */
+  readonly #electionWatches = new Set<ElectionWatch>();
   #closed = false;
 
   readonly #route: KeepaliveRoute;
@@ -230,8 +257,21 @@ export class EtcdBackend implements Backend {
     return `${this.#namespace}/semaphores/${encodeURIComponent(key)}/`;
   }
 
-  /** The line of `key`: a semaphore's when `permits` is set (a permit's request or lease). */
-  #lineOf(key: string, permits: number | undefined): Line {
+  /**
+   * The folder under which the candidates of the election `key` are written: apart from the lock
+   * and the semaphore of the same key.
+   */
+  electionDirOf(key: string): string {
+    return `${this.#namespace}/elections/${encodeURIComponent(key)}/`;
+  }
+
+  /**
+   * The line of `key`: an election's when `election` is set (a candidate's request or a
+   * leadership), a semaphore's when `permits` is set (a permit's request or lease), else the
+   * lock's.
+   */
+  #lineOf(key: string, permits: number | undefined, election = false): Line {
+    if (election) return { dir: this.electionDirOf(key), permits: false, election: true };
     return permits === undefined
       ? { dir: this.dirOf(key), permits: false }
       : { dir: this.semaphoreDirOf(key), permits: true };
@@ -330,8 +370,7 @@ export class EtcdBackend implements Backend {
   async #attempt(request: AttemptRequest): Promise<AttemptResult> {
     this.#assertOpen('acquire');
     if (request.permits !== undefined) return this.#attemptPermit(request, request.permits);
-    const line = this.#lineOf(request.key, undefined);
-    const { dir } = line;
+    const line = this.#lineOf(request.key, undefined, request.election !== undefined);
     // Every contender waits in line on a kept-alive session (the user's, or the shared one), so
     // that its place outlasts its ttlMs; a grant without the watchdog then moves to a lease of
     // its own.
@@ -342,11 +381,11 @@ export class EtcdBackend implements Backend {
     const txn = await this.#callOnLease(contenderSession, 'acquire', () =>
       this.#client
         .if(key, 'Create', '==', 0)
-        .then(this.#client.put(key).value(request.mode).lease(contenderSession.leaseId), list)
+        .then(this.#client.put(key).value(contender.value).lease(contenderSession.leaseId), list)
         .else(list)
         .commit(),
     );
-    const entries = contendersOf(rangeOf(txn, txn.succeeded ? 1 : 0), dir);
+    const entries = this.#lineEntriesOf(rangeOf(txn, txn.succeeded ? 1 : 0), line);
     const mine = entries.find((entry) => entry.key === key);
     if (mine === undefined) {
       // Our key vanished (its lease expired between two attempts): start again as a new contender.
@@ -380,7 +419,17 @@ export class EtcdBackend implements Backend {
     const known = this.#contenders.get(request.owner);
     if (known?.session.alive === true) return known;
     const carrier = request.session ? this.#userSession(request.session) : await session();
-    const { permits } = request;
+    const { permits, election } = request;
+    if (election !== undefined) {
+      return {
+        key: candidateKey(line.dir, carrier.leaseHex, request.owner),
+        line,
+        value: election.value,
+        session: carrier,
+        lost: new AbortController(),
+        waited: false,
+      };
+    }
     return {
       key:
         permits === undefined
@@ -822,7 +871,7 @@ export class EtcdBackend implements Backend {
   async #renewOne(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     const contender = this.#contenders.get(lease.owner);
     // The contender's own line when known (a reference to a handed permit may lack `permits`).
-    const line = contender?.line ?? this.#lineOf(lease.key, lease.permits);
+    const line = contender?.line ?? this.#lineOf(lease.key, lease.permits, lease.election);
     if (contender === undefined || !contender.session.alive) {
       return {
         ok: false,
@@ -838,9 +887,7 @@ export class EtcdBackend implements Backend {
           ? await this.session(ttlMs)
           : await this.#singleUse(seconds);
     const bind =
-      target === current
-        ? this.#client.get(contender.key)
-        : this.#client.put(contender.key).value(contender.value).lease(target.leaseId);
+      target === current ? this.#client.get(contender.key) : this.#rebindOp(contender, target);
     const txn = await this.#call('renew', () =>
       this.#viaRoute(renewTryMs(target.grantedTtlMs, this.#timeoutMs), (via) =>
         via
@@ -868,7 +915,9 @@ export class EtcdBackend implements Backend {
 
   /** Delete the owner's key only if its create revision equals the token; `not-owner` when others remain. */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
-    const line = this.#contenders.get(lease.owner)?.line ?? this.#lineOf(lease.key, lease.permits);
+    const line =
+      this.#contenders.get(lease.owner)?.line ??
+      this.#lineOf(lease.key, lease.permits, lease.election);
     const key = await this.#keyOf(lease.owner, line);
     if (key === undefined) {
       this.#forget(lease.owner);
@@ -895,7 +944,10 @@ export class EtcdBackend implements Backend {
 
   /** Delete this contender's key (waiting or granted), whatever its revision. */
   async abandon(request: AttemptRequest): Promise<void> {
-    const key = await this.#keyOf(request.owner, this.#lineOf(request.key, request.permits));
+    const key = await this.#keyOf(
+      request.owner,
+      this.#lineOf(request.key, request.permits, request.election !== undefined),
+    );
     this.#forget(request.owner);
     if (key !== undefined) await this.#call('abandon', () => this.#client.delete().key(key).exec());
   }
@@ -960,10 +1012,86 @@ export class EtcdBackend implements Backend {
     return { key: contender.key, createRevision: String(lease.fencingToken) };
   }
 
-  /** Revoke every session this backend opened (etcd deletes their keys), then close an owned client. */
+  /**
+   * Replace the value of a held leadership (etcd's `Election.Proclaim`): one transaction puts
+   * `value` into the leader's candidate key only if the key's create revision is still the term
+   * (`lease.fencingToken`), keeping the lease the key is on; otherwise it reads the election's
+   * folder, to answer as `renew` would. The put is an event of the election's watches.
+   * @returns `proclaimed`; `not-owner` when other candidates are in the folder and this owner's
+   *   key is gone or has another create revision; `not-held` when the folder is empty.
+   * @throws BackendError when the cluster does not answer.
+   */
+  async proclaim(lease: LeaseRef, value: string): Promise<ProclaimOutcome> {
+    const line = this.#lineOf(lease.key, undefined, true);
+    const key = await this.#keyOf(lease.owner, line);
+    if (key === undefined) {
+      return (await this.#anyContender(line)) ? 'not-owner' : 'not-held';
+    }
+    const txn = await this.#call('proclaim', () =>
+      this.#client
+        .if(key, 'Create', '==', String(lease.fencingToken))
+        .then(proclaimOp(key, value))
+        .else(this.#listOp(line))
+        .commit(),
+    );
+    if (txn.succeeded) {
+      const contender = this.#contenders.get(lease.owner);
+      if (contender?.key === key) contender.value = value;
+      return 'proclaimed';
+    }
+    const entries = this.#entriesOf(rangeOf(txn, 0), line);
+    if (!entries.some((entry) => entry.key === key)) this.#forget(lease.owner);
+    return entries.length > 0 ? 'not-owner' : 'not-held';
+  }
+
+  /**
+   * The leader of the election `key` (etcd's `Election.Leader`, election.ts's `readLeader`): the
+   * oldest candidate key of the election's folder, its owner, term (create revision) and value
+   * read in one Range, then its lease's remaining TTL (`LeaseTimeToLive`, whole seconds): two
+   * requests. Candidates behind the oldest key are waiting, not leading; a key whose lease ended
+   * is gone with it.
+   * @throws BackendError when the cluster does not answer.
+   */
+  async leader(key: string): Promise<ElectedLeader | null> {
+    return readLeader(this.#client, this.electionDirOf(key), (run) => this.#call('leader', run));
+  }
+
+  /**
+   * Subscribe to the election `key` (election.ts's `ElectionPrefixWatch`): one etcd watch on the
+   * election's folder, armed (created by etcd at its current revision) when this resolves; every
+   * put and delete under the folder calls `onChange`: a candidate joining, a proclaim, a resign
+   * or withdrawal, the end of the lease carrying a key (session revoked or expired, a grant
+   * without the watchdog running out). `recheckAfterMs` is 30 s: the watch is reliable. Stopped
+   * by `close()` too.
+   * @throws BackendError when etcd refuses the watch or does not create it within the backend's
+   *   timeout.
+   */
+  async watchElection(key: string, onChange: () => void): Promise<ElectionWatch> {
+    const watch = await this.#call('watch election', () =>
+      ElectionPrefixWatch.arm(
+        this.#client,
+        this.electionDirOf(key),
+        onChange,
+        this.#timeoutMs,
+        (w) => this.#electionWatches.delete(w),
+      ),
+    );
+    if (this.#closed) {
+      watch.stop();
+      this.#assertOpen('watch election');
+    }
+    this.#electionWatches.add(watch);
+    return watch;
+  }
+
+  /**
+   * Stop every election watch, revoke every session this backend opened (etcd deletes their
+   * keys), then close an owned client.
+   */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    for (const watch of [...this.#electionWatches]) watch.stop();
     await Promise.allSettled(this.#background);
     const sessions = await Promise.allSettled(this.#sessions.values());
     this.#sessions.clear();
@@ -994,7 +1122,7 @@ export class EtcdBackend implements Backend {
       moved = await this.#call('acquire', () =>
         this.#client
           .if(contender.key, 'Create', '==', String(token))
-          .then(this.#client.put(contender.key).value(contender.value).lease(single.leaseId))
+          .then(this.#rebindOp(contender, single))
           .commit(),
       );
     } catch (error) {
@@ -1044,6 +1172,22 @@ export class EtcdBackend implements Backend {
     );
   }
 
+  /**
+   * The put that moves `contender`'s key to `session`'s lease, for a transaction guarded by its
+   * create revision: a candidate's keeps its value as it is on the engine (a proclaim may have
+   * replaced it), a lock's or a permit's writes the value it always has.
+   */
+  #rebindOp(contender: Contender, session: EtcdSession): IRequestOp | PutBuilder {
+    return contender.line.election === true
+      ? rebindCandidateOp(contender.key, session.leaseId)
+      : this.#client.put(contender.key).value(contender.value).lease(session.leaseId);
+  }
+
+  /** The lock's or the election's contenders among `kvs` (keys under `line`'s folder). */
+  #lineEntriesOf(kvs: readonly IKeyValue[], line: Line): ContenderEntry[] {
+    return line.election === true ? candidatesOf(kvs, line.dir) : contendersOf(kvs, line.dir);
+  }
+
   /** Whether any contender key is in `line`. */
   async #anyContender(line: Line): Promise<boolean> {
     const kvs = await this.#list('lookup', line);
@@ -1052,7 +1196,7 @@ export class EtcdBackend implements Backend {
 
   /** The contenders among `kvs` (keys under `line`'s folder): keys, owners, create revisions. */
   #entriesOf(kvs: readonly IKeyValue[], line: Line): readonly { key: string; owner: string }[] {
-    return line.permits ? permitContendersOf(kvs, line.dir) : contendersOf(kvs, line.dir);
+    return line.permits ? permitContendersOf(kvs, line.dir) : this.#lineEntriesOf(kvs, line);
   }
 
   /**

@@ -109,6 +109,7 @@ export class PostgresAdvisoryBackend implements Backend {
     permits: false,
     attemptAll: true,
     list: false,
+    election: false,
   });
   readonly #db: PostgresConnectionSet;
   readonly #held = new Map<string, Holding>();

@@ -44,9 +44,19 @@
  *   order for every caller, then makes each key's single attempt (the statement `attempt` sends,
  *   or the read attempt's function) inside a subtransaction rolled back at the first key refused:
  *   every key granted or none, the fair line and the read/write rules as for `tryAcquire`.
+ * - Leader elections (`locker.election`, election-sql.ts and elections.ts): the leader's row in
+ *   `<schema>.fencelock_elections` (key, owner, term, value, expiry) and a FIFO line of
+ *   candidates in `<schema>.fencelock_election_waiters`, apart from the locks' and semaphores'
+ *   tables (a third object of the key, with a transaction-level lock of its own,
+ *   `electionLockPairOf`). A grant is the lock's statement on those tables, storing the value;
+ *   the term is the grant's token from the schema's sequence, so it never goes back, however
+ *   long the election stood idle. `proclaim` is one compare-and-set UPDATE of owner and term;
+ *   `leader` one SELECT of the live row. A grant, proclaim, release or withdrawal NOTIFYs the
+ *   schema's channel; `watchElection` registers with the one LISTEN connection (none of its
+ *   own), and without notifications it is a poll (`POLL_RECHECK_MS`).
  * - Schema versions: every object is created if missing (functions replaced) by one set-up
  *   transaction, and a backend runs it when the object the latest version added
- *   (`fencelock_attempt_all`) is missing, so a schema of an earlier version is upgraded in place
+ *   (`fencelock_election_wake`) is missing, so a schema of an earlier version is upgraded in place
  *   by the first operation (which then needs CREATE on the schema, once).
  */
 import type {
@@ -54,10 +64,13 @@ import type {
   AttemptResult,
   Backend,
   BackendCapabilities,
+  ElectedLeader,
+  ElectionWatch,
   LeaseRef,
   ListPage,
   ListRequest,
   LockInfo,
+  ProclaimOutcome,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
@@ -66,6 +79,7 @@ import { downgradeBlocked } from '../../core/rwlock.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { PostgresConnectionSet, type PostgresSettings } from './connection.js';
+import { PostgresElections } from './elections.js';
 import { notGrantedIn } from './listener.js';
 import { listPage } from './listing.js';
 import { PostgresPermits } from './permits.js';
@@ -89,7 +103,7 @@ export class PostgresBackend implements Backend {
   /**
    * Write and read locks; a FIFO line of waiters per key and per semaphore (`leaveQueue`);
    * renewals of one turn go as one statement; semaphore permits; several keys' single attempts
-   * in one statement (`attemptAll`).
+   * in one statement (`attemptAll`); listing; leader elections.
    */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write', 'read'] as const),
@@ -99,10 +113,12 @@ export class PostgresBackend implements Backend {
     permits: true,
     attemptAll: true,
     list: true,
+    election: true,
   });
   readonly #db: PostgresConnectionSet;
   readonly #permits: PostgresPermits;
   readonly #reads: PostgresReads;
+  readonly #elections: PostgresElections;
   /** Deletes rows and permits that expired unreleased, and line entries of vanished waiters. */
   readonly #sweeper = new Sweeper(async () => {
     const { sql } = this.#db;
@@ -113,6 +129,8 @@ export class PostgresBackend implements Backend {
       sql.permits.sweep,
       sql.permits.sweepWaiters,
       sql.reads.sweep,
+      sql.elections.sweep,
+      sql.elections.sweepWaiters,
     ]) {
       const { rowCount } = await this.#db.query(statement, [SWEEP_BATCH]);
       full ||= rowCount === SWEEP_BATCH;
@@ -126,6 +144,7 @@ export class PostgresBackend implements Backend {
     this.#db = new PostgresConnectionSet(settings);
     this.#permits = new PostgresPermits(this.#db);
     this.#reads = new PostgresReads(this.#db);
+    this.#elections = new PostgresElections(this.#db);
   }
 
   /** The schema-qualified lease table, for operators and tests. */
@@ -144,6 +163,13 @@ export class PostgresBackend implements Backend {
    * waiting contender) and report the holder's remaining TTL.
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
+    if (request.election !== undefined) {
+      try {
+        return await this.#elections.attempt(request, request.election.value);
+      } finally {
+        this.#sweeper.start();
+      }
+    }
     if (request.permits !== undefined) {
       try {
         return await this.#permits.attempt(request, request.permits);
@@ -196,7 +222,9 @@ export class PostgresBackend implements Backend {
    * @throws BackendError when the server cannot answer.
    */
   async attemptAll(requests: readonly AttemptRequest[]): Promise<AttemptResult[] | null> {
-    if (requests.some((request) => request.permits !== undefined)) return null;
+    if (requests.some((request) => request.permits !== undefined || request.election)) {
+      return null;
+    }
     const listener = this.#db.listener;
     const mark = listener?.mark() ?? -1;
     const pairs = requests.map((request) => xactLockPairOf(request.key));
@@ -239,6 +267,7 @@ export class PostgresBackend implements Backend {
    * go to the server as one statement: one round trip for many leases.
    */
   renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    if (lease.election === true) return this.#elections.renew(lease, ttlMs);
     return this.#renewals.renew(lease, ttlMs);
   }
 
@@ -278,6 +307,7 @@ export class PostgresBackend implements Backend {
 
   /** Compare-and-delete by owner and token, then NOTIFY the waiters. */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
+    if (lease.election === true) return this.#elections.release(lease);
     if (lease.permits !== undefined) return this.#permits.release(lease);
     const { rows } = await this.#db.run('release', () =>
       this.#db.queryPrepared<{ outcome: ReleaseOutcome }>(this.#db.sql.release, [
@@ -296,6 +326,7 @@ export class PostgresBackend implements Backend {
 
   /** Take the owner out of the key's line only (a grant it holds stays); tell the new head. */
   async leaveQueue(request: AttemptRequest): Promise<void> {
+    if (request.election !== undefined) return this.#elections.withdraw(request, true);
     if (request.permits !== undefined) return this.#permits.withdraw(request, true);
     if (request.mode === 'read') return this.#reads.withdraw(request, true);
     await this.#db.run('leave the line', () =>
@@ -312,6 +343,7 @@ export class PostgresBackend implements Backend {
    * NOTIFY the new head.
    */
   async abandon(request: AttemptRequest): Promise<void> {
+    if (request.election !== undefined) return this.#elections.withdraw(request, false);
     if (request.permits !== undefined) return this.#permits.withdraw(request, false);
     if (request.mode === 'read') return this.#reads.withdraw(request, false);
     await this.#db.run('abandon', () =>
@@ -353,6 +385,29 @@ export class PostgresBackend implements Backend {
       holder: { owner: row.owner, fencingToken, ttlMs: Math.max(0, Number(row.remaining_ms)) },
       lastFencingToken: highest > fencingToken ? highest : fencingToken,
     };
+  }
+
+  /**
+   * Store `value` as the leader's only while `lease.owner` leads with term `lease.fencingToken`
+   * (one UPDATE), and NOTIFY the election's watchers.
+   */
+  proclaim(lease: LeaseRef, value: string): Promise<ProclaimOutcome> {
+    return this.#elections.proclaim(lease, value);
+  }
+
+  /** The live leader of election `key`: one SELECT of its row (one snapshot), or null. */
+  leader(key: string): Promise<ElectedLeader | null> {
+    return this.#elections.leader(key);
+  }
+
+  /**
+   * Watch election `key` on the backend's LISTEN connection: armed once LISTEN is confirmed;
+   * `onChange` after each grant, proclaim, release and withdrawal NOTIFY (and when notices may
+   * have been missed: the connection dropped, or came back). `recheckAfterMs` 30 s; without
+   * notifications, a poll every second.
+   */
+  watchElection(key: string, onChange: () => void): Promise<ElectionWatch> {
+    return this.#elections.watch(key, onChange);
   }
 
   /** Stop the listener and end the pool (a pool you passed in stays open). */

@@ -5,7 +5,9 @@
  * granted (no herd). A notification of a key nobody is lined up for wakes the longest-waiting
  * local waiter of the key. A semaphore's notices (payload `p…`) name the one waiter a freed
  * permit lets in, and go to the semaphore's line (`permitLineOf`), apart from the lock's of the
- * same key.
+ * same key. An election's (payload `e…`, election-sql.ts) name the head of the election's line
+ * (`electionLineOf`) and also reach the election's watchers; an election's change notice
+ * (payload `c0:<key>`, a grant or a proclaim) reaches its watchers only.
  *
  * A release can be notified between an attempt's answer and the moment its waiter registers.
  * So every attempt first takes a `mark` (how many notifications this listener has seen), and a
@@ -13,6 +15,12 @@
  * was not listening yet is -1: that waiter goes as soon as LISTEN is confirmed, and its next
  * attempt is covered. When the connection drops, every waiter goes (and the core's poll,
  * bounded by the holder's remaining TTL, covers the time without a listener).
+ *
+ * Election watchers (`watch`, for `Backend.watchElection`) share this connection: one LISTEN per
+ * backend, however many watches. A watch is armed once LISTEN is confirmed. Notices are lost
+ * only while the connection is down, so every watcher is called when it drops, at each failed
+ * reconnect (every `RECONNECT_PAUSE_MS` while watchers exist: a poll while nothing can be heard)
+ * and once LISTEN is confirmed again.
  */
 import type pg from 'pg';
 import type { NotGranted } from '../../core/backend.js';
@@ -38,6 +46,11 @@ export interface Notice {
   readonly head: string | undefined;
   /** Set for a semaphore's notice: it is for the semaphore's line of `key`, not the lock's. */
   readonly semaphore?: true;
+  /**
+   * Set for an election's notice: `line`, for the election's line of `key` (a release or a
+   * withdrawal; its watchers are told too); `change`, for its watchers only (a grant, a proclaim).
+   */
+  readonly election?: 'line' | 'change';
 }
 
 /**
@@ -49,15 +62,30 @@ export function permitLineOf(key: string): string {
 }
 
 /**
+ * The listener's name of an election's line of waiters: the key after two NULs, which no key or
+ * `permitLineOf` name holds.
+ */
+export function electionLineOf(key: string): string {
+  return `\u0000\u0000${key}`;
+}
+
+/**
  * What a release notification says: the key, and the owner at the head of its line when someone
  * waits (the payload `<owner length>:<owner><key>`, the length in characters, or `0:<key>`); with
  * a leading `p` (`p<owner length>:<owner><key>`), the same for a semaphore, naming the waiter a
- * freed permit lets in. A payload of another form is read as a bare key.
+ * freed permit lets in; with a leading `e`, the same for an election's line; `c0:<key>`, an
+ * election's grant or proclaim (for its watchers). A payload of another form is read as a bare
+ * key.
  */
 export function parseNotice(payload: string): Notice {
-  if (payload.startsWith('p')) {
+  const kind = payload.charAt(0);
+  if (kind === 'p' || kind === 'e' || kind === 'c') {
     const notice = parseAddressed(payload.slice(1));
-    if (notice !== undefined) return { ...notice, semaphore: true };
+    if (notice !== undefined) {
+      if (kind === 'p') return { ...notice, semaphore: true };
+      if (kind === 'e') return { ...notice, election: 'line' };
+      if (notice.head === undefined) return { ...notice, election: 'change' };
+    }
   }
   return parseAddressed(payload) ?? { key: payload, head: undefined };
 }
@@ -98,6 +126,12 @@ export class ReleaseListener {
   readonly #waiters = new Map<string, Set<Waiter>>();
   /** Waiters of any key waiting for LISTEN to be confirmed. */
   readonly #pendingListen = new Set<Waiter>();
+  /** Election key → the `onChange` of its watches (`watch`). */
+  readonly #watchers = new Map<string, Set<() => void>>();
+  /** The next reconnect while watchers exist and the connection is down (unref'd). */
+  #reconnectTimer: NodeJS.Timeout | undefined;
+  /** Why the latest connect or LISTEN failed, for a watch that could not be armed. */
+  #lastFailure: unknown;
 
   /**
    * @param connect opens a dedicated connection (never a pooled one shared with statements).
@@ -148,9 +182,57 @@ export class ReleaseListener {
     return wait.ended.then(() => undefined);
   }
 
+  /**
+   * Call `onChange` after every notice of election `key` (its line's and its changes), and when
+   * notices may have been missed (see the module comment). Resolves once LISTEN is confirmed,
+   * with the function that ends the watch (synchronous, idempotent; no call after it).
+   * @throws the connection's or LISTEN's error when it cannot listen now, or when closed.
+   */
+  async watch(key: string, onChange: () => void): Promise<() => void> {
+    let active = true;
+    const watcher = () => {
+      if (active) onChange();
+    };
+    const stop = () => {
+      if (!active) return;
+      active = false;
+      const set = this.#watchers.get(key);
+      set?.delete(watcher);
+      if (set?.size === 0) this.#watchers.delete(key);
+      if (this.#watchers.size === 0) this.#clearReconnect();
+    };
+    let set = this.#watchers.get(key);
+    if (set === undefined) {
+      set = new Set();
+      this.#watchers.set(key, set);
+    }
+    set.add(watcher);
+    try {
+      await this.#armed();
+    } catch (error) {
+      stop();
+      throw error;
+    }
+    return stop;
+  }
+
+  /** Resolves once LISTEN is confirmed (connecting now, whatever the reconnect pause). */
+  async #armed(): Promise<void> {
+    if (this.#closed) throw new Error('listener is closed');
+    if (this.#listening) return;
+    await this.#connectNow();
+    if (!this.#listening) {
+      throw this.#lastFailure instanceof Error
+        ? this.#lastFailure
+        : new Error('LISTEN was not confirmed');
+    }
+  }
+
   /** Stop listening, wake every waiter, close the connection. */
   async close(): Promise<void> {
     this.#closed = true;
+    this.#clearReconnect();
+    this.#watchers.clear();
     this.#wakeAll();
     await this.#connecting?.catch(() => undefined);
     const client = this.#client;
@@ -167,9 +249,15 @@ export class ReleaseListener {
   #ensureListening(): void {
     if (this.#closed || this.#client !== undefined || this.#connecting !== undefined) return;
     if (performance.now() - this.#failedAt < RECONNECT_PAUSE_MS) return;
-    this.#connecting = this.#listen().finally(() => {
+    void this.#connectNow();
+  }
+
+  /** Connect and LISTEN now, or join the attempt under way; never rejects. */
+  #connectNow(): Promise<void> {
+    this.#connecting ??= this.#listen().finally(() => {
       this.#connecting = undefined;
     });
+    return this.#connecting;
   }
 
   async #listen(): Promise<void> {
@@ -193,15 +281,53 @@ export class ReleaseListener {
       if (this.#client !== client) return;
       this.#listening = true;
       for (const waiter of [...this.#pendingListen]) waiter.wake();
-    } catch {
+      // Changes made while nobody listened were not heard.
+      this.#callWatchers(undefined);
+    } catch (error) {
       this.#failedAt = performance.now();
+      this.#lastFailure = error;
       if (client !== undefined) this.#dropped(client);
+      // Nothing can be heard now: the watchers read again (a poll) and the next try is planned.
+      this.#callWatchers(undefined);
+      this.#planReconnect();
     }
   }
 
+  /** Call the watchers of election `key`, or every watcher (undefined). */
+  #callWatchers(key: string | undefined): void {
+    const sets = key === undefined ? [...this.#watchers.values()] : [this.#watchers.get(key)];
+    for (const set of sets) {
+      for (const watcher of [...(set ?? [])]) {
+        try {
+          watcher();
+        } catch {
+          // A watcher's own failure is not the listener's.
+        }
+      }
+    }
+  }
+
+  /** While watchers exist and nobody listens, try again after `RECONNECT_PAUSE_MS`. */
+  #planReconnect(): void {
+    if (this.#closed || this.#watchers.size === 0 || this.#reconnectTimer !== undefined) return;
+    this.#reconnectTimer = setTimeout(() => {
+      this.#reconnectTimer = undefined;
+      if (this.#watchers.size > 0 && this.#client === undefined) void this.#connectNow();
+    }, RECONNECT_PAUSE_MS);
+    this.#reconnectTimer.unref();
+  }
+
+  #clearReconnect(): void {
+    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer = undefined;
+  }
+
   #notified(payload: string): void {
-    const { key, head, semaphore } = parseNotice(payload);
-    const line = semaphore ? permitLineOf(key) : key;
+    const { key, head, semaphore, election } = parseNotice(payload);
+    if (election !== undefined) this.#callWatchers(key);
+    // A grant or a proclaim lets no waiter in.
+    if (election === 'change') return;
+    const line = semaphore ? permitLineOf(key) : election === 'line' ? electionLineOf(key) : key;
     this.#epoch += 1;
     this.#recent.delete(line);
     this.#recent.set(line, this.#epoch);
@@ -235,6 +361,10 @@ export class ReleaseListener {
     this.#lostAt = this.#epoch;
     client.end().catch(() => undefined);
     this.#wakeAll();
+    if (!this.#closed) {
+      this.#callWatchers(undefined);
+      this.#planReconnect();
+    }
   }
 
   #wakeAll(): void {

@@ -11,6 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import { attemptAllSqlFor, type WriteAttemptInputs } from './attempt-all-sql.js';
+import { electionSqlFor } from './election-sql.js';
 import { listSqlFor } from './list-sql.js';
 import { permitSqlFor } from './permit-sql.js';
 import { readSqlFor } from './read-sql.js';
@@ -46,6 +47,21 @@ export function xactLockPairOf(key: string): [number, number] {
  */
 export function permitLockPairOf(key: string): [number, number] {
   const id = createHash('sha256').update('\u0000').update(key, 'utf8').digest().readBigInt64BE(0);
+  return [Number(BigInt.asIntN(32, id >> 32n)), Number(BigInt.asIntN(32, id))];
+}
+
+/**
+ * The two int4 halves of an election's transaction-level lock, in the same two-argument space
+ * but from a third hash (SHA-256 over two zero bytes, then the key's UTF-8 bytes; no key holds a
+ * zero byte, so no lock's or semaphore's input is the same): an election's grants never wait on
+ * the lock or the semaphore of the same key.
+ */
+export function electionLockPairOf(key: string): [number, number] {
+  const id = createHash('sha256')
+    .update('\u0000\u0000')
+    .update(key, 'utf8')
+    .digest()
+    .readBigInt64BE(0);
   return [Number(BigInt.asIntN(32, id >> 32n)), Number(BigInt.asIntN(32, id))];
 }
 
@@ -169,6 +185,7 @@ WHERE h.key = ${p.key} AND NOT EXISTS (SELECT 1 FROM granted)`;
   const reads = readSqlFor(s);
   const list = listSqlFor(s);
   const attemptAll = attemptAllSqlFor(s, writeAttempt);
+  const elections = electionSqlFor(s);
   /**
    * The sequences, tables, indexes and functions of a schema, each created if missing (the
    * functions replaced), in the order versions added them: a schema of an earlier version gets
@@ -200,7 +217,8 @@ CREATE TABLE IF NOT EXISTS ${waiters} (
 CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON ${waiters} (key, seq);
 ${permits.objects}
 ${reads.objects}
-${attemptAll.objects}`;
+${attemptAll.objects}
+${elections.objects}`;
   return {
     /** The NOTIFY channel of releases in this schema; the payload is the key. */
     channel: channelOf(schema),
@@ -211,7 +229,9 @@ ${attemptAll.objects}`;
      * everything else, so that a schema of an earlier version gets what it lacks).
      */
     ready: `SELECT to_regprocedure($1) IS NOT NULL AS ready`,
-    newestObject: attemptAll.signature,
+    newestObject: elections.signature,
+    /** The leader elections' statements (election-sql.ts). */
+    elections,
     /** The multi-key attempt (attempt-all-sql.ts). */
     attemptAll: attemptAll.attempt,
     /** The semaphores' statements (permit-sql.ts). */

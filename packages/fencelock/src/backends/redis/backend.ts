@@ -52,6 +52,17 @@
  * each held object's live holders, tokens and live line by Redis `TIME`. The cursor is the SCAN
  * cursor, with SCAN's guarantees.
  *
+ * Leader elections (`capabilities.election`, election.ts): an election is a third object of the
+ * key (`<prefix>:{<key>}:election:*`, apart from the lock and the semaphore, and not listed),
+ * granted to candidates as a writer is, in its own FIFO line whose entries carry each candidate's
+ * value. The leader's grant is one string `<owner>:<term>:<value>` with a PX expiry, so the value
+ * goes with the grant (release, withdrawal, expiry), `proclaim` is a compare-and-set of owner and
+ * term on it, and `leader` is one script call (GET + PTTL). The term is the grant's token, from a
+ * counter that never expires (a lock's expires 5 s after its last TTL), seeded by the server
+ * clock in µs as a lock's token is, with the failover epoch in front on Sentinel. Every grant,
+ * hand-over, proclaim, resign and withdrawal publishes on the election's channel; watches ride
+ * the release waiters' one subscriber connection and re-read every second (pub/sub is lossy).
+ *
  * Failover caveat (the Redis documentation, "Distributed locks with Redis"): replication is
  * asynchronous, so a promoted replica may not have the key and grant it again. The fence counter
  * can be lost the same way; the token still rises when the new primary's clock is not behind the
@@ -64,12 +75,15 @@ import type {
   AttemptResult,
   Backend,
   BackendCapabilities,
+  ElectedLeader,
+  ElectionWatch,
   Granted,
   LeaseRef,
   ListPage,
   ListRequest,
   LockInfo,
   NotGranted,
+  ProclaimOutcome,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
@@ -80,6 +94,7 @@ import { BackendError, PermitsMismatchError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { isClusterClient, RedisConnection } from './connection.js';
+import { RedisElections } from './election.js';
 import { composeToken, counterOf, type FailoverEpoch } from './failover-epoch.js';
 import { FENCE_GRACE_MS, fenceTtlMs } from './fence-counter.js';
 import { sharedSlot } from './hash-slot.js';
@@ -89,6 +104,7 @@ import type { NodeRedisClientLike } from './node-redis.js';
 import { ReleaseWaiters } from './release-waiters.js';
 import {
   attemptAllScript,
+  electionAcquireScript,
   inspectLockScript,
   queuedAbandonScript,
   queuedAcquireScript,
@@ -152,9 +168,10 @@ export class RedisBackend implements Backend {
   readonly name = 'redis';
   readonly maxTtlMs = MAX_TIMER_MS;
   /**
-   * Write and read locks in one FIFO of waiters per key (`leaveQueue`). Renewals of one turn go
-   * as one script call (see `renew`); not on a Cluster, where one call cannot span the slots of
-   * many keys, nor for read grants (one call each).
+   * Write and read locks in one FIFO of waiters per key (`leaveQueue`), semaphores, and leader
+   * elections (election.ts). Renewals of one turn go as one script call (see `renew`); not on a
+   * Cluster, where one call cannot span the slots of many keys, nor for read grants and
+   * leaderships (one call each).
    */
   readonly capabilities: BackendCapabilities;
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
@@ -174,6 +191,8 @@ export class RedisBackend implements Backend {
   readonly #readGrants = new Set<string>();
   /** `list`'s pages (listing.ts). */
   readonly #listing: RedisListing;
+  /** The election objects' operations (election.ts). */
+  readonly #elections: RedisElections;
 
   constructor(
     client: Redis | Cluster,
@@ -213,12 +232,21 @@ export class RedisBackend implements Backend {
       permits: true,
       attemptAll: true,
       list: true,
+      election: true,
     });
     this.#prefix = settings.prefix;
     this.#notifications = settings.notifications;
     this.#minReplicas = settings.minReplicas;
     this.#replicaTimeoutMs = settings.replicaTimeoutMs;
     this.#listing = new RedisListing(this.#connection, settings.prefix, epochs);
+    this.#elections = new RedisElections(
+      this.#connection,
+      settings.prefix,
+      this.#waiters,
+      epochs,
+      settings.notifications,
+      settings.commandTimeoutMs,
+    );
   }
 
   /**
@@ -247,6 +275,8 @@ export class RedisBackend implements Backend {
    */
   attempt(request: AttemptRequest): Promise<AttemptResult> {
     if (request.permits !== undefined) return this.#attemptPermit(request, request.permits);
+    if (request.election !== undefined)
+      return this.#attemptCandidate(request, request.election.value);
     if (this.#epochs !== undefined) return this.#attemptWithEpoch(request, this.#epochs);
     const k = this.keysOf(request.key);
     const queue = this.#enterLine(request, k);
@@ -288,6 +318,7 @@ export class RedisBackend implements Backend {
       requests.some(
         (r) =>
           r.permits !== undefined ||
+          r.election !== undefined ||
           r.willWait !== false ||
           r.mode !== first.mode ||
           r.ttlMs !== first.ttlMs,
@@ -380,6 +411,27 @@ export class RedisBackend implements Backend {
       throw new PermitsMismatchError(request.key, permits, Number(reply[1]));
     }
     return this.#answer(request, k, queue, reply, epoch);
+  }
+
+  /**
+   * A candidate's attempt at the key's election object (election-acquire.lua): granted, queued
+   * and answered as a writer's attempt at a lock (the same line rules, hand-over by the
+   * election's channel, failover epoch and replica check); the grant stores `value` and its
+   * token is the leader's term, from a counter that never expires (election.ts).
+   */
+  async #attemptCandidate(request: AttemptRequest, value: string): Promise<AttemptResult> {
+    const e = this.#elections.keysOf(request.key);
+    const queue = this.#enterLine(request, e);
+    const keys = this.#elections.lineKeysOf(e);
+    const args = [request.owner, request.ttlMs, queue ? QUEUE_ENTRY_TTL_MS : 0, value] as const;
+    const [epoch, reply] = await this.#connection.call('acquire', async () => {
+      const before = await this.#epochs?.current();
+      return [
+        before,
+        await electionAcquireScript.run(this.#connection.client, keys, args),
+      ] as const;
+    });
+    return this.#answer(request, e, queue, reply, epoch);
   }
 
   /**
@@ -536,7 +588,7 @@ export class RedisBackend implements Backend {
       requests.map((r, i) =>
         this.#connection
           .call('acquire (release after WAIT)', () =>
-            this.#releaseScript(r.key, r.owner, String(counters[i]), r.permits),
+            this.#releaseScript(r.key, r.owner, String(counters[i]), r.permits, r.election),
           )
           .catch(() => undefined),
       ),
@@ -558,9 +610,11 @@ export class RedisBackend implements Backend {
    * Cluster. A read grant this backend made is renewed by the readers' script, one call each
    * (`read-renew.lua`); a renewal the write path refuses is asked of that script too (a read
    * grant this backend does not know of), which decides `not-held` or `not-owner` for both modes.
+   * A leadership (`election`) is renewed with its value by election-renew.lua, one call each.
    */
   renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     if (lease.permits !== undefined) return this.#renewPermit(lease, ttlMs);
+    if (lease.election) return this.#elections.renew(lease, ttlMs);
     if (this.#readGrants.has(lease.owner)) return this.#renewRead(lease, ttlMs);
     const renewed = this.capabilities.batchRenew
       ? this.#renewals.renew(lease, ttlMs)
@@ -645,19 +699,30 @@ export class RedisBackend implements Backend {
     this.#readGrants.delete(lease.owner);
     return this.#connection
       .call('release', () =>
-        this.#releaseScript(lease.key, lease.owner, this.#counterOf(lease), lease.permits),
+        this.#releaseScript(
+          lease.key,
+          lease.owner,
+          this.#counterOf(lease),
+          lease.permits,
+          lease.election,
+        ),
       )
       .then(releaseOutcomeOf);
   }
 
-  /** The release script of a lock or of a permit (`permits` set), with its keys. */
+  /**
+   * The release script of a lock, of a permit (`permits` set) or of a leadership (`election`
+   * set: election-release.lua), with its keys.
+   */
   #releaseScript(
     key: string,
     owner: string,
     counter: string,
     permits: number | undefined,
+    election: unknown,
   ): Promise<1 | 0 | -1> {
     const { client } = this.#connection;
+    if (election) return this.#elections.release(key, owner, counter);
     if (permits !== undefined) {
       const k = semaphoreKeys(this.#prefix, key);
       const keys = [k.holders, k.tokens, k.permits, k.queue, k.waiters, k.channel] as const;
@@ -695,6 +760,10 @@ export class RedisBackend implements Backend {
   async #withdraw(request: AttemptRequest, operation: 'abandon' | 'leave the line'): Promise<void> {
     const keepGrant = operation === 'leave the line' ? '1' : '0';
     const { client } = this.#connection;
+    if (request.election !== undefined) {
+      await this.#elections.withdraw(request.key, request.owner, keepGrant, operation);
+      return;
+    }
     if (request.permits !== undefined) {
       const k = semaphoreKeys(this.#prefix, request.key);
       this.#waiters.leftLine(k.channel, request.owner);
@@ -773,6 +842,37 @@ export class RedisBackend implements Backend {
    */
   list(request: ListRequest): Promise<ListPage> {
     return this.#listing.page(request);
+  }
+
+  /**
+   * Store `value` with the leader's grant by compare-and-set of owner and term, keeping its TTL,
+   * and publish the change on the election's channel (election-proclaim.lua, one script call).
+   * @throws BackendError when Redis fails.
+   */
+  proclaim(lease: LeaseRef, value: string): Promise<ProclaimOutcome> {
+    return this.#elections.proclaim(lease, value);
+  }
+
+  /**
+   * The leader of election `key`, or null: owner, term, value and PTTL of its one grant string,
+   * read by one read-only script call (election-leader.lua); on Sentinel the term carries the
+   * failover epoch of the connection (read once per connection).
+   * @throws BackendError when Redis fails.
+   */
+  leader(key: string): Promise<ElectedLeader | null> {
+    return this.#elections.leader(key);
+  }
+
+  /**
+   * Subscribe to election `key`'s channel on this backend's one subscriber connection (the
+   * release waiters'; none per watch), resolved once Redis confirmed the SUBSCRIBE: `onChange` is
+   * called on every grant, hand-over, proclaim, resign and withdrawal, and whenever the
+   * subscriber reconnects. A grant's expiry is not published. `recheckAfterMs` 1 s (pub/sub is
+   * lossy); with `notifications: false` nothing is subscribed and observers poll every 0.5 s.
+   * @throws BackendError when the SUBSCRIBE is not confirmed within `commandTimeoutMs`.
+   */
+  watchElection(key: string, onChange: () => void): Promise<ElectionWatch> {
+    return this.#elections.watch(key, onChange);
   }
 
   /** Wake local waiters, quit the subscriber and (if owned) the client, each within 1 s. */

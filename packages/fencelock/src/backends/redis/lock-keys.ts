@@ -75,3 +75,34 @@ export function semaphoreKeys(prefix: string, key: string): SemaphoreKeys {
     channel: `${base}:released`,
   };
 }
+
+/**
+ * The Redis keys of one leader election (`election-line.lua` says what each holds). They share
+ * the `{key}` hash tag of the lock and the semaphore of the same key, under names of their own
+ * (none ends with a name `list` takes for a lock or a semaphore): an election is a third object
+ * of the key. Only `term` never expires.
+ */
+export interface ElectionKeys {
+  /** `<owner>:<term>:<value>` of the leader, with a PX expiry. */
+  readonly leader: string;
+  /** The election's last term: its fencing counter, without expiry. */
+  readonly term: string;
+  /** List of waiting candidates, head first. */
+  readonly queue: string;
+  /** Hash of the candidates' entries: expiry, requested TTL and value by owner. */
+  readonly waiters: string;
+  /** Pub/sub channel of the election's changes and hand-overs. */
+  readonly channel: string;
+}
+
+/** The keys of election `key` under `prefix`. */
+export function electionKeys(prefix: string, key: string): ElectionKeys {
+  const base = `${prefix}:{${key}}:election`;
+  return {
+    leader: `${base}:leader`,
+    term: `${base}:term`,
+    queue: `${base}:queue`,
+    waiters: `${base}:waiters`,
+    channel: `${base}:changed`,
+  };
+}

@@ -8,6 +8,11 @@
  * an older version of the scripts wrote) only wakes it. This registry only receives the
  * messages. Pub/sub is lossy: a wait always ends by `maxMs` too, and the core attempts again (an
  * attempt by the owner a lost message handed the key to is answered with its grant).
+ *
+ * The same subscriber carries the watches of elections (`watch`, for `watchElection`): a watcher
+ * is called on every message of its election's channel (hand-overs to candidates, and the `*`
+ * the election scripts publish on each other change), and on every (re)connection of the
+ * subscriber, when messages may have been lost. No connection is opened per watch.
  */
 import type { Cluster, Redis } from 'ioredis';
 import { startWait } from '../../core/wait.js';
@@ -47,6 +52,10 @@ interface Channel {
   confirmed: boolean;
   /** A SUBSCRIBE for the channel is out (at most one at a time). */
   subscribing: boolean;
+  /** Election watchers, called on every message of the channel (`watch`). */
+  readonly watchers: Set<() => void>;
+  /** Watches waiting for the channel's subscription to be confirmed (armed). */
+  readonly arming: Set<() => void>;
 }
 
 /** The waiters of this process on release channels, by channel. */
@@ -122,6 +131,75 @@ export class ReleaseWaiters {
     return wait.ended.then(() => handoff);
   }
 
+  /**
+   * Call `onChange` on every message of `channel` (an election's), and on every reconnection of
+   * the subscriber, until the returned `stop` is called. Resolves once the server confirmed the
+   * channel's subscription (armed: every message published after it reaches `onChange` while the
+   * connection holds), or at once when it was confirmed before. `stop` is synchronous and
+   * idempotent, calls nothing after it, and drops the channel's subscription at once when no
+   * waiter of this process needs it.
+   * @throws Error when the subscription is not confirmed within `timeoutMs` (the server is
+   *   unreachable, or an ACL refuses SUBSCRIBE), or the registry is closed meanwhile.
+   */
+  async watch(channel: string, onChange: () => void, timeoutMs: number): Promise<() => void> {
+    if (this.#closed) throw new Error('backend is closed');
+    const entry = this.#entryOf(channel);
+    clearTimeout(entry.linger);
+    let active = true;
+    const watcher = () => {
+      if (active) onChange();
+    };
+    entry.watchers.add(watcher);
+    const stop = () => {
+      if (!active) return;
+      active = false;
+      entry.watchers.delete(watcher);
+      this.#dropIfIdle(channel, entry);
+    };
+    if (entry.confirmed) return stop;
+    let timer: NodeJS.Timeout | undefined;
+    let armed: (() => void) | undefined;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        armed = resolve;
+        entry.arming.add(resolve);
+        timer = setTimeout(
+          () => reject(new Error(`SUBSCRIBE ${channel} not confirmed within ${timeoutMs} ms`)),
+          timeoutMs,
+        );
+        this.#sendSubscribe(channel, entry);
+      });
+    } catch (error) {
+      stop();
+      throw error;
+    } finally {
+      clearTimeout(timer);
+      if (armed) entry.arming.delete(armed);
+    }
+    if (this.#closed) {
+      stop();
+      throw new Error('backend is closed');
+    }
+    return stop;
+  }
+
+  /**
+   * A channel nobody of this process uses any more (no waiter, watcher or owner in its line) is
+   * unsubscribed now; one whose line still has owners of this process lingers as after a wait.
+   */
+  #dropIfIdle(channel: string, entry: Channel): void {
+    if (entry.waiters.size > 0 || entry.watchers.size > 0 || this.#closed) return;
+    if (entry.queued.size > 0 || entry.missed.size > 0) {
+      this.#scheduleUnsubscribe(channel, entry);
+      return;
+    }
+    if (this.#channels.get(channel) !== entry) return;
+    clearTimeout(entry.linger);
+    this.#channels.delete(channel);
+    // A SUBSCRIBE still out is undone on its answer.
+    if (entry.confirmed) this.#subscriber?.unsubscribe(channel).catch(() => undefined);
+  }
+
   /** Wake every waiter now, then quit the subscriber connection (within 1 s). */
   async close(): Promise<void> {
     if (this.#closed) return;
@@ -129,6 +207,8 @@ export class ReleaseWaiters {
     for (const channel of this.#channels.values()) {
       clearTimeout(channel.linger);
       for (const waiter of channel.waiters) waiter.wake(undefined);
+      channel.watchers.clear();
+      for (const armed of channel.arming) armed();
     }
     this.#channels.clear();
     if (this.#subscriber) await quit(this.#subscriber, CLOSE_TIMEOUT_MS);
@@ -145,6 +225,8 @@ export class ReleaseWaiters {
       linger: undefined,
       confirmed: false,
       subscribing: false,
+      watchers: new Set(),
+      arming: new Set(),
     };
     this.#channels.set(channel, entry);
     return entry;
@@ -173,6 +255,7 @@ export class ReleaseWaiters {
         } else if (!current.confirmed) {
           current.confirmed = true;
           for (const waiter of current.waiters) waiter.wake(undefined);
+          for (const armed of current.arming) armed();
         }
       },
       () => {
@@ -185,7 +268,13 @@ export class ReleaseWaiters {
     if (this.#closed) return;
     clearTimeout(entry.linger);
     entry.linger = setTimeout(() => {
-      if (entry.waiters.size > 0 || this.#channels.get(channel) !== entry) return;
+      if (
+        entry.waiters.size > 0 ||
+        entry.watchers.size > 0 ||
+        this.#channels.get(channel) !== entry
+      ) {
+        return;
+      }
       this.#channels.delete(channel);
       // Never subscribed: nothing to undo (a SUBSCRIBE still out is undone on its answer).
       if (entry.confirmed) this.#subscriber?.unsubscribe(channel).catch(() => undefined);
@@ -210,12 +299,15 @@ export class ReleaseWaiters {
     // confirmed ones again by itself).
     subscriber.on('ready', () => {
       for (const [channel, entry] of this.#channels) this.#sendSubscribe(channel, entry);
+      // Messages published while the subscriber was away are lost: watchers read again.
+      for (const entry of this.#channels.values()) notifyAll(entry.watchers);
     });
     if (subscriber.status === 'wait') subscriber.connect().catch(() => undefined);
     subscriber.on('message', (channel: string, message: string) => {
       const receivedAt = performance.now();
       const entry = this.#channels.get(channel);
       if (entry === undefined) return;
+      notifyAll(entry.watchers);
       // The message names the head of the line (and, mostly, the grant handed to it): wake that
       // waiter only, if it is one of ours.
       const [owner = '', counter = '', ttl] = message.split(':');
@@ -234,5 +326,16 @@ export class ReleaseWaiters {
     });
     this.#subscriber = subscriber;
     return subscriber;
+  }
+}
+
+/** Call each watcher; one that throws does not keep the others from being called. */
+function notifyAll(watchers: ReadonlySet<() => void>): void {
+  for (const watcher of [...watchers]) {
+    try {
+      watcher();
+    } catch {
+      // A watcher's own failure is its own.
+    }
   }
 }

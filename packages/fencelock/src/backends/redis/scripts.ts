@@ -241,6 +241,63 @@ export const listScript = defineScript<
     | [3, (string | number)[], number, number]
   )[]
 >('list');
+/** The keys of the election scripts that may grant or hand over (election-line.lua). */
+type ElectionLineKeys = readonly [
+  leaderKey: string,
+  termKey: string,
+  queueKey: string,
+  waitersKey: string,
+  channel: string,
+];
+/** lock-line.lua (the clock) and election-line.lua precede every election script that needs them. */
+const ELECTION_LINE = ['lock-line', 'election-line'];
+
+/**
+ * A candidate's attempt at an election: `[1, term]`, or `[0, ms]` as `queuedAcquireScript`
+ * answers (`waiterTtlMs` 0: a single attempt, never queued). The grant stores `value`; the term
+ * is max(last term + 1, server clock in µs) from a counter that never expires.
+ */
+export const electionAcquireScript = defineScript<
+  ElectionLineKeys,
+  readonly [owner: string, ttlMs: number, waiterTtlMs: number, value: string],
+  [1, string] | [0, number]
+>('election-acquire', SCRIPTS, ELECTION_LINE);
+/** Renew a leader's grant by owner and term: 1 renewed, 0 not held, -1 not owner. */
+export const electionRenewScript = defineScript<
+  readonly [leaderKey: string],
+  readonly [owner: string, term: string, ttlMs: number],
+  1 | 0 | -1
+>('election-renew');
+/** Replace the leader's value by owner and term: 1 proclaimed, 0 not held, -1 not owner. */
+export const electionProclaimScript = defineScript<
+  readonly [leaderKey: string, channel: string],
+  readonly [owner: string, term: string, value: string],
+  1 | 0 | -1
+>('election-proclaim');
+/**
+ * Resign by owner and term, handing the election to the head of the line (first TTL of
+ * min(its ttlMs, `firstTtlCapMs`)): 1 released, 0 not held, -1 not owner.
+ */
+export const electionReleaseScript = defineScript<
+  ElectionLineKeys,
+  readonly [owner: string, term: string, firstTtlCapMs: number],
+  1 | 0 | -1
+>('election-release', SCRIPTS, ELECTION_LINE);
+/**
+ * Withdraw a candidate: leave the line and, unless `keepGrant` is '1', delete its grant; 1
+ * deleted a grant, 0 not. An election this leaves without a leader is handed over.
+ */
+export const electionAbandonScript = defineScript<
+  ElectionLineKeys,
+  readonly [owner: string, keepGrant: '0' | '1', firstTtlCapMs: number],
+  1 | 0
+>('election-abandon', SCRIPTS, ELECTION_LINE);
+/** The leader, read-only: `["<owner>:<term>:<value>", PTTL]`, or `[]` when nobody leads. */
+export const electionLeaderScript = defineScript<
+  readonly [leaderKey: string],
+  readonly [],
+  [] | [string, number]
+>('election-leader');
 /** Inspect: `[value | null, PTTL, last token | null]` (null once the fence counter expired). */
 export const inspectScript = defineScript<
   LockKeys,

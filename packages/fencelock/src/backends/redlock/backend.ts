@@ -73,6 +73,18 @@
  * Listing (`list`, listing.ts): each node's keyspace in turn, one `SCAN` per page, and the Redis
  * backend's read-only list.lua on every node; a holder is listed when a quorum of nodes (the
  * lock's, or the permit quorum) shows its owner and token, once, from the first node showing it.
+ * Elections are not listed.
+ *
+ * Leader elections (`locker.election(key)`, election.ts): a third object of the key on every
+ * node (`electionKeys`: `<prefix>:{<key>}:election:*`), apart from its lock and semaphore: the
+ * leader's hash (owner, term, value) with the grant's TTL, a term counter that never expires, and
+ * a line as a lock's. A campaign, a renewal, a proclaim (compare-and-set of the value by owner and
+ * term) and a resignation each need a majority, as a lock's grant does; the term is the grant's
+ * fencing token: each node issues max(last term + 1, its clock in µs), and the term is the one a
+ * majority issued, else the highest, settled on a majority before the grant is answered.
+ * `leader` is one read-only script call per node (all at once) and reports the (owner, term,
+ * value) a majority shows. Watches subscribe to the election's channel on every node (armed on a
+ * majority); every change publishes there, the expiry of a grant does not.
  */
 import type { Redis } from 'ioredis';
 import type {
@@ -80,10 +92,13 @@ import type {
   AttemptResult,
   Backend,
   BackendCapabilities,
+  ElectedLeader,
+  ElectionWatch,
   LeaseRef,
   ListPage,
   ListRequest,
   LockInfo,
+  ProclaimOutcome,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
@@ -99,6 +114,8 @@ import {
   type SemaphoreKeys,
 } from '../redis/lock-keys.js';
 import { LINE_RECHECK_MS, REDLOCK_ENTRY_TTL_MS } from '../waiting-line.js';
+import { type ElectionKeys, RedlockElections } from './election.js';
+import { ElectionWatches } from './election-watch.js';
 import { LineWaits } from './line-waits.js';
 import { RedlockListing } from './listing.js';
 import type { RedlockNode } from './node.js';
@@ -135,6 +152,7 @@ export class RedlockBackend implements Backend {
     permits: true,
     attemptAll: false,
     list: true,
+    election: true,
   });
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   /** Votes a lock needs: a majority of the nodes. */
@@ -150,6 +168,10 @@ export class RedlockBackend implements Backend {
   readonly #permits: RedlockPermits;
   /** `list`'s pages (listing.ts). */
   readonly #listing: RedlockListing;
+  /** Leader elections (`AttemptRequest.election`, election.ts), voted on by a majority. */
+  readonly #elections: RedlockElections;
+  /** The elections' watches: one subscriber connection per node while any is live. */
+  readonly #watches: ElectionWatches;
 
   /**
    * @param nodes an odd number ≥ 3 of independent nodes (checked by `createRedlockBackend`).
@@ -173,6 +195,13 @@ export class RedlockBackend implements Backend {
       prefix,
       Math.max(nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS),
     );
+    const slowTimeoutMs = Math.max(nodeTimeoutMs, SLOW_VOTE_TIMEOUT_MS);
+    this.#watches = new ElectionWatches(this.name, nodes, this.quorum, slowTimeoutMs);
+    this.#elections = new RedlockElections(this.#voter, this.#line, this.#restarts, this.#watches, {
+      prefix,
+      nodeTimeoutMs,
+      slowTimeoutMs,
+    });
   }
 
   /** The nodes, in the order given. */
@@ -188,6 +217,11 @@ export class RedlockBackend implements Backend {
   /** The Redis keys of a semaphore on every node (as the single-node backend's). */
   semaphoreKeysOf(key: string): SemaphoreKeys {
     return this.#permits.keysOf(key);
+  }
+
+  /** The Redis keys of an election on every node (election.ts). */
+  electionKeysOf(key: string): ElectionKeys {
+    return this.#elections.keysOf(key);
   }
 
   /** Votes a permit of a semaphore of `permits` needs (`permitQuorumOf`). */
@@ -208,6 +242,7 @@ export class RedlockBackend implements Backend {
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     if (request.permits !== undefined) return this.#permits.attempt(request, request.permits);
+    if (request.election !== undefined) return this.#elections.attempt(request);
     const k = this.keysOf(request.key);
     const waiting = request.willWait !== false;
     // A release message that names this owner while the vote runs is kept for its next wait.
@@ -314,16 +349,20 @@ export class RedlockBackend implements Backend {
   async #sendRenewals(batch: readonly RenewalRequest[]): Promise<(RenewResult | Error)[]> {
     // Each lease is voted on with its own per-node timeout (a tenth of its TTL at most): one
     // script call per node for each timeout among the batch.
-    const byTimeout = new Map<number, number[]>();
+    // Leaderships (`lease.election`) go in calls of their own (renew-leaders-on-node.lua).
+    const byTimeout = new Map<string, number[]>();
     batch.forEach((r, i) => {
-      const timeoutMs = this.#voter.timeoutFor(r.ttlMs);
-      byTimeout.set(timeoutMs, [...(byTimeout.get(timeoutMs) ?? []), i]);
+      const group = `${r.lease.election === true ? 'e' : 'l'}${this.#voter.timeoutFor(r.ttlMs)}`;
+      byTimeout.set(group, [...(byTimeout.get(group) ?? []), i]);
     });
     const outcomes: (RenewResult | Error)[] = new Array(batch.length);
     await Promise.all(
-      [...byTimeout].map(async ([timeoutMs, indexes]) => {
+      [...byTimeout].map(async ([kind, indexes]) => {
         const group = indexes.map((i) => batch[i]!);
-        const results = await this.#renewGroup(group, timeoutMs);
+        const timeoutMs = Number(kind.slice(1));
+        const results = kind.startsWith('e')
+          ? await this.#elections.renewGroup(group, timeoutMs)
+          : await this.#renewGroup(group, timeoutMs);
         indexes.forEach((i, n) => {
           outcomes[i] = results[n]!;
         });
@@ -342,39 +381,14 @@ export class RedlockBackend implements Backend {
       return [k.lock, k.readers, k.readerTokens];
     });
     const args = batch.flatMap((r) => [r.lease.owner, String(r.lease.fencingToken), r.ttlMs]);
-    const renewedOn = (results: readonly NodeResult<(1 | 0 | -1)[]>[], i: number) =>
-      results.filter((r) => r.status === 'ok' && r.value[i] === 1).length;
-    const renewing = this.#vote(
+    return this.#voter.renewBatch(
+      batch,
+      this.quorum,
       timeoutMs,
       (client) => renewManyOnNodeScript.run(client, keys, args),
-      (results) =>
-        batch.every((_, i) =>
-          this.#voter.decided(this.quorum, renewedOn(results, i), results.length),
-        ),
+      (r) => this.#restarts.renewed(r.lease.owner, r.ttlMs),
+      (key, votes) => this.#verdict(key, 'renew', votes),
     );
-    const early = await renewing.early;
-    const outcomes: (RenewResult | Error | undefined)[] = batch.map((r, i) => {
-      if (renewedOn(early, i) < this.quorum) return undefined;
-      this.#restarts.renewed(r.lease.owner, r.ttlMs);
-      return { ok: true, ttlMs: r.ttlMs };
-    });
-    if (outcomes.every((o) => o !== undefined)) return outcomes as RenewResult[];
-    const all = await renewing.all;
-    return batch.map((r, i) => {
-      const decided = outcomes[i];
-      if (decided !== undefined) return decided;
-      // This lease's vote: each node's code for it.
-      const votes = all.map(
-        (n): NodeResult<1 | 0 | -1> =>
-          n.status === 'ok' ? { node: n.node, status: 'ok', value: n.value[i] ?? 0 } : n,
-      );
-      try {
-        const verdict = this.#verdict(r.lease.key, 'renew', votes);
-        return { ok: false, reason: verdict === 'released' ? 'not-held' : verdict };
-      } catch (error) {
-        return error as Error;
-      }
-    });
   }
 
   /**
@@ -384,6 +398,7 @@ export class RedlockBackend implements Backend {
    */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     if (lease.permits !== undefined) return this.#permits.release(lease, lease.permits);
+    if (lease.election === true) return this.#elections.release(lease);
     const k = this.keysOf(lease.key);
     const released = (r: NodeResult<1 | 0 | -1>) => r.status === 'ok' && r.value === 1;
     const early = await this.#vote(
@@ -410,6 +425,7 @@ export class RedlockBackend implements Backend {
    */
   async abandon(request: AttemptRequest): Promise<void> {
     if (request.permits !== undefined) return this.#permits.abandon(request, request.permits);
+    if (request.election !== undefined) return this.#elections.abandon(request);
     this.#restarts.ended(request.owner);
     this.#leftLine(request);
     await this.#withdraw(request, 'everything');
@@ -421,6 +437,7 @@ export class RedlockBackend implements Backend {
    */
   async leaveQueue(request: AttemptRequest): Promise<void> {
     if (request.permits !== undefined) return this.#permits.leaveQueue(request, request.permits);
+    if (request.election !== undefined) return this.#elections.leaveQueue(request);
     this.#leftLine(request);
     await this.#withdraw(request, 'place');
   }
@@ -540,12 +557,41 @@ export class RedlockBackend implements Backend {
     return this.#listing.page(request);
   }
 
+  /**
+   * Compare-and-set a leader's value by owner and term on every node (election.ts): `proclaimed`
+   * once a majority stored it, `not-held` / `not-owner` once a majority refused it.
+   * @throws QuorumError when neither (nothing is rolled back: the value is then the old or the
+   *   new one, as after a lost reply; proclaiming again settles it).
+   */
+  proclaim(lease: LeaseRef, value: string): Promise<ProclaimOutcome> {
+    return this.#elections.proclaim(lease, value);
+  }
+
+  /**
+   * The (owner, term, value) a majority of the nodes shows (one read-only script call per node,
+   * all at once), or null when none has a majority.
+   * @throws QuorumError when fewer than a majority answered.
+   */
+  leader(key: string): Promise<ElectedLeader | null> {
+    return this.#elections.leader(key);
+  }
+
+  /**
+   * Subscribe to the election's channel on every node (one subscriber connection per node while
+   * any watch is live); armed once a majority confirmed. `recheckAfterMs`: 1 s (pub/sub is lossy).
+   * @throws QuorumError when fewer than a majority confirmed.
+   */
+  watchElection(key: string, onChange: () => void): Promise<ElectionWatch> {
+    return this.#elections.watch(key, onChange);
+  }
+
   /** Quit the connections this backend opened, each within 1 s. */
   async close(): Promise<void> {
     if (this.#voter.closed) return;
     this.#voter.close();
     this.#restarts.close();
     await Promise.all([
+      this.#watches.close(),
       this.#line.close(),
       ...this.#nodes.filter((n) => n.owned).map((n) => quit(n.client, CLOSE_TIMEOUT_MS)),
     ]);

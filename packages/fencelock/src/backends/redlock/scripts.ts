@@ -175,3 +175,100 @@ export const settlePermitTokenScript = defineScript<
   readonly [owner: string, token: string, fenceTtlMs: number],
   1 | 0
 >('settle-permit-token', SCRIPTS, SEMAPHORE_LINE);
+
+/** The fragments the election scripts begin with: the line's, then the leader hash's. */
+const ELECTION_LINE = ['line', 'election-line'];
+
+/** An election's keys on one node that a campaign touches (`ElectionKeys`, election.ts). */
+type CampaignKeys = readonly [
+  leaderKey: string,
+  termKey: string,
+  queueKey: string,
+  waitersKey: string,
+  changedChannel: string,
+];
+
+/** An election's keys on one node that a resignation or a withdrawal touches. */
+type CandidateLineKeys = readonly [
+  leaderKey: string,
+  queueKey: string,
+  waitersKey: string,
+  channel: string,
+  changedChannel: string,
+];
+
+/**
+ * Grant an election on one node, in the order of its line, storing the candidate's value with
+ * the grant: `[1, node term]` (the larger of the node's last term + 1 and its clock in whole ms,
+ * in µs; the counter never expires) or `[0, ms]` as `grantOnNodeScript` answers. The same owner
+ * asking again has its grant refreshed, its value kept. Publishes on the watchers' channel.
+ */
+export const campaignOnNodeScript = defineScript<
+  CampaignKeys,
+  readonly [owner: string, ttlMs: number, ticket: string, waiterTtlMs: number, value: string],
+  [1, string] | [0, number]
+>('campaign-on-node', SCRIPTS, ELECTION_LINE);
+
+/**
+ * After an election's grant on a quorum, write the combined term on one node where this owner
+ * leads, and raise its term counter to it: 1 settled, 0 this owner does not lead here.
+ */
+export const settleTermOnNodeScript = defineScript<
+  readonly [leaderKey: string, termKey: string, changedChannel: string],
+  readonly [owner: string, term: string],
+  1 | 0
+>('settle-term-on-node', SCRIPTS, ELECTION_LINE);
+
+/**
+ * Compare-and-set an election's value on one node by owner and term: 1 stored (watchers told), 0
+ * nobody leads here, -1 another owner or term leads.
+ */
+export const proclaimOnNodeScript = defineScript<
+  readonly [leaderKey: string, changedChannel: string],
+  readonly [owner: string, term: string, value: string],
+  1 | 0 | -1
+>('proclaim-on-node', SCRIPTS, ['election-line']);
+
+/** An election's leader on one node, read atomically: `[owner, term, value, PTTL ms]` or `[]`. */
+export const leaderOnNodeScript = defineScript<
+  readonly [leaderKey: string],
+  readonly [],
+  [string, string, string, number] | []
+>('leader-on-node', SCRIPTS);
+
+/**
+ * Compare-and-delete an election's leader on one node by owner and term, waking the head of the
+ * line and telling the watchers: 1 released, 0 nobody leads here, -1 another owner or term.
+ */
+export const resignOnNodeScript = defineScript<
+  CandidateLineKeys,
+  readonly [owner: string, term: string],
+  1 | 0 | -1
+>('resign-on-node', SCRIPTS, ELECTION_LINE);
+
+/**
+ * Withdraw a candidate on one node: delete its leadership whatever the term (unless `keepGrant`),
+ * and take it out of the line (unless `keepPlace`: its entry is then written with `ticket`,
+ * living `waiterTtlMs`). 1 deleted its leadership, 0 nothing of it led here.
+ */
+export const withdrawCandidateOnNodeScript = defineScript<
+  CandidateLineKeys,
+  readonly [
+    owner: string,
+    keepGrant: '0' | '1',
+    keepPlace: '0' | '1',
+    ticket: string,
+    waiterTtlMs: number,
+  ],
+  1 | 0
+>('withdraw-candidate-on-node', SCRIPTS, ELECTION_LINE);
+
+/**
+ * Renew many leaderships on one node in one call: one leader hash per key, arguments in triples
+ * (owner, term, ttlMs); one code per leadership, 1 renewed, 0 nobody leads, -1 another leads.
+ */
+export const renewLeadersOnNodeScript = defineScript<
+  readonly string[],
+  readonly (string | number)[],
+  (1 | 0 | -1)[]
+>('renew-leaders-on-node', SCRIPTS, ['election-line']);

@@ -5,6 +5,8 @@
  * (backend.ts) and the permit operations (permits.ts), which decide on the answers themselves.
  */
 import type { Redis } from 'ioredis';
+import type { ReleaseOutcome, RenewResult } from '../../core/backend.js';
+import type { RenewalRequest } from '../../core/renewal-batch.js';
 import { BackendError } from '../../errors.js';
 import { unreachableAt } from '../unreachable.js';
 import type { RedlockNode } from './node.js';
@@ -95,6 +97,51 @@ export class NodeVoter {
       timeoutMs,
       decided,
     );
+  }
+
+  /**
+   * One vote over every node on renewing `batch`, each node answering 1 (renewed), 0 (not held)
+   * or -1 (another owner) for every lease in one script call, each lease decided on its own
+   * `quorum`: renewed as soon as a quorum renewed it (`onRenewed` is told), else once every node
+   * answered, by `verdictOf` (not-held / not-owner, or an error without a majority).
+   * @param run the batch's script on one node.
+   */
+  async renewBatch(
+    batch: readonly RenewalRequest[],
+    quorum: number,
+    timeoutMs: number,
+    run: (client: Redis) => Promise<(1 | 0 | -1)[]>,
+    onRenewed: (request: RenewalRequest) => void,
+    verdictOf: (key: string, votes: readonly NodeResult<1 | 0 | -1>[]) => ReleaseOutcome,
+  ): Promise<(RenewResult | Error)[]> {
+    const renewedOn = (results: readonly NodeResult<(1 | 0 | -1)[]>[], i: number) =>
+      results.filter((r) => r.status === 'ok' && r.value[i] === 1).length;
+    const renewing = this.run(timeoutMs, run, (results) =>
+      batch.every((_, i) => this.decided(quorum, renewedOn(results, i), results.length)),
+    );
+    const early = await renewing.early;
+    const outcomes = batch.map((r, i): RenewResult | undefined => {
+      if (renewedOn(early, i) < quorum) return undefined;
+      onRenewed(r);
+      return { ok: true, ttlMs: r.ttlMs };
+    });
+    if (outcomes.every((o) => o !== undefined)) return outcomes as RenewResult[];
+    const all = await renewing.all;
+    return batch.map((r, i) => {
+      const decided = outcomes[i];
+      if (decided !== undefined) return decided;
+      // This lease's vote: each node's code for it.
+      const votes = all.map(
+        (n): NodeResult<1 | 0 | -1> =>
+          n.status === 'ok' ? { node: n.node, status: 'ok', value: n.value[i] ?? 0 } : n,
+      );
+      try {
+        const verdict = verdictOf(r.lease.key, votes);
+        return { ok: false, reason: verdict === 'released' ? 'not-held' : verdict };
+      } catch (error) {
+        return error as Error;
+      }
+    });
   }
 
   /**

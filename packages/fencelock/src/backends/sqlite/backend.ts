@@ -42,6 +42,15 @@
  * counter; it commits only when every key was granted, and otherwise rolls back, writing nothing
  * (no token spent, no commit seen by other connections' waiters).
  *
+ * A leader election (`AttemptRequest.election`, election.ts) is a third object of a key, in tables
+ * of its own: the leader's row in `fencelock_leaders` (owner, term, the value it campaigned with
+ * or last proclaimed, expiry) and its line of candidates in `fencelock_candidates`, granted by a
+ * lock's rules, its term the next value of the same counter (so above every earlier term of the
+ * election, whatever time it stood idle). `proclaim` is a compare-and-set of owner and term in
+ * one transaction, `leader` one statement. `watchElection` (election-watch.ts) has one poller per
+ * backend that reads the change signal the waiters use (`data_version` and this connection's own
+ * election commits) while any watch is armed, and calls the watches whose leader changed.
+ *
  * One host only: SQLite's locking is unreliable on network file systems, and the lease clock is
  * the host's.
  */
@@ -53,10 +62,13 @@ import type {
   AttemptResult,
   Backend,
   BackendCapabilities,
+  ElectedLeader,
+  ElectionWatch,
   LeaseRef,
   ListPage,
   ListRequest,
   LockInfo,
+  ProclaimOutcome,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
@@ -65,6 +77,8 @@ import { BackendError, PermitsMismatchError } from '../../errors.js';
 import { MAX_TIMER_MS } from '../../options.js';
 import { parseKeyListCursor } from '../list-cursor.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
+import { Elections } from './election.js';
+import { ElectionWatches } from './election-watch.js';
 import { type LineView, watchLine } from './line-watch.js';
 import { HeldKeys } from './listing.js';
 import { DOWNGRADE_BLOCKED, ReadGrants } from './readers.js';
@@ -108,7 +122,7 @@ export class SqliteBackend implements Backend {
   /**
    * Read and write locks; a FIFO line of waiters per key (both modes) and per semaphore
    * (`leaveQueue`); semaphore permits; several keys' single attempts in one transaction
-   * (`attemptAll`).
+   * (`attemptAll`); leader elections (their own line, `proclaim`, `leader`, `watchElection`).
    */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write', 'read'] as const),
@@ -118,6 +132,7 @@ export class SqliteBackend implements Backend {
     permits: true,
     attemptAll: true,
     list: true,
+    election: true,
   });
   readonly #db: Database.Database;
   readonly #attempt: (request: AttemptRequest) => AttemptResult;
@@ -138,6 +153,12 @@ export class SqliteBackend implements Backend {
   readonly #line: LineView;
   /** Commits of this connection that can let a waiter in (they do not move `data_version`). */
   #localChanges = 0;
+  /** The elections' rows and line (election.ts). */
+  readonly #elections: Elections;
+  /** The election watches and their poller (election-watch.ts). */
+  readonly #watches: ElectionWatches;
+  /** Commits of this connection that may have changed an election's leader or value. */
+  #electionChanges = 0;
 
   constructor(config: SqliteUrlConfig) {
     let db: Database.Database;
@@ -339,6 +360,19 @@ export class SqliteBackend implements Backend {
     };
     this.#semaphores = new Semaphores(db, this.#line);
     this.#held = new HeldKeys(db);
+    const elections = new Elections(db, this.#line);
+    this.#elections = elections;
+    this.#watches = new ElectionWatches(
+      {
+        isOpen: () => db.open,
+        dataVersion: () => dataVersion.get() as bigint,
+        electionChanges: () => this.#electionChanges,
+      },
+      (key) => {
+        const leader = elections.leader(key);
+        return leader === null ? null : `${leader.owner} ${leader.term} ${leader.value}`;
+      },
+    );
 
     this.#inspect = (key: string): LockInfo => {
       const row = read.get(key);
@@ -361,7 +395,8 @@ export class SqliteBackend implements Backend {
    * One IMMEDIATE transaction: take a free or expired row with a token from the database's
    * counter (deleting up to `SWEEP_LIMIT` expired rows of each table first), or report the
    * holder's remaining TTL. With `permits`, a semaphore's permit (semaphores.ts); with `mode`
-   * `read`, a read grant (readers.ts).
+   * `read`, a read grant (readers.ts); with `election`, the election's leadership, its value
+   * stored with it (election.ts).
    * @throws PermitsMismatchError when the semaphore's live holders or waiters use another count.
    * @throws InvalidArgumentError (`downgradeBlocked`) for a read attempt past the caller's own
    * writer (`heldWriter`) while another writer waits in the line; the attempt is withdrawn.
@@ -369,6 +404,11 @@ export class SqliteBackend implements Backend {
    */
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     const { permits } = request;
+    if (request.election !== undefined) {
+      // A refused candidate may have joined the line, a granted one changed the leader.
+      this.#electionChanges += 1;
+      return this.#run('attempt', () => this.#elections.attempt(request));
+    }
     if (request.mode === 'read') {
       const answer = this.#run('attempt', () => this.#readers.attempt(request));
       if (answer === DOWNGRADE_BLOCKED) throw downgradeBlocked(request.key);
@@ -389,13 +429,14 @@ export class SqliteBackend implements Backend {
    * commit (`data_version` stays); each refused key is answered as `attempt` answers it, each
    * other key `{ granted: false }`.
    * @param requests single attempts (`willWait: false`) at distinct keys, without `permits`.
-   * @returns the answers in the order of `requests`; null for semaphore permits (not taken here).
+   * @returns the answers in the order of `requests`; null for semaphore permits or candidates
+   *   (not taken here).
    * @throws InvalidArgumentError (`downgradeBlocked`) when a read attempt past the caller's own
    *   writer finds another writer waiting; nothing is granted.
    * @throws BackendError when SQLite fails (the transaction is rolled back).
    */
   async attemptAll(requests: readonly AttemptRequest[]): Promise<AttemptResult[] | null> {
-    if (requests.some((r) => r.permits !== undefined)) return null;
+    if (requests.some((r) => r.permits !== undefined || r.election !== undefined)) return null;
     const answers = this.#run(`attempt of ${requests.length} keys`, () =>
       this.#attemptAll(requests),
     );
@@ -411,9 +452,13 @@ export class SqliteBackend implements Backend {
 
   /**
    * Move the row's expiry only while owner and token match and it has not expired (a permit's
-   * row with `lease.permits`; a read grant's when the key's row is not this writer's).
+   * row with `lease.permits`; the leader's with `lease.election`; a read grant's when the key's
+   * row is not this writer's).
    */
   async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
+    if (lease.election === true) {
+      return this.#run('renew', () => this.#elections.renew(lease, ttlMs));
+    }
     if (lease.permits !== undefined) {
       return this.#run('renew', () => this.#semaphores.renew(lease, ttlMs));
     }
@@ -424,10 +469,15 @@ export class SqliteBackend implements Backend {
    * Compare-and-delete by owner and token (the writer's row, else a read grant); an expired row
    * of this owner is cleaned up as `not-held` (or `not-owner` while others hold the key or the
    * semaphore's permits). A writer's release leaves the readers' stand-in in its place when
-   * readers were granted past it (a downgrade).
+   * readers were granted past it (a downgrade). With `lease.election`, the leader's row of that
+   * owner and term, its value with it.
    */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
     this.#localChanges += 1;
+    if (lease.election === true) {
+      this.#electionChanges += 1;
+      return this.#run('release', () => this.#elections.release(lease));
+    }
     if (lease.permits !== undefined) {
       return this.#run('release', () => this.#semaphores.release(lease));
     }
@@ -436,10 +486,16 @@ export class SqliteBackend implements Backend {
 
   /**
    * Delete the row (writer's or read grant) if this owner has it, whatever the token, and take
-   * it out of the key's line (a permit's row and the semaphore's line with `request.permits`).
+   * it out of the key's line (a permit's row and the semaphore's line with `request.permits`;
+   * the leader's row and the election's line with `request.election`).
    */
   async abandon(request: AttemptRequest): Promise<void> {
     this.#localChanges += 1;
+    if (request.election !== undefined) {
+      this.#electionChanges += 1;
+      this.#run('abandon', () => this.#elections.withdraw(request, false));
+      return;
+    }
     if (request.permits !== undefined) {
       this.#run('abandon', () => this.#semaphores.withdraw(request, false));
       return;
@@ -447,9 +503,13 @@ export class SqliteBackend implements Backend {
     this.#run('abandon', () => this.#abandon(request));
   }
 
-  /** Take the owner out of the key's (or semaphore's) line only; a grant it holds stays. */
+  /** Take the owner out of the key's (semaphore's, election's) line only; a grant it holds stays. */
   async leaveQueue(request: AttemptRequest): Promise<void> {
     this.#localChanges += 1;
+    if (request.election !== undefined) {
+      this.#run('leave the line', () => this.#elections.withdraw(request, true));
+      return;
+    }
     if (request.permits !== undefined) {
       this.#run('leave the line', () => this.#semaphores.withdraw(request, true));
       return;
@@ -473,8 +533,42 @@ export class SqliteBackend implements Backend {
     return this.#run('list', () => this.#held.page(request, start));
   }
 
-  /** Close the database connection. */
+  /**
+   * Compare-and-set of the leader's value: one IMMEDIATE transaction that stores `value` only in
+   * the live row of `lease.owner` with term `lease.fencingToken`; `not-owner` while another
+   * leader (or another term of this owner) is live, else `not-held`.
+   * @throws BackendError when SQLite fails.
+   */
+  async proclaim(lease: LeaseRef, value: string): Promise<ProclaimOutcome> {
+    this.#electionChanges += 1;
+    return this.#run('proclaim', () => this.#elections.proclaim(lease, value));
+  }
+
+  /**
+   * The live leader of the election `key`: owner, term, value and remaining TTL (ms, > 0) read
+   * by one SELECT of its row (one snapshot of the file); candidates in line are not leaders, an
+   * expired row is nobody's.
+   * @throws BackendError when SQLite fails.
+   */
+  async leader(key: string): Promise<ElectedLeader | null> {
+    return this.#run('leader', () => this.#elections.leader(key));
+  }
+
+  /**
+   * Watch the election `key`: armed (its leader read) before it resolves; the backend's one
+   * poller then calls `onChange` after a commit of any connection that changed the leader's
+   * owner, term or value (election-watch.ts), within about `ELECTION_POLL_MS`.
+   * `recheckAfterMs` is `ELECTION_RECHECK_MS` (2 s): the watch is polled, and an expiry with no
+   * commit after it goes unnotified.
+   * @throws BackendError when SQLite fails or the backend is closed.
+   */
+  async watchElection(key: string, onChange: () => void): Promise<ElectionWatch> {
+    return this.#run('watch of the election', () => this.#watches.watch(key, onChange));
+  }
+
+  /** End the election watches (no callback after it) and close the database connection. */
   async close(): Promise<void> {
+    this.#watches.close();
     if (this.#db.open) this.#db.close();
   }
 

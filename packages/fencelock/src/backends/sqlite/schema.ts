@@ -12,7 +12,7 @@ export const NOW = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`;
 
 /**
  * The tables. `fencelock_token` has one row: the highest fencing token issued in this database,
- * for any key and any semaphore; it never decreases. The expiry indexes serve the sweep of
+ * for any key, semaphore and election; it never decreases. The expiry indexes serve the sweep of
  * expired rows.
  *
  * A semaphore's state is kept apart from the locks' (a lock and a semaphore of one key never
@@ -28,6 +28,15 @@ export const NOW = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`;
  * added to files of earlier versions). While readers hold a key, its row in `fencelock_leases` is
  * a stand-in owned by `READERS_OWNER`, so a writer's attempt reads one row as before, and a
  * process of an earlier version on the same file finds the key held too.
+ *
+ * Leader elections: `fencelock_leaders` has one row per election with a live leader (its owner,
+ * its term, a fencing token from the same counter, the value it campaigned with or last
+ * proclaimed, and its expiry) and `fencelock_candidates` the election's line, the shape of
+ * `fencelock_waiters`: apart from the locks' and semaphores' tables, so the election of a key
+ * never meets its lock or semaphore. The value goes with the leader's row; nothing stays of an
+ * idle election, and its next term is still above every earlier one (the counter is the file's).
+ * Files of earlier versions get these tables when a process of this version opens them (nothing
+ * else of them changes); an earlier version ignores them.
  */
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS fencelock_leases (
@@ -80,6 +89,23 @@ CREATE TABLE IF NOT EXISTS fencelock_readers (
   PRIMARY KEY (key, owner)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS fencelock_readers_expires_at ON fencelock_readers (expires_at);
+CREATE TABLE IF NOT EXISTS fencelock_leaders (
+  key        TEXT PRIMARY KEY,
+  owner      TEXT NOT NULL,
+  token      INTEGER NOT NULL,  -- the leader's term
+  value      TEXT NOT NULL,     -- what the leader campaigned with or last proclaimed
+  expires_at INTEGER NOT NULL   -- engine clock, ms since the epoch
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_leaders_expires_at ON fencelock_leaders (expires_at);
+CREATE TABLE IF NOT EXISTS fencelock_candidates (
+  key        TEXT NOT NULL,
+  owner      TEXT NOT NULL,
+  seq        INTEGER NOT NULL,  -- place in the election's line, head first
+  expires_at INTEGER NOT NULL,  -- engine clock, ms since the epoch
+  PRIMARY KEY (key, owner)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fencelock_candidates_line ON fencelock_candidates (key, seq);
+CREATE INDEX IF NOT EXISTS fencelock_candidates_expires_at ON fencelock_candidates (expires_at);
 `;
 
 /**
@@ -103,6 +129,8 @@ const EXPIRING_TABLES = [
   { table: 'fencelock_permits', primaryKey: 'key, owner' },
   { table: 'fencelock_permit_waiters', primaryKey: 'key, owner' },
   { table: 'fencelock_readers', primaryKey: 'key, owner' },
+  { table: 'fencelock_leaders', primaryKey: 'key' },
+  { table: 'fencelock_candidates', primaryKey: 'key, owner' },
 ] as const;
 
 /**
@@ -184,7 +212,8 @@ function setUpSchema(db: Database.Database): void {
 
 /**
  * Prepare the draw of the next fencing token from the database's one counter (`fencelock_token`),
- * for a grant's transaction: every grant of every key and semaphore takes the next value.
+ * for a grant's transaction: every grant of every key, semaphore and election takes the next
+ * value.
  */
 export function prepareNextToken(db: Database.Database): () => bigint {
   const bump = db.prepare<[], { last_token: bigint }>(
@@ -194,9 +223,9 @@ export function prepareNextToken(db: Database.Database): () => bigint {
 }
 
 /**
- * Prepare the sweep a grant runs (lock or permit): it deletes up to `SWEEP_LIMIT` expired rows of
- * each table (holders and waiters that vanished), oldest expiry first, so no table keeps rows of
- * idle keys for long while any key is granted. Lapsed read grants only with `withReaders` (read
+ * Prepare the sweep a grant runs (lock, permit or leader): it deletes up to `SWEEP_LIMIT` expired
+ * rows of each table (holders and waiters that vanished), oldest expiry first, so no table keeps
+ * rows of idle keys for long while any key is granted. Lapsed read grants only with `withReaders` (read
  * grants sweep them, so a plain write lock pays nothing for read locks here; a lapsed read grant
  * is never counted, and its stand-in row in `fencelock_leases` goes with every sweep).
  */

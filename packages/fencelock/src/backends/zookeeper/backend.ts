@@ -41,6 +41,25 @@
  *   deleted before the error is thrown. A single attempt (`willWait: false`) that finds N or
  *   more contenders answers not granted without creating a node.
  *
+ * Leader elections (`request.election`), after Curator's `LeaderLatch` and etcd's
+ * `concurrency.Election` (election.ts):
+ *
+ * - Every candidate creates an EPHEMERAL_SEQUENTIAL node `_c_<owner>-e-<sequence>` under
+ *   `/<namespace>/elections/<key>` (a container of its own, never the lock's or the semaphore's
+ *   node of the key), its data `<ttlMs>:<value>`: the value is stored with the line entry that
+ *   becomes the grant. The lowest node leads; the others wait as a lock's writers do (each
+ *   watches its predecessor). Release, withdrawal, a lease's own expiry and the end of the
+ *   session delete the node, and its value with it.
+ * - The term is the node's czxid, as a lock's token: zxids never go back, so terms keep
+ *   increasing after the server deleted the idle election's container (whose next sequence
+ *   starts again at 0) and across restarts of the ensemble.
+ * - `proclaim` writes the leader's own node with the version last written (compare-and-set),
+ *   only while the lease's owner holds the node whose czxid is the lease's term.
+ * - `leader` is a sync, the children, and the data of the lowest candidate node (2 round trips,
+ *   read again if that node went in between); `watchElection` keeps a children watch on the
+ *   election's node and a data watch on the leader's node, each set again after it fires.
+ * - `list` and `inspect` read only the locks' and semaphores' nodes: elections are not listed.
+ *
  * Listing (`list`, listing.ts): a page reads the children of `/<namespace>/locks` (then of
  * `/<namespace>/semaphores`) after a `sync`, keeps the key nodes under the prefix after the
  * cursor, and reads the line of at most `pageSize` of them, one `getChildren` each (the line at
@@ -60,10 +79,13 @@ import type {
   Backend,
   BackendCapabilities,
   BackendSession,
+  ElectedLeader,
+  ElectionWatch,
   LeaseRef,
   ListPage,
   ListRequest,
   LockInfo,
+  ProclaimOutcome,
   ReleaseOutcome,
   RenewResult,
 } from '../../core/backend.js';
@@ -72,6 +94,13 @@ import { queueVerdict } from '../../core/predecessor.js';
 import { downgradeBlocked } from '../../core/rwlock.js';
 import { BackendError, InvalidArgumentError, PermitsMismatchError } from '../../errors.js';
 import { DEFAULTS, MAX_TIMER_MS } from '../../options.js';
+import {
+  candidateNodePrefix,
+  decodeCandidate,
+  ElectionWatcher,
+  encodeCandidate,
+  parseCandidates,
+} from './election.js';
 import { listPage } from './listing.js';
 import { nodeNameOf, parseChildren } from './names.js';
 import {
@@ -116,6 +145,13 @@ interface Contender {
   unlink: (() => void) | undefined;
   /** A semaphore's permit was granted (and its node written if a successor may watch it). */
   announced: boolean;
+  /** The value in an election candidate's node (election.ts); undefined for other contenders. */
+  value: string | undefined;
+  /**
+   * Granted at least once: a candidate granted leads until its node goes (no lower node can
+   * appear), so `proclaim` needs no read of the line.
+   */
+  granted: boolean;
 }
 
 /** A node to delete once the ensemble can be reached again (Curator's guaranteed delete). */
@@ -143,8 +179,8 @@ export class ZookeeperBackend implements Backend {
   readonly name = 'zookeeper';
   readonly maxTtlMs = MAX_TIMER_MS;
   /**
-   * Read-write locks and semaphores; grants live in the locker's ZooKeeper session; sequential
-   * nodes form the line.
+   * Read-write locks, semaphores and leader elections; grants live in the locker's ZooKeeper
+   * session; sequential nodes form the line.
    */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write', 'read'] as const),
@@ -154,6 +190,7 @@ export class ZookeeperBackend implements Backend {
     permits: true,
     attemptAll: false,
     list: true,
+    election: true,
   });
   readonly #native: NativeZooKeeperClass;
   readonly #settings: ZookeeperBackendSettings;
@@ -162,6 +199,8 @@ export class ZookeeperBackend implements Backend {
   readonly #userSessions = new Set<ZkSession>();
   /** Nodes this backend created, by owner. */
   readonly #contenders = new Map<string, Contender>();
+  /** Election subscriptions not stopped yet (`watchElection`); `close()` stops them. */
+  readonly #electionWatches = new Set<ElectionWatcher>();
   /** Deletes of our own nodes that could not reach the ensemble yet, retried until done. */
   readonly #doomed = new Set<Doomed>();
   /** Background retries of `#doomed`, per session. */
@@ -191,8 +230,17 @@ export class ZookeeperBackend implements Backend {
     return `/${this.#settings.namespace}/semaphores/${nodeNameOf(key)}`;
   }
 
-  /** The contenders' node of a lock (`permits` undefined) or a semaphore of `key`. */
-  #dirFor(key: string, permits: number | undefined): string {
+  /**
+   * The node under which the candidates of the election `key` are created (not the lock's, nor
+   * the semaphore's).
+   */
+  electionDirOf(key: string): string {
+    return `/${this.#settings.namespace}/elections/${nodeNameOf(key)}`;
+  }
+
+  /** The contenders' node of a lock (`permits` undefined), a semaphore or an election of `key`. */
+  #dirFor(key: string, permits: number | undefined, election?: boolean): string {
+    if (election === true) return this.electionDirOf(key);
     return permits === undefined ? this.dirOf(key) : this.semaphoreDirOf(key);
   }
 
@@ -236,7 +284,7 @@ export class ZookeeperBackend implements Backend {
   async attempt(request: AttemptRequest): Promise<AttemptResult> {
     this.#assertOpen('acquire');
     const { permits } = request;
-    const dir = this.#dirFor(request.key, permits);
+    const dir = this.#dirFor(request.key, permits, request.election !== undefined);
     let contender = this.#contenders.get(request.owner);
     if (contender !== undefined && !contender.session.alive) {
       this.#forget(request.owner);
@@ -297,7 +345,9 @@ export class ZookeeperBackend implements Backend {
   /** Read a lock's line: granted, or what to wait on (its predecessor). */
   async #check(contender: Contender, dir: string, request: AttemptRequest): Promise<AttemptResult> {
     const { session } = contender;
-    const entries = parseChildren(await this.#readLine(contender, dir));
+    const names = await this.#readLine(contender, dir);
+    // An election's candidates wait as a lock's writers do (election.ts).
+    const entries = request.election === undefined ? parseChildren(names) : parseCandidates(names);
     const mine = entries.find((e) => e.name === contender.name)!;
     const verdict = queueVerdict(entries, mine, request.heldWriter);
     if (verdict.outcome === 'granted') return this.#grant(contender, request);
@@ -398,30 +448,39 @@ export class ZookeeperBackend implements Backend {
    * into the node for `inspect`; it is never believed past the session's own validity.
    */
   async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
-    const contender = this.#contenders.get(lease.owner);
-    const dir = this.#dirFor(lease.key, lease.permits);
+    const dir = this.#dirFor(lease.key, lease.permits, lease.election);
+    const contender = this.#contenderIn(dir, lease.owner);
     if (contender === undefined || !contender.session.alive || contender.lost.signal.aborted) {
-      return { ok: false, reason: await this.#othersOrNobody(dir, lease.permits) };
+      return { ok: false, reason: await this.#othersOrNobody(dir, lease.permits, lease.election) };
     }
     if (contender.token !== lease.fencingToken) return { ok: false, reason: 'not-owner' };
     const { session } = contender;
     const applied =
       contender.autoRenew || ttlMs === session.requestedTimeoutMs ? session.timeoutMs : ttlMs;
     let stat: NodeStat | undefined;
-    try {
-      stat = await this.#call('renew', () =>
-        applied === contender.ttlMs
-          ? session.stat(contender.path)
-          : session.setData(contender.path, String(applied), contender.version),
+    if (contender.value !== undefined && applied !== contender.ttlMs) {
+      // A candidate's node keeps its value beside the TTL.
+      stat = await this.#writeCandidate(
+        contender,
+        encodeCandidate(applied, contender.value),
+        'renew',
       );
-    } catch (error) {
-      const code = zkCode(error);
-      if (code !== ZCODE.noNode && code !== ZCODE.badVersion) throw error;
-      stat = undefined;
+    } else {
+      try {
+        stat = await this.#call('renew', () =>
+          applied === contender.ttlMs
+            ? session.stat(contender.path)
+            : session.setData(contender.path, String(applied), contender.version),
+        );
+      } catch (error) {
+        const code = zkCode(error);
+        if (code !== ZCODE.noNode && code !== ZCODE.badVersion) throw error;
+        stat = undefined;
+      }
     }
     if (stat === undefined || BigInt(stat.czxid) !== lease.fencingToken) {
       this.#forget(lease.owner);
-      return { ok: false, reason: await this.#othersOrNobody(dir, lease.permits) };
+      return { ok: false, reason: await this.#othersOrNobody(dir, lease.permits, lease.election) };
     }
     contender.version = stat.version;
     contender.ttlMs = applied;
@@ -435,18 +494,18 @@ export class ZookeeperBackend implements Backend {
    * (Curator's guaranteed delete), and the error is thrown; a later release asks the ensemble.
    */
   async release(lease: LeaseRef): Promise<ReleaseOutcome> {
-    const dir = this.#dirFor(lease.key, lease.permits);
-    const known = this.#contenders.get(lease.owner);
+    const dir = this.#dirFor(lease.key, lease.permits, lease.election);
+    const known = this.#contenderIn(dir, lease.owner);
     if (known !== undefined && known.token !== lease.fencingToken) {
       // Not this owner's grant: leave its node (if any) alone.
-      return this.#othersOrNobody(dir, lease.permits);
+      return this.#othersOrNobody(dir, lease.permits, lease.election);
     }
     // A release that failed before left its node's delete pending: its session and path.
     const own = known ?? this.#pendingDelete(dir, lease.owner);
     const session = own?.session.alive ? own.session : await this.session(DEFAULTS.ttlMs);
     const path = own?.path ?? (await this.#findNode(session, dir, lease.owner));
     if (path === undefined) {
-      return this.#othersOrNobody(dir, lease.permits);
+      return this.#othersOrNobody(dir, lease.permits, lease.election);
     }
     let version = known?.version ?? -1;
     if (known === undefined) {
@@ -466,16 +525,145 @@ export class ZookeeperBackend implements Backend {
     }
     this.#forget(lease.owner);
     if (deleted) return 'released';
-    return this.#othersOrNobody(dir, lease.permits);
+    return this.#othersOrNobody(dir, lease.permits, lease.election);
   }
 
   /** Delete this contender's node (waiting or granted). */
   async abandon(request: AttemptRequest): Promise<void> {
-    const dir = this.#dirFor(request.key, request.permits);
+    const dir = this.#dirFor(request.key, request.permits, request.election !== undefined);
     const known = this.#contenders.get(request.owner);
     const session = known?.session.alive ? known.session : await this.session(DEFAULTS.ttlMs);
     this.#forget(request.owner);
     await this.#deleteOwn(session, dir, request.owner, known?.path);
+  }
+
+  /**
+   * Replace a leader's value: setData on its own candidate node, with the version this backend
+   * last wrote (compare-and-set), only while `lease.owner` holds the election with
+   * `lease.fencingToken` (the node's czxid; a candidate leads from its grant until its node goes).
+   * A version moved by a write of this backend whose reply was lost, or by a renewal sent at the
+   * same time, is read again (the node's czxid still the term) and the write retried. The write
+   * fires the data watch that observers keep on the leader's node (`watchElection`).
+   * @returns `proclaimed`; `not-owner` for a candidate not granted or another term;
+   *   `not-held` / `not-owner` as `renew` answers when the node is gone.
+   * @throws BackendError when the ensemble cannot answer.
+   */
+  async proclaim(lease: LeaseRef, value: string): Promise<ProclaimOutcome> {
+    this.#assertOpen('proclaim');
+    const dir = this.electionDirOf(lease.key);
+    const contender = this.#contenderIn(dir, lease.owner);
+    if (
+      contender === undefined ||
+      contender.value === undefined ||
+      !contender.session.alive ||
+      contender.lost.signal.aborted
+    ) {
+      return this.#othersOrNobody(dir, undefined, true);
+    }
+    if (!contender.granted || contender.token !== lease.fencingToken) return 'not-owner';
+    const data = encodeCandidate(contender.ttlMs, value);
+    const stat = await this.#writeCandidate(contender, data, 'proclaim');
+    if (stat === undefined) {
+      this.#forget(lease.owner);
+      return this.#othersOrNobody(dir, undefined, true);
+    }
+    contender.value = value;
+    return 'proclaimed';
+  }
+
+  /**
+   * Write `data` into a candidate's own node, if its czxid is still the candidate's token, with
+   * the version last seen (the data of a candidate node is written by its holder only): on a
+   * version moved by another write of ours (a renewal and a proclaim at once, or a write whose
+   * reply was lost), the node is read again and the write retried.
+   * @returns the node's new stat, or undefined when the node is gone or is not this grant's.
+   * @throws BackendError when the ensemble cannot answer.
+   */
+  async #writeCandidate(
+    contender: Contender,
+    data: string,
+    operation: 'renew' | 'proclaim',
+  ): Promise<NodeStat | undefined> {
+    const { session, path } = contender;
+    for (let tries = 0; ; tries++) {
+      try {
+        const stat = await this.#call(operation, () =>
+          session.setData(path, data, contender.version),
+        );
+        contender.version = stat.version;
+        return stat;
+      } catch (error) {
+        const code = zkCode(error);
+        if (code === ZCODE.noNode) return undefined;
+        if (code !== ZCODE.badVersion || tries >= 3) throw error;
+      }
+      const now = await this.#call(operation, () => session.stat(path));
+      if (now === undefined || BigInt(now.czxid) !== contender.token) return undefined;
+      contender.version = now.version;
+    }
+  }
+
+  /**
+   * The leader of election `key`: after a `sync` (so that the read sees every write committed
+   * before it, whichever server this session talks to), the children of the election's node, then
+   * the data of the lowest candidate node. ZooKeeper answers a session's requests in order: the
+   * sync and the children go out together (one round trip), the data read follows (a second).
+   * The read is consistent: a node made after the children read has a higher sequence, so the
+   * lowest node, while it exists, is the leader, and its data read is the leader's value at that
+   * zxid. A head deleted in between (no node) is read again from the children. Its owner is in
+   * its name, its term is its czxid; `ttlMs` is this process's bound when the leader is one of
+   * its own grants, else the TTL its holder wrote into the node (an upper bound: another
+   * session's remaining time cannot be read).
+   * @throws BackendError when the ensemble cannot answer.
+   */
+  async leader(key: string): Promise<ElectedLeader | null> {
+    this.#assertOpen('leader');
+    const dir = this.electionDirOf(key);
+    const session = await this.session(DEFAULTS.ttlMs);
+    for (;;) {
+      const [, names] = await this.#call('leader', () =>
+        Promise.all([session.sync(dir), session.children(dir)]),
+      );
+      const head = parseCandidates(names)[0];
+      if (head === undefined) return null;
+      const path = `${dir}/${head.name}`;
+      const read = await this.#call('leader', () => session.read(path));
+      if (read === undefined) continue;
+      const term = BigInt(read.stat.czxid);
+      const data = decodeCandidate(read.data);
+      if (data === undefined) {
+        const malformed = new Error(`candidate node ${path} holds no TTL and value`);
+        throw new BackendError(this.name, 'leader', malformed);
+      }
+      const ttlMs = this.#ownRemainingMs(head.owner, path, term) ?? data.ttlMs;
+      return { owner: head.owner, term, value: data.value, ttlMs };
+    }
+  }
+
+  /**
+   * Watch election `key` (election.ts, `ElectionWatcher`): a children watch on the election's node
+   * (an exists watch while it does not exist) and a data watch on the leader's node, in the
+   * backend's shared session, each set again after it fires; `onChange` is called after every
+   * fire: a candidate joining or leaving (a grant, a resign, a withdrawal, a session's end), a
+   * proclaim, and the creation of the election's node. Resolves once the watches are set.
+   * `recheckAfterMs` is 30 s: ZooKeeper's watches are not lost while the session lives, and a
+   * session that ends or moves to a new client fires them (they are then set again).
+   * @throws BackendError when the watches cannot be set.
+   */
+  async watchElection(key: string, onChange: () => void): Promise<ElectionWatch> {
+    this.#assertOpen('watch');
+    const watcher: ElectionWatcher = new ElectionWatcher(
+      {
+        dir: this.electionDirOf(key),
+        session: () => this.session(DEFAULTS.ttlMs),
+        call: (run) => this.#call('watch', run),
+        onStop: () => this.#electionWatches.delete(watcher),
+      },
+      onChange,
+    );
+    this.#electionWatches.add(watcher);
+    await watcher.start();
+    return watcher;
   }
 
   /** Lowest node (owner, czxid, its session's timeout) and the newest node's czxid. */
@@ -549,6 +737,7 @@ export class ZookeeperBackend implements Backend {
     if (this.#closed) return;
     this.#closed = true;
     this.#closing.abort();
+    for (const watcher of [...this.#electionWatches]) watcher.stop();
     for (const contender of this.#contenders.values()) clearTimeout(contender.expiry);
     this.#contenders.clear();
     for (const timer of this.#retries.values()) clearTimeout(timer);
@@ -596,10 +785,15 @@ export class ZookeeperBackend implements Backend {
   /** Create the contender's node in `session`, creating the parents when missing. */
   async #enqueue(session: ZkSession, dir: string, request: AttemptRequest): Promise<Contender> {
     const prefix =
-      request.permits === undefined
-        ? `_c_${request.owner}-${request.mode === 'read' ? 'r' : 'w'}-`
-        : permitNodePrefix(request.owner, request.permits);
-    const data = String(session.timeoutMs);
+      request.election !== undefined
+        ? candidateNodePrefix(request.owner)
+        : request.permits === undefined
+          ? `_c_${request.owner}-${request.mode === 'read' ? 'r' : 'w'}-`
+          : permitNodePrefix(request.owner, request.permits);
+    const data =
+      request.election === undefined
+        ? String(session.timeoutMs)
+        : encodeCandidate(session.timeoutMs, request.election.value);
     let path: string | undefined;
     for (let tries = 0; path === undefined; tries++) {
       try {
@@ -639,6 +833,8 @@ export class ZookeeperBackend implements Backend {
       expiresAt: undefined,
       unlink: undefined,
       announced: false,
+      value: request.election?.value,
+      granted: false,
     };
     this.#contenders.set(request.owner, contender);
     return contender;
@@ -673,6 +869,7 @@ export class ZookeeperBackend implements Backend {
   #grant(contender: Contender, request: AttemptRequest): AttemptResult {
     const { session } = contender;
     const token = contender.token as bigint;
+    contender.granted = true;
     if (this.#settings.suspended === 'lose' && contender.unlink === undefined) {
       // Through the session's fan-out, not a listener per grant on its shared `suspended` signal.
       contender.unlink = session.onceSuspended((reason) => contender.lost.abort(reason));
@@ -801,18 +998,34 @@ export class ZookeeperBackend implements Backend {
   }
 
   /**
-   * The answer for an owner and token that hold nothing under `dir` (a lock's, or a semaphore's
-   * when `permits` is set): `not-owner` while any contender node is there (the first ones hold
-   * the lock or the permits), else `not-held`.
+   * The answer for an owner and token that hold nothing under `dir` (a lock's, a semaphore's
+   * when `permits` is set, an election's when `election` is true): `not-owner` while any
+   * contender node is there (the first ones hold the lock, the permits or the election), else
+   * `not-held`.
    */
   async #othersOrNobody(
     dir: string,
     permits: number | undefined,
+    election?: boolean,
   ): Promise<'not-owner' | 'not-held'> {
     const session = await this.session(DEFAULTS.ttlMs);
     const names = await this.#call('lookup', () => session.children(dir));
-    const line = permits === undefined ? parseChildren(names) : parsePermitLine(names);
+    const line =
+      election === true
+        ? parseCandidates(names)
+        : permits === undefined
+          ? parseChildren(names)
+          : parsePermitLine(names);
     return line.length > 0 ? 'not-owner' : 'not-held';
+  }
+
+  /**
+   * This backend's contender of `owner` when its node is under `dir`: a lease of the lock, the
+   * semaphore or the election of a key never acts on another object's node of the same owner.
+   */
+  #contenderIn(dir: string, owner: string): Contender | undefined {
+    const contender = this.#contenders.get(owner);
+    return contender?.path.startsWith(`${dir}/`) ? contender : undefined;
   }
 
   #forget(owner: string): void {

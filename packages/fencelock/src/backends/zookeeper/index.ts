@@ -1,7 +1,7 @@
 /**
- * `fencelock/zookeeper`: locks and semaphores on a ZooKeeper ensemble (the native `zookeeper`
- * package), with ephemeral sequential nodes, czxid fencing tokens, predecessor watches, read-write
- * modes and session states (Apache Curator's lock recipe).
+ * `fencelock/zookeeper`: locks, semaphores and leader elections on a ZooKeeper ensemble (the
+ * native `zookeeper` package), with ephemeral sequential nodes, czxid fencing tokens, predecessor
+ * watches, read-write modes and session states (Apache Curator's lock and leader-latch recipes).
  *
  * @example
  * import { createLocker } from 'fencelock';

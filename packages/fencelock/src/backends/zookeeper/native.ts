@@ -76,6 +76,16 @@ export interface NativeZooKeeper {
     cb: Callback<NodeStat>,
   ): unknown;
   a_get_children(path: string, watch: boolean, cb: Callback<string[]>): unknown;
+  aw_get_children(
+    path: string,
+    watchCb: (type: number, state: number, path: string) => void,
+    cb: Callback<string[]>,
+  ): unknown;
+  aw_get(
+    path: string,
+    watchCb: (type: number, state: number, path: string) => void,
+    cb: (rc: number, error: string, stat: NodeStat, data: unknown) => void,
+  ): unknown;
   a_get(
     path: string,
     watch: boolean,

@@ -146,6 +146,12 @@ export class ZkSession implements BackendSession {
    * `lose()` wakes them all, so a wait adds no listener of its own to the session's `signal`.
    */
   readonly #watches = new Map<string, PathWatch>();
+  /**
+   * Callbacks of the one-shot watches set by `watchChildren`, `watchData` and `watchExists` that
+   * have not fired: each is called once, when its watch fires, or when the session ends or moves
+   * to a new native client (whose server knows none of the old client's watches).
+   */
+  readonly #oneShots = new Set<() => void>();
   /** Called with every reconnection within the session. */
   onReconnect: (() => void) | undefined;
 
@@ -246,6 +252,7 @@ export class ZkSession implements BackendSession {
       const watches = [...this.#watches.values()];
       this.#watches.clear();
       for (const watch of watches) for (const wake of [...watch.waiting]) wake();
+      this.#fireOneShots();
     });
   }
 
@@ -488,6 +495,98 @@ export class ZkSession implements BackendSession {
     return watch;
   }
 
+  /**
+   * Names of the children of `path`, with a one-shot children watch: `onFire` is called once,
+   * when a child is created or deleted or `path` is deleted, or when the watch is gone (the
+   * session ended or moved to a new native client). Undefined when `path` does not exist (no
+   * watch is set then, `onFire` is never called).
+   * @param onFire a function of its own for this watch (`unwatch` forgets it by identity).
+   * @throws ZooKeeperError (no watch is kept then).
+   */
+  watchChildren(path: string, onFire: () => void): Promise<string[] | undefined> {
+    return this.#oneShot<string[]>(
+      onFire,
+      (watcher, cb) => this.#zk.aw_get_children(path, watcher, cb),
+      false,
+    );
+  }
+
+  /**
+   * Stat and data of `path`, with a one-shot data watch: `onFire` is called once, when the node
+   * is written or deleted, or when the watch is gone (as `watchChildren`). Undefined when `path`
+   * does not exist (no watch is set then).
+   * @throws ZooKeeperError (no watch is kept then).
+   */
+  watchData(
+    path: string,
+    onFire: () => void,
+  ): Promise<{ stat: NodeStat; data: string } | undefined> {
+    return this.#oneShot<{ stat: NodeStat; data: string }>(
+      onFire,
+      (watcher, cb) =>
+        this.#zk.aw_get(path, watcher, (rc, error, stat, data) =>
+          cb(rc, error, { stat, data: data === undefined || data === null ? '' : String(data) }),
+        ),
+      false,
+    );
+  }
+
+  /**
+   * Stat of `path`, with a one-shot exists watch, also on a missing node: `onFire` is called once,
+   * when the node is created, written or deleted, or when the watch is gone (as `watchChildren`).
+   * Undefined when `path` does not exist (the watch then waits for its creation).
+   * @throws ZooKeeperError (no watch is kept then).
+   */
+  watchExists(path: string, onFire: () => void): Promise<NodeStat | undefined> {
+    return this.#oneShot<NodeStat>(
+      onFire,
+      (watcher, cb) => this.#zk.aw_exists(path, watcher, cb),
+      true,
+    );
+  }
+
+  /** One-shot watches set (`watch…`) that have not fired nor been forgotten. */
+  get pendingWatches(): number {
+    return this.#oneShots.size;
+  }
+
+  /** Forget a one-shot watch's callback (`onFire` of `watch…`): it is not called any more. */
+  unwatch(onFire: () => void): void {
+    this.#oneShots.delete(onFire);
+  }
+
+  /**
+   * Send a request that sets a one-shot watch with `onFire` as its callback (kept in
+   * `#oneShots` until called or forgotten). ZooKeeper sets no watch when a read fails, except an
+   * exists watch on a missing node (`keptOnNoNode`): "no node" answers undefined.
+   */
+  async #oneShot<T>(
+    onFire: () => void,
+    start: (watcher: (type: number) => void, cb: Callback<T>) => unknown,
+    keptOnNoNode: boolean,
+  ): Promise<T | undefined> {
+    if (!this.alive) {
+      throw new ZooKeeperError(ZCODE.sessionExpired, 'ZooKeeper session ended');
+    }
+    this.#oneShots.add(onFire);
+    const watcher = (type: number) => {
+      // Session events (connection states) leave the watch set; lose() and a new client fire it.
+      if (type === SESSION_EVENT) return;
+      if (this.#oneShots.delete(onFire)) onFire();
+    };
+    try {
+      return await this.#call<T>((cb) => start(watcher, cb));
+    } catch (error) {
+      if (zkCode(error) === ZCODE.noNode) {
+        if (!keptOnNoNode) this.#oneShots.delete(onFire);
+        return undefined;
+      }
+      // Whether the server set it is unknown: forget it (a late fire is then ignored).
+      this.#oneShots.delete(onFire);
+      throw error;
+    }
+  }
+
   /** Declare the session lost (idempotent): stop the heartbeat, abort `signal`, close the client. */
   lose(cause: unknown): void {
     if (this.signal.aborted) return;
@@ -505,6 +604,14 @@ export class ZkSession implements BackendSession {
     const watches = [...this.#watches.values()];
     this.#watches.clear();
     for (const watch of watches) for (const wake of [...watch.waiting]) wake();
+    this.#fireOneShots();
+  }
+
+  /** Call (and drop) every one-shot watch's callback: its watch is gone. */
+  #fireOneShots(): void {
+    const fires = [...this.#oneShots];
+    this.#oneShots.clear();
+    for (const fire of fires) fire();
   }
 
   /**

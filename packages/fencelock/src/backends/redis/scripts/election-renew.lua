@@ -1,0 +1,12 @@
+-- Extend a leader's grant (with its value) to ttlMs from now, only while this owner and term hold
+-- it (never re-creates a grant that lapsed; election-line.lua describes the keys).
+-- Returns 1 renewed, 0 not held (nobody leads), -1 another owner or term leads.
+local leaderKey = KEYS[1]
+local expected = ARGV[1] .. ':' .. ARGV[2] .. ':'  -- "<owner>:<term>:"
+local ttlMs = ARGV[3]
+
+local current = redis.call('GET', leaderKey)
+if not current then return 0 end
+if string.sub(current, 1, #expected) ~= expected then return -1 end
+redis.call('PEXPIRE', leaderKey, ttlMs)
+return 1
