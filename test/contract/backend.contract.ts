@@ -31,6 +31,7 @@ import {
 import { describeAttemptAllContract } from './attempt-all.contract.js';
 import { describeElectionContract } from './election.contract.js';
 import { describeListContract } from './list.contract.js';
+import { describeLockDelayContract } from './lock-delay.contract.js';
 import { describeMultiLockContract } from './multi-lock.contract.js';
 import { describeSemaphoreContract } from './semaphore.contract.js';
 
@@ -323,6 +324,7 @@ export function describeBackend(name: string, factory: BackendFactory): void {
     describeAttemptAllContract({ newClient, uniqueKey });
     describeListContract({ newClient, uniqueKey });
     describeElectionContract({ newClient, uniqueKey });
+    describeLockDelayContract({ newClient, uniqueKey });
 
     it('mutual exclusion: concurrent clients never overlap and tokens increase', async () => {
       const key = uniqueKey('mutex');

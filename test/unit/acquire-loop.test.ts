@@ -57,6 +57,7 @@ function scripted(answers: (AttemptResult | (() => Promise<AttemptResult>))[]): 
       attemptAll: false,
       list: false,
       election: false,
+      lockDelay: false,
     },
     attempt: async () => {
       const next = answers[Math.min(i, answers.length - 1)];

@@ -29,6 +29,8 @@ interface Entry {
   owner: string;
   token: bigint;
   expiresAt: number;
+  /** The grant's lock-delay, ms (`AttemptRequest.lockDelayMs`). */
+  lockDelayMs?: number;
 }
 
 export class MemoryBackend implements Backend {
@@ -44,10 +46,13 @@ export class MemoryBackend implements Backend {
     attemptAll: false,
     list: false,
     election: false,
+    lockDelay: false,
   });
   readonly calls: Record<string, number> = {};
   readonly entries = new Map<string, Entry>();
   readonly fences = new Map<string, bigint>();
+  /** Per object key: no grant before this time (a lock-delay after a grant that ran out). */
+  readonly delayedUntil = new Map<string, number>();
   /** 'ok' | 'fail' (reject with BackendError) | 'hang' (never answer). */
   renewMode: 'ok' | 'fail' | 'hang' = 'ok';
   closed = false;
@@ -102,6 +107,7 @@ export class MemoryBackend implements Backend {
     const e = this.entries.get(key);
     if (e && e.expiresAt <= performance.now()) {
       this.entries.delete(key);
+      if (e.lockDelayMs !== undefined) this.delayedUntil.set(key, e.expiresAt + e.lockDelayMs);
       return undefined;
     }
     return e;
@@ -169,6 +175,8 @@ export class MemoryBackend implements Backend {
   #attempt(request: AttemptRequest): AttemptResult {
     const r = { ...request, key: this.#objectKey(request) };
     const e = this.#live(r.key);
+    const delayLeftMs = (this.delayedUntil.get(r.key) ?? 0) - performance.now();
+    if (e === undefined && delayLeftMs > 0) return { granted: false, holderTtlMs: delayLeftMs };
     if (e && e.owner !== r.owner) {
       return { granted: false, holderTtlMs: e.expiresAt - performance.now() };
     }
@@ -178,7 +186,12 @@ export class MemoryBackend implements Backend {
     }
     const token = (this.fences.get(r.key) ?? 0n) + 1n;
     this.fences.set(r.key, token);
-    this.entries.set(r.key, { owner: r.owner, token, expiresAt: performance.now() + r.ttlMs });
+    this.entries.set(r.key, {
+      owner: r.owner,
+      token,
+      expiresAt: performance.now() + r.ttlMs,
+      ...(r.lockDelayMs === undefined ? {} : { lockDelayMs: r.lockDelayMs }),
+    });
     return { granted: true, token, ttlMs: r.ttlMs };
   }
 

@@ -82,6 +82,7 @@ export {
   type LockerOptions,
   type LockOptions,
   MAX_KEY_BYTES,
+  MAX_LOCK_DELAY_MS,
   MAX_TIMER_MS,
   MIN_TTL_MS,
   type RetryOptions,

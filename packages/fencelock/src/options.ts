@@ -61,6 +61,16 @@ export interface LockOptions {
    * `ttlMs` or `autoRenew: false`. Stores with sessions only (etcd, ZooKeeper).
    */
   readonly session?: Session;
+  /**
+   * Lock-delay (Chubby, Consul sessions' `LockDelay`), ms: recorded with this lease on the
+   * engine; when the lease ends without a release (its TTL ran out, its session ended: the
+   * holder was killed, paused or cut off), nobody is granted the key for this long after that
+   * end, so that a resource that cannot check fencing tokens sees the old holder's writes drain
+   * first. A release ends it at once. An integer from 0 to 60,000 (`MAX_LOCK_DELAY_MS`); only
+   * exclusive grants carry it (write locks, elections' leaderships), not read grants or permits.
+   * Other clients need not pass it. Stores with `capabilities.lockDelay`. @default 0
+   */
+  readonly lockDelayMs?: number;
 }
 
 /** Options of a locker. */
@@ -90,7 +100,12 @@ export interface ResolvedLockOptions {
   readonly signal: AbortSignal | undefined;
   readonly retry: Required<RetryOptions>;
   readonly session: Session | undefined;
+  /** 0 for none. */
+  readonly lockDelayMs: number;
 }
+
+/** Longest lock-delay, ms (Consul's limit for a session's `LockDelay` is the same 60 s). */
+export const MAX_LOCK_DELAY_MS = 60_000;
 
 /** Defaults of every option. */
 export const DEFAULTS = Object.freeze({
@@ -284,6 +299,7 @@ const LOCK_OPTION_NAMES = new Set([
   'signal',
   'retry',
   'session',
+  'lockDelayMs',
 ]);
 
 /**
@@ -310,6 +326,16 @@ export function resolveLockOptions(
   }
   const session = o.session ?? base.session;
   if (o.session !== undefined) validateSessionOptions(o);
+  const mode = o.mode === undefined ? base.mode : validateMode(o.mode);
+  const lockDelayMs =
+    o.lockDelayMs === undefined ? base.lockDelayMs : validateLockDelay(o.lockDelayMs);
+  if (o.lockDelayMs !== undefined && lockDelayMs > 0 && mode === 'read') {
+    throw new InvalidArgumentError(
+      'lockDelayMs',
+      '0 with a read lock (only exclusive grants carry a lock-delay)',
+      lockDelayMs,
+    );
+  }
   return {
     ttlMs,
     waitMs: o.waitMs === undefined ? base.waitMs : validateWait(o.waitMs),
@@ -318,11 +344,29 @@ export function resolveLockOptions(
     maxHoldMs,
     reentrant:
       o.reentrant === undefined ? base.reentrant : validateBoolean(o.reentrant, 'reentrant'),
-    mode: o.mode === undefined ? base.mode : validateMode(o.mode),
+    mode,
     signal,
     retry: validateRetry(o.retry, base.retry),
     session,
+    lockDelayMs,
   };
+}
+
+/** A lock-delay: an integer number of ms from 0 to `MAX_LOCK_DELAY_MS`. */
+function validateLockDelay(value: unknown): number {
+  if (
+    typeof value !== 'number' ||
+    !Number.isInteger(value) ||
+    value < 0 ||
+    value > MAX_LOCK_DELAY_MS
+  ) {
+    throw new InvalidArgumentError(
+      'lockDelayMs',
+      `an integer number of milliseconds from 0 to ${MAX_LOCK_DELAY_MS}`,
+      value,
+    );
+  }
+  return value;
 }
 
 /**
@@ -357,6 +401,7 @@ export const DEFAULT_LOCK_OPTIONS: ResolvedLockOptions = Object.freeze({
   signal: undefined,
   retry: DEFAULTS.retry,
   session: undefined,
+  lockDelayMs: 0,
 });
 
 /**

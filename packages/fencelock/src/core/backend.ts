@@ -67,6 +67,19 @@ export interface AttemptRequest {
    * `permits` and `heldWriter` absent).
    */
   readonly election?: ElectionCandidacy;
+  /**
+   * Lock-delay of the grant, ms (1 to `MAX_LOCK_DELAY_MS`; absent: none), for an exclusive grant
+   * only (`mode` write, no `permits`). The engine records it with the grant (and keeps it with
+   * the grant through renewals and repeated attempts by the holder): when the grant ends without
+   * a release — its TTL runs out, its session ends, or it is taken away — the engine grants the
+   * key (the same object: lock or election) to nobody until `lockDelayMs` after that end, also to
+   * contenders that pass no lock-delay of their own; an attempt meanwhile answers `held` with
+   * `holderTtlMs` no longer than the delay left. A release (or `abandon`) that deletes the live
+   * grant clears it; a release that finds the grant already gone does not. Chubby's lock-delay
+   * (Burrows, OSDI 2006, section 2.4), Consul's session `LockDelay`. Only sent to a backend with
+   * `capabilities.lockDelay`.
+   */
+  readonly lockDelayMs?: number;
 }
 
 /** What a candidate publishes while it leads: its value (see `AttemptRequest.election`). */
@@ -372,6 +385,10 @@ export interface BackendCapabilities {
    * leases with `election: true`, and `proclaim`, `leader` and `watchElection` are implemented.
    */
   readonly election: boolean;
+  /**
+   * Lock-delay: `attempt` (and `attemptAll`) honour `AttemptRequest.lockDelayMs` as it says.
+   */
+  readonly lockDelay: boolean;
 }
 
 /**

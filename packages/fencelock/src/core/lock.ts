@@ -14,6 +14,7 @@ import { assertElectionGranted, type Candidacy } from './candidacy.js';
 import { monotonicNow } from './clock.js';
 import { publish } from './events.js';
 import { Lease, type LeaseContext, type LeaseGrant } from './lease.js';
+import { assertLockDelayGranted, lockDelayOf } from './lock-delay.js';
 import { type OwnerGrant, ownerGrantOf, ownerWithdrawal } from './owner-grants.js';
 import { assertPermitsGranted } from './permits.js';
 import { reenterHeld, scopeKeyOf } from './reentry.js';
@@ -267,6 +268,7 @@ export class Lock {
     assertModeGranted(backend, mode);
     if (this.permits !== undefined) assertPermitsGranted(backend);
     if (this.candidacy !== undefined) assertElectionGranted(backend);
+    if (lockDelayOf(this.options, this.permits) !== undefined) assertLockDelayGranted(backend);
     return renewTtlMs;
   }
 
@@ -280,6 +282,7 @@ export class Lock {
     const { options } = this;
     const requestTtlMs =
       options.maxHoldMs === undefined ? ttlMs : Math.min(ttlMs, options.maxHoldMs);
+    const lockDelayMs = lockDelayOf(options, this.permits);
     return {
       key: this.key,
       owner,
@@ -291,6 +294,7 @@ export class Lock {
       ...(heldWriter ? { heldWriter } : {}),
       ...(this.permits === undefined ? {} : { permits: this.permits }),
       ...(this.candidacy === undefined ? {} : { election: { value: this.candidacy.value } }),
+      ...(lockDelayMs === undefined ? {} : { lockDelayMs }),
     };
   }
 

@@ -70,6 +70,7 @@ const ELECTION_DEFAULT_NAMES: ReadonlySet<string> = new Set([
   'autoRenew',
   'maxHoldMs',
   'retry',
+  'lockDelayMs',
 ]);
 
 /** Longest time `close()` waits for withdrawals still in flight, ms. */
@@ -201,7 +202,7 @@ export class Locker implements AsyncDisposable {
    * and `observe()` read who leads. The election's object on the engine is apart from the lock
    * and the semaphore of the same key.
    * @param options campaign defaults over the locker's (`ttlMs`, `waitMs`, `autoRenew`,
-   *   `maxHoldMs`, `retry`).
+   *   `maxHoldMs`, `retry`, `lockDelayMs`).
    * @throws InvalidArgumentError for a bad name or option (no network call is made; a store
    *   without elections is refused at the first use).
    */

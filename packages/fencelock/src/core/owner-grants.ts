@@ -96,6 +96,11 @@ export interface OwnerAcquireOptions {
    * Renew, proclaim and release it with `election: true`. Not with `permits` or `mode: 'read'`.
    */
   readonly election?: { readonly value: string };
+  /**
+   * Lock-delay of the grant, ms (see `LockOptions.lockDelayMs`): kept by the engine when the
+   * grant ends without a release. Not with `permits` or `mode: 'read'`. @default 0
+   */
+  readonly lockDelayMs?: number;
 }
 
 /**
@@ -152,6 +157,7 @@ const OWNER_ACQUIRE_OPTION_NAMES: ReadonlySet<string> = new Set([
   'permits',
   'mode',
   'election',
+  'lockDelayMs',
 ]);
 
 /** The option names of `acquireAllForOwner` (no `permits`, no `election`). */
@@ -247,6 +253,13 @@ function resolveOwnerOptions(
     );
   }
   const candidacy = election === undefined ? undefined : checkCandidacy(election, permits, mode);
+  if (permits !== undefined && resolved.lockDelayMs > 0 && options.lockDelayMs !== undefined) {
+    throw new InvalidArgumentError(
+      'lockDelayMs',
+      "0 with permits (a semaphore's permit carries no lock-delay)",
+      options.lockDelayMs,
+    );
+  }
   return {
     candidacy,
     permits: permits === undefined ? undefined : validatePermits(permits),

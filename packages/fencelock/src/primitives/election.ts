@@ -35,6 +35,7 @@ export const CAMPAIGN_OPTION_NAMES: ReadonlySet<string> = new Set([
   'signal',
   'retry',
   'session',
+  'lockDelayMs',
 ]);
 
 /**

@@ -42,6 +42,7 @@ export const MULTI_LOCK_OPTION_NAMES: ReadonlySet<string> = new Set([
   'mode',
   'signal',
   'retry',
+  'lockDelayMs',
 ]);
 
 /** Most keys one multi-key acquire may take. */

@@ -201,6 +201,7 @@ export class EtcdBackend implements Backend {
     attemptAll: true,
     list: true,
     election: true,
+    lockDelay: false,
   });
   readonly #client: Etcd3;
   readonly #ownsClient: boolean;

@@ -110,6 +110,7 @@ export class PostgresAdvisoryBackend implements Backend {
     attemptAll: true,
     list: false,
     election: false,
+    lockDelay: false,
   });
   readonly #db: PostgresConnectionSet;
   readonly #held = new Map<string, Holding>();

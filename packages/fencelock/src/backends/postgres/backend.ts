@@ -114,6 +114,7 @@ export class PostgresBackend implements Backend {
     attemptAll: true,
     list: true,
     election: true,
+    lockDelay: false,
   });
   readonly #db: PostgresConnectionSet;
   readonly #permits: PostgresPermits;

@@ -233,6 +233,7 @@ export class RedisBackend implements Backend {
       attemptAll: true,
       list: true,
       election: true,
+      lockDelay: false,
     });
     this.#prefix = settings.prefix;
     this.#notifications = settings.notifications;

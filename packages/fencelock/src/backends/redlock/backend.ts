@@ -153,6 +153,7 @@ export class RedlockBackend implements Backend {
     attemptAll: false,
     list: true,
     election: true,
+    lockDelay: false,
   });
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   /** Votes a lock needs: a majority of the nodes. */

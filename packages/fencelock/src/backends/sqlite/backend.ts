@@ -133,6 +133,7 @@ export class SqliteBackend implements Backend {
     attemptAll: true,
     list: true,
     election: true,
+    lockDelay: false,
   });
   readonly #db: Database.Database;
   readonly #attempt: (request: AttemptRequest) => AttemptResult;

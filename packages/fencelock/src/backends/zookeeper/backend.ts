@@ -191,6 +191,7 @@ export class ZookeeperBackend implements Backend {
     attemptAll: false,
     list: true,
     election: true,
+    lockDelay: false,
   });
   readonly #native: NativeZooKeeperClass;
   readonly #settings: ZookeeperBackendSettings;
