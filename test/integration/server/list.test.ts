@@ -1,7 +1,6 @@
 /**
  * `GET /v1/locks`: the held keys under a prefix through the sidecar, on the embedded store (held
- * by a locker of this process on the same file) and on PostgreSQL's advisory mode, which cannot
- * list: entries as `locker.list` gives them (tokens as decimal strings), `limit` and the cursor to
+ * by a locker of this process on the same file) and on PostgreSQL's advisory mode: entries as `locker.list` gives them (tokens as decimal strings), `limit` and the cursor to
  * resume with, bad query values answered 400 naming the field before the store is asked.
  */
 import { mkdtempSync } from 'node:fs';
@@ -173,18 +172,33 @@ describe('GET /v1/locks (SQLite)', () => {
   });
 });
 
-describe('GET /v1/locks on a store that cannot list (PostgreSQL advisory mode)', () => {
+describe("GET /v1/locks on PostgreSQL's advisory mode", () => {
   let server: ServerProcess;
+  const url = `${PG_URL}?mode=advisory`;
   beforeAll(async () => {
-    server = await serveStore(`${PG_URL}?mode=advisory`);
+    server = await serveStore(url);
   });
   afterAll(async () => {
     expect(await server?.stop()).toBe(0);
   });
 
-  it('answers 400 naming the store', async () => {
-    const answer = await call(server.url, '/v1/locks');
-    expect(answer.status).toBe(400);
-    expect(answer.body).toMatchObject({ errorCode: 'ERR_INVALID_ARGUMENT', field: 'store' });
+  it('lists the keys whose holder’s session holds the advisory lock', async () => {
+    const holder = createLocker(url);
+    try {
+      const prefix = `list-advisory:${Math.random().toString(16).slice(2)}:`;
+      const lease = await holder.acquire(`${prefix}job`, { ttlMs: 20_000 });
+      const answer = await call(server.url, `/v1/locks?prefix=${encodeURIComponent(prefix)}`);
+      expect(answer.status).toBe(200);
+      expect(answer.body.locks).toEqual([
+        expect.objectContaining({ key: `${prefix}job`, mode: 'write', waiters: 0 }),
+      ]);
+      expect(answer.body.locks[0].holders[0]).toMatchObject({
+        owner: lease.owner,
+        fencingToken: String(lease.fencingToken),
+      });
+      await lease.release();
+    } finally {
+      await holder.close();
+    }
   });
 });

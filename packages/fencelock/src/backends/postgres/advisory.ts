@@ -50,6 +50,8 @@ import type {
   BackendCapabilities,
   Granted,
   LeaseRef,
+  ListPage,
+  ListRequest,
   LockInfo,
   NotGranted,
   ReleaseOutcome,
@@ -63,6 +65,7 @@ import {
   type PostgresSettings,
   prepared,
 } from './connection.js';
+import { listAdvisoryPage } from './listing.js';
 import { findTransactionPooler } from './session-check.js';
 import { lockIdOf, pgLocksIdOf } from './sql.js';
 import { Sweeper } from './sweeper.js';
@@ -100,7 +103,10 @@ interface Holding {
 export class PostgresAdvisoryBackend implements Backend {
   readonly name = 'postgres';
   readonly maxTtlMs = MAX_TIMER_MS;
-  /** Write locks only; several keys' single attempts in one statement (`attemptAll`). */
+  /**
+   * Write locks only; several keys' single attempts in one statement (`attemptAll`); listing of
+   * the keys whose holder's session holds the lock.
+   */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write'] as const),
     sessions: false,
@@ -108,7 +114,7 @@ export class PostgresAdvisoryBackend implements Backend {
     batchRenew: false,
     permits: false,
     attemptAll: true,
-    list: false,
+    list: true,
     election: false,
     lockDelay: false,
   });
@@ -375,6 +381,15 @@ export class PostgresAdvisoryBackend implements Backend {
     }
     await this.#unlock(request.key, holding);
     this.#forget(request.key, holding);
+  }
+
+  /**
+   * One page of held keys: one statement walking at most `pageSize` rows of the holders table's
+   * key index from where the last page stopped, keeping those whose session holds the key's
+   * advisory lock now (`pg_locks`), as `inspect` does (listing.ts, `advisoryList` in sql.ts).
+   */
+  list(request: ListRequest): Promise<ListPage> {
+    return listAdvisoryPage(this.#db, request);
   }
 
   /** The holder whose connection really holds the lock (server view, any process). */

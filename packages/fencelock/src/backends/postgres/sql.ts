@@ -80,6 +80,32 @@ const REMAINING_MS = (column: string) =>
   `ceil(extract(epoch FROM ${column} - clock_timestamp()) * 1000)::text`;
 
 /**
+ * An advisory-mode page statement (see `advisoryList` in `sqlFor`), starting at `from`, in the
+ * row shape of list-sql.ts's statements (`ListRow`).
+ */
+function advisoryList(holders: string, from: string): string {
+  return `WITH walked AS (
+  SELECT key, owner, token, pid, expires_at FROM ${holders} WHERE ${from} ORDER BY key LIMIT $2
+), summary AS (
+  SELECT count(*)::text AS walked, (SELECT key FROM walked ORDER BY key DESC LIMIT 1) AS last_key
+  FROM walked
+), page AS (
+  SELECT * FROM walked h
+  WHERE starts_with(h.key, $3) AND EXISTS (
+    SELECT 1 FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid = h.pid
+      AND (l.classid::int8 << 32) | l.objid::int8 = ${LOCK_ID('h.key')}
+  )
+)
+SELECT m.walked, m.last_key, p.key, 'write' AS mode, NULL::integer AS permits, p.owner,
+  p.token::text AS token, greatest(0, ${REMAINING_MS('p.expires_at')}::int8)::text AS remaining_ms,
+  0 AS waiters
+FROM summary m
+LEFT JOIN page p ON true
+ORDER BY p.key`;
+}
+
+/**
  * The payload of a release notification of `key` (a SQL expression): the owner of the head of
  * the key's line (its live entry with the lowest `seq`, other than `leaving`) and the key, as
  * `<owner length>:<owner><key>`, or `0:<key>` when nobody waits. `parseNotice` reads it.
@@ -532,6 +558,18 @@ SELECT pg_advisory_unlock($4::int8) AS unlocked, (SELECT count(*) FROM gone) AS 
 )
 DELETE FROM ${holders} d USING stale s
 WHERE d.key = s.key AND d.pid = s.pid AND d.token = s.token`,
+
+    /**
+     * Advisory mode, one page of `list` (listing.ts): the walk of list-sql.ts over the holders
+     * table's key index (at most $2 rows from $1, the prefix or after the previous page's last
+     * key), keeping the rows under the prefix $3 whose session holds the key's lock now (one read
+     * of `pg_locks` per row, as `advisoryInspect`); a row left by a killed backend is not listed.
+     * `ttlMs` is the backend's own TTL left (the server holds the lock regardless), at least 0.
+     */
+    advisoryList: {
+      first: advisoryList(holders, 'key >= $1'),
+      next: advisoryList(holders, 'key > $1'),
+    },
 
     /**
      * Advisory mode, the holder of $1 whose session really holds the lock ($2/$3: pg_locks
