@@ -113,7 +113,7 @@ import {
   readWriteLockKeys,
   type SemaphoreKeys,
 } from '../redis/lock-keys.js';
-import { LINE_RECHECK_MS, REDLOCK_ENTRY_TTL_MS } from '../waiting-line.js';
+import { REDLOCK_ENTRY_TTL_MS } from '../waiting-line.js';
 import { type ElectionKeys, RedlockElections } from './election.js';
 import { ElectionWatches } from './election-watch.js';
 import { LineWaits } from './line-waits.js';
@@ -306,29 +306,7 @@ export class RedlockBackend implements Backend {
     await this.#withdraw(request, keepPlace ? 'grant' : 'everything').catch(() => undefined);
     // A downgrade that another writer blocks would wait for itself (core/rwlock.ts).
     if (blocked) throw downgradeBlocked(request.key);
-    const answered = all.filter((r) => r.status === 'ok').length;
-    if (answered < this.quorum) {
-      const error = new QuorumError(
-        request.key,
-        'acquire',
-        outcomesOf(all, (v) => v[0] !== 1),
-      );
-      return { granted: false, reason: 'no-quorum', error };
-    }
-    const holderTtlMs = all.reduce(
-      (max, r) => (r.status === 'ok' && r.value[0] === 0 ? Math.max(max, r.value[1]) : max),
-      0,
-    );
-    if (!waiting) return { granted: false, holderTtlMs };
-    return {
-      granted: false,
-      holderTtlMs,
-      // Waiters attempt at least this often, which keeps their line entries alive.
-      recheckAfterMs: LINE_RECHECK_MS,
-      queued: true,
-      waitForChange: (signal, maxMs) =>
-        this.#line.waitForTurn(k.channel, request.owner, signal, maxMs),
-    };
+    return this.#line.refused(all, this.quorum, 'acquire', request, k.channel, waiting);
   }
 
   /** This process no longer waits for `request`'s key: forget any release message kept for it. */

@@ -41,7 +41,7 @@ import type {
 } from '../../core/backend.js';
 import type { RenewalRequest } from '../../core/renewal-batch.js';
 import { QuorumError } from '../../errors.js';
-import { LINE_RECHECK_MS, REDLOCK_ENTRY_TTL_MS } from '../waiting-line.js';
+import { REDLOCK_ENTRY_TTL_MS } from '../waiting-line.js';
 import type { ElectionWatches } from './election-watch.js';
 import type { LineWaits } from './line-waits.js';
 import { type NodeResult, outcomesOf, quorumOf, type Vote } from './quorum.js';
@@ -186,28 +186,7 @@ export class RedlockElections {
     const all = await campaigning.all;
     if (!waiting) this.#line.leftLine(k.channel, request.owner);
     await this.#withdraw(request, waiting ? 'grant' : 'everything').catch(() => undefined);
-    if (all.filter((r) => r.status === 'ok').length < this.#quorum) {
-      const error = new QuorumError(
-        request.key,
-        'campaign',
-        outcomesOf(all, (v) => v[0] !== 1),
-      );
-      return { granted: false, reason: 'no-quorum', error };
-    }
-    const holderTtlMs = all.reduce(
-      (max, r) => (r.status === 'ok' && r.value[0] === 0 ? Math.max(max, r.value[1]) : max),
-      0,
-    );
-    if (!waiting) return { granted: false, holderTtlMs };
-    return {
-      granted: false,
-      holderTtlMs,
-      // Waiters attempt at least this often, which keeps their line entries alive.
-      recheckAfterMs: LINE_RECHECK_MS,
-      queued: true,
-      waitForChange: (signal, maxMs) =>
-        this.#line.waitForTurn(k.channel, request.owner, signal, maxMs),
-    };
+    return this.#line.refused(all, this.#quorum, 'campaign', request, k.channel, waiting);
   }
 
   /**

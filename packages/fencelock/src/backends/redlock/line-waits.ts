@@ -6,8 +6,11 @@
  * connection per node, `ReleaseWaiters`), so that only the waiters named wake (no herd).
  */
 import type { Redis } from 'ioredis';
-import type { AttemptRequest } from '../../core/backend.js';
+import type { AttemptRequest, NotGranted } from '../../core/backend.js';
+import { QuorumError } from '../../errors.js';
 import { ReleaseWaiters } from '../redis/release-waiters.js';
+import { LINE_RECHECK_MS } from '../waiting-line.js';
+import { type NodeResult, outcomesOf } from './quorum.js';
 
 /** The release messages of every node, and the tickets of this process's waiting acquires. */
 export class LineWaits {
@@ -71,5 +74,41 @@ export class LineWaits {
   /** Wake every waiter and quit the subscriber connections (each within 1 s). */
   async close(): Promise<void> {
     await Promise.all(this.#waiters.map((w) => w.close()));
+  }
+
+  /**
+   * The answer to a grant vote that reached no majority of grants, once it was withdrawn: with
+   * fewer than `quorum` answers, `no-quorum` and a `QuorumError` naming each node's outcome;
+   * else held, for the longest TTL a node reported (`[0, ttlMs]`), and for a waiter its place in
+   * the lines with the wait for its turn (on the key's `channel`).
+   * @param all every node's answer, `[1, …]` for a grant.
+   */
+  refused(
+    all: readonly NodeResult<readonly (number | string)[]>[],
+    quorum: number,
+    operation: string,
+    request: AttemptRequest,
+    channel: string,
+    waiting: boolean,
+  ): NotGranted {
+    if (all.filter((r) => r.status === 'ok').length < quorum) {
+      const outcomes = outcomesOf(all, (v) => v[0] !== 1);
+      const error = new QuorumError(request.key, operation, outcomes);
+      return { granted: false, reason: 'no-quorum', error };
+    }
+    const holderTtlMs = all.reduce(
+      (max, r) =>
+        r.status === 'ok' && r.value[0] === 0 ? Math.max(max, Number(r.value[1] ?? 0)) : max,
+      0,
+    );
+    if (!waiting) return { granted: false, holderTtlMs };
+    return {
+      granted: false,
+      holderTtlMs,
+      // Waiters attempt at least this often, which keeps their line entries alive.
+      recheckAfterMs: LINE_RECHECK_MS,
+      queued: true,
+      waitForChange: (signal, maxMs) => this.waitForTurn(channel, request.owner, signal, maxMs),
+    };
   }
 }

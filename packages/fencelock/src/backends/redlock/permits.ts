@@ -35,7 +35,7 @@ import {
   semaphoreReleaseScript,
   semaphoreRenewScript,
 } from '../redis/scripts.js';
-import { LINE_RECHECK_MS, REDLOCK_ENTRY_TTL_MS } from '../waiting-line.js';
+import { REDLOCK_ENTRY_TTL_MS } from '../waiting-line.js';
 import type { LineWaits } from './line-waits.js';
 import { type NodeResult, outcomesOf, permitQuorumOf, type Vote } from './quorum.js';
 import type { RestartWatch } from './restarts.js';
@@ -123,28 +123,7 @@ export class RedlockPermits {
     // No quorum: withdraw the permits on every node (where the reply was lost too) before the
     // core waits; a waiter keeps its place in the lines.
     await this.#withdraw(request, permits, waiting ? 'grant' : 'everything').catch(() => undefined);
-    if (all.filter((r) => r.status === 'ok').length < quorum) {
-      const error = new QuorumError(
-        request.key,
-        'acquire permit',
-        outcomesOf(all, (v) => v[0] !== 1),
-      );
-      return { granted: false, reason: 'no-quorum', error };
-    }
-    const holderTtlMs = all.reduce(
-      (max, r) => (r.status === 'ok' && r.value[0] === 0 ? Math.max(max, r.value[1]) : max),
-      0,
-    );
-    if (!waiting) return { granted: false, holderTtlMs };
-    return {
-      granted: false,
-      holderTtlMs,
-      // Waiters attempt at least this often, which keeps their line entries alive.
-      recheckAfterMs: LINE_RECHECK_MS,
-      queued: true,
-      waitForChange: (signal, maxMs) =>
-        this.#line.waitForTurn(k.channel, request.owner, signal, maxMs),
-    };
+    return this.#line.refused(all, quorum, 'acquire permit', request, k.channel, waiting);
   }
 
   /**
