@@ -4,7 +4,8 @@
  * before any engine call; elsewhere a grant that ends without a release (its holder "killed":
  * granted through the backend, then never renewed or released) keeps the key from everyone for
  * the delay after its end, renewals move that end, a release clears it, a late release does not,
- * and an election's leadership carries it too.
+ * a lease the library ends itself does not clear it (engines without sessions), and an
+ * election's leadership carries it too.
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { expect, it } from 'vitest';
@@ -133,6 +134,23 @@ export function describeLockDelayContract(suite: LockDelaySuite): void {
     });
     expect(outcome).not.toBe('released');
     expect(await b.locker.tryAcquire(late, { ttlMs: 10_000 })).toBeNull();
+  });
+
+  it('lock-delay: a lease the library ends itself (TTL out, no renewal) keeps its delay where grants have their own TTL', async (t) => {
+    const [a, b] = await Promise.all([newClient(), newClient()]);
+    if (!a.backend.capabilities.lockDelay || a.backend.capabilities.sessions) return t.skip();
+    const key = uniqueKey('delay-lost');
+    const ttlMs = Math.max(a.traits.minTtlMs, 500);
+    const startedAt = performance.now();
+    const lease = await a.locker.acquire(key, { ttlMs, autoRenew: false, lockDelayMs: DELAY_MS });
+    // The lease's own timer ends it (a little before the engine's TTL, by the drift allowance);
+    // the work it guarded may still be running, so the grant is left to run out, delay and all.
+    await delay(ttlMs + 200);
+    expect(lease.signal.aborted).toBe(true);
+    expect(await b.locker.tryAcquire(key, { ttlMs: 10_000 })).toBeNull();
+    const waited = await b.locker.acquire(key, { ttlMs: 10_000, waitMs: DELAY_MS + 10_000 });
+    expect(performance.now()).toBeGreaterThanOrEqual(startedAt + ttlMs + DELAY_MS - 5);
+    await waited.release();
   });
 
   it('lock-delay: a leadership that ran out keeps the election from the next candidate', async (t) => {

@@ -21,8 +21,8 @@ const lost = (at: number, client: string): ClientEvent => ({
   type: 'lost',
   reason: 'expired',
 });
-const write = (id: number, writer: string, token: bigint, accepted: boolean): WriteRecord => ({
-  id,
+const write = (seq: number, writer: string, token: bigint, accepted: boolean): WriteRecord => ({
+  seq,
   writer,
   token,
   accepted,

@@ -20,7 +20,7 @@ import {
 
 const fault = (id: string) => FAULTS.find((f) => f.id === id)!;
 const log = (...writes: [string, bigint, boolean][]): WriteRecord[] =>
-  writes.map(([writer, token, accepted], i) => ({ id: i + 1, writer, token, accepted }));
+  writes.map(([writer, token, accepted], i) => ({ seq: i + 1, writer, token, accepted }));
 
 /** A run's log: each writer granted once (in the order of its first write), then its writes. */
 function run(writes: WriteRecord[], accepted: bigint, skipped?: string): CellRun {

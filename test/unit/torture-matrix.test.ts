@@ -26,7 +26,7 @@ function run(
     { at: 90, client: 'b', type: 'releasing' },
   ] as const;
   const log = writes.map(([writer, token, accepted], i) => ({
-    id: i + 1,
+    seq: i + 1,
     writer,
     token,
     accepted,

@@ -13,7 +13,7 @@ import { markdownTable, readmeSummary, semaphoreTable } from '../../tools/tortur
 
 const fault = (id: string) => FAULTS.find((f) => f.id === id)!;
 const log = (...writes: [string, bigint, boolean][]): WriteRecord[] =>
-  writes.map(([writer, token, accepted], i) => ({ id: i + 1, writer, token, accepted }));
+  writes.map(([writer, token, accepted], i) => ({ seq: i + 1, writer, token, accepted }));
 const acquired = (at: number, client: string, token: bigint, remainingMs = 1_000): ClientEvent => ({
   at,
   client,

@@ -217,6 +217,32 @@ describe('fencelock elect <name> -- <command>', () => {
     writeFileSync(go, '');
     expect((await leader.done).code).toBe(0);
   });
+
+  it('--lock-delay: after a leader killed with SIGKILL, nobody leads until the delay has passed', async () => {
+    const name = uniqueKey('elect-delay');
+    const log = file('delay.log');
+    const go = file('go');
+    const lockDelayMs = 3_000;
+    const leader = elect(
+      name,
+      ['--ttl', '1000', '--lock-delay', String(lockDelayMs)],
+      'hold',
+      log,
+      'A',
+      go,
+    );
+    await lineStartingWith(log, 'start A');
+    leader.process.kill('SIGKILL');
+    const killedAt = performance.now();
+    writeFileSync(go, '');
+    await leader.done;
+    await new Promise((resolve) => setTimeout(resolve, 1_300));
+    const early = await elect(name, ['--wait', '0'], 'election', file('early.json')).done;
+    expect(early.code).toBe(124);
+    const next = await elect(name, ['--wait', '20000'], 'election', file('next.json')).done;
+    expect([next.code, next.stderr]).toEqual([0, '']);
+    expect(performance.now() - killedAt).toBeGreaterThanOrEqual(lockDelayMs);
+  });
 });
 
 describe('fencelock elect <name> --observe / --leader', () => {
@@ -338,6 +364,16 @@ describe('fencelock elect with bad usage', () => {
       '--wait with --observe',
       ['--observe', '--wait', '10'],
       'invalid --wait: it is for a campaign, not with --observe',
+    ],
+    [
+      '--lock-delay with --observe',
+      ['--observe', '--lock-delay', '1000'],
+      'invalid --lock-delay: it is for a campaign, not with --observe',
+    ],
+    [
+      'a bad --lock-delay',
+      ['--lock-delay', '60001', '--', 'CMD'],
+      'invalid --lock-delay: expected an integer in [0, 60000], received "60001"',
     ],
     [
       '--json with a command',

@@ -1,6 +1,6 @@
 /**
  * `fencelock run` with the other primitives: a semaphore permit (`--permits`), a read lock
- * (`--read`) and several keys at once, on the embedded store and on Redis, with the built CLI
+ * (`--read`), several keys at once, and a lock-delay (`--lock-delay`), on the embedded store and on Redis, with the built CLI
  * and the child fixture as real processes.
  */
 import { writeFileSync } from 'node:fs';
@@ -164,15 +164,51 @@ describe.each(STORES)('fencelock run with other primitives on $name', ({ make })
     const [endA, endB] = await Promise.all([a.done, b.done]);
     expect([endA.code, endA.stderr, endB.code, endB.stderr]).toEqual([0, '', 0, '']);
   });
+
+  it('--lock-delay: after the run holding the key is killed, nobody gets the key until the delay has passed', async () => {
+    const key = uniqueKey('lock-delay');
+    const log = file('lock-delay.log');
+    const goA = file('go-a');
+    const ttlMs = 1_000;
+    const lockDelayMs = 3_000;
+    const a = startCli([
+      'run',
+      '--ttl',
+      String(ttlMs),
+      '--lock-delay',
+      String(lockDelayMs),
+      key,
+      '--store',
+      store.url,
+      ...childCommand('hold', log, 'A', goA),
+    ]);
+    await lineStartingWith(log, 'start A');
+    // The holder dies without releasing; its lease was renewed until now.
+    a.process.kill('SIGKILL');
+    const killedAt = performance.now();
+    writeFileSync(goA, '');
+    await a.done;
+    // Past the TTL the key would be free without the delay; a single attempt finds it taken.
+    await new Promise((resolve) => setTimeout(resolve, ttlMs + 300));
+    const early = await runCli(['run', '--wait', '0', key, '--store', store.url, '--', 'true']);
+    expect(early.code).toBe(124);
+    const b = await runCli(['run', '--wait', '20000', key, '--store', store.url, '--', 'true']);
+    expect([b.code, b.stderr]).toEqual([0, '']);
+    expect(performance.now() - killedAt).toBeGreaterThanOrEqual(lockDelayMs);
+  });
 });
 
-describe('fencelock run: usage of --permits and --read', () => {
+describe('fencelock run: usage of --permits, --read and --lock-delay', () => {
   it.each([
     [['--permits', '0', 'k'], '--permits'],
     [['--permits', '10001', 'k'], '--permits'],
     [['--permits', 'x', 'k'], '--permits'],
     [['--permits', '2', 'k', 'j'], '--permits'],
     [['--permits', '2', '--read', 'k'], '--permits'],
+    [['--lock-delay', '60001', 'k'], '--lock-delay'],
+    [['--lock-delay', '-1', 'k'], '--lock-delay'],
+    [['--lock-delay', '100', '--read', 'k'], '--lock-delay'],
+    [['--lock-delay', '100', '--permits', '2', 'k'], '--lock-delay'],
   ])('refuses %j with exit code 2, naming the option, before any lock', async (args, option) => {
     const result = await runCli([
       'run',

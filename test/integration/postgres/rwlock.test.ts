@@ -265,6 +265,8 @@ describe('PostgreSQL read-write lock (lease mode)', () => {
       expect(await r1.release()).toBe('released');
       writer = await w;
       expect(grants.at(-1)!.at - lastReaderAt).toBeLessThan(EVENT_GAP_MS);
+      // The listener's connection may hear the notice after the writer's own connection did.
+      await eventually(() => notices.heads.length > 0, 1_000);
       expect(notices.heads).toEqual([writer.owner]);
       expect(await settledWithin(r3, 300)).toBe(false);
       // The writer's release wakes the reader behind it at once, by its owner.
@@ -272,7 +274,7 @@ describe('PostgreSQL read-write lock (lease mode)', () => {
       expect(await writer.release()).toBe('released');
       reader3 = await r3;
       expect(grants.at(-1)!.at - writerAt).toBeLessThan(EVENT_GAP_MS);
-      await sleep(100);
+      await eventually(() => notices.heads.length > 1, 1_000);
       expect(notices.heads.slice(1)).toEqual([reader3.owner]);
     } finally {
       await notices.stop();

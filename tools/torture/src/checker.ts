@@ -30,6 +30,11 @@
  * back) and loss-detection latency (from the moment the engine had demonstrably dropped the
  * lease, i.e. another client was granted, or for a semaphore other clients held all N permits,
  * or from the holder's resume if it was paused then, to the holder's `lost` event).
+ * 4. Lock-delay (a lock or an election whose grants carry `lockDelayMs` = D): a grant that ends
+ *    without a release keeps the key from everyone until D after its end. For every fault that
+ *    killed or paused a holder whose grant was alive at the fault (see `delayedFaults`), that
+ *    end is no earlier than the fault, so no grant may be acquired in (fault.at, fault.at + D −
+ *    `lockDelaySlackMs(D)`): each one that was is a grant inside the delay.
  *
  * Pure functions: unit-tested on synthetic histories, including the broken ones.
  */
@@ -136,11 +141,34 @@ export interface RunVerdict {
   readonly lossDetectionMs: readonly number[];
   /** Writes made after the library had already reported the lease lost. */
   readonly writesAfterKnownLoss: number;
+  /**
+   * Faults judged for the lock-delay (0 without one): those that killed or paused a holder whose
+   * grant was alive at the fault (see `delayedFaults`).
+   */
+  readonly delayFaults: number;
+  /**
+   * Grants acquired inside the lock-delay of a judged fault's victim, i.e. in (fault.at,
+   * fault.at + D − `lockDelaySlackMs(D)`), cut at the victim's resume if it was paused; 0
+   * without a lock-delay. Must be 0.
+   */
+  readonly grantsInsideDelay: number;
+}
+
+/**
+ * The clock slack of the lock-delay check, ms: 25 ms plus 1% of the delay. It covers engines
+ * that time the delay on their own clock (Redis's wall clock, an etcd lease, a ZooKeeper tick)
+ * and round it to their unit, against the machine's monotonic clock the checker reads; a store
+ * that shortens the delay by more is caught.
+ */
+export function lockDelaySlackMs(lockDelayMs: number): number {
+  return 25 + Math.ceil(lockDelayMs / 100);
 }
 
 /**
  * Judge one run.
  * @param permits holders allowed at once: 1 for a lock, N for a semaphore of N permits.
+ * @param lockDelayMs the lock-delay every client's grants carried, ms (0: none; a lock's or an
+ *   election's only).
  */
 export function checkRun(
   events: readonly ClientEvent[],
@@ -148,9 +176,12 @@ export function checkRun(
   registerValue: bigint,
   faults: readonly FaultMark[],
   permits = 1,
+  lockDelayMs = 0,
 ): RunVerdict {
   const ordered = [...events].sort((a, b) => a.at - b.at);
   const grants = grantsOf(ordered);
+  // Before a killed holder's grant is cut at its death below: whether it was alive at the fault.
+  const delayWindows = lockDelayMs > 0 ? delayedFaults(grants, faults, lockDelayMs) : [];
   // A killed holder's grant ends at its death: without this, its belief would run to its
   // validity end, and an engine that frees the key at once (a PostgreSQL advisory lock goes
   // with the connection) would show a double grant that no live process ever saw.
@@ -200,7 +231,43 @@ export function checkRun(
     livenessMs,
     lossDetectionMs,
     writesAfterKnownLoss: ordered.filter((e) => e.type === 'written' && e.knewLost).length,
+    delayFaults: delayWindows.length,
+    grantsInsideDelay: grants.filter((g) =>
+      delayWindows.some((w) => g.acquiredAt > w.from && g.acquiredAt < w.until),
+    ).length,
   };
+}
+
+/**
+ * The lock-delay windows of a run: one per fault that killed (F1) or paused (F2) a holder whose
+ * grant was alive at the fault, from the fault to D − slack later. Alive means the grant had
+ * been acquired and, before the fault, had neither begun its release (a live release clears the
+ * delay), nor been reported lost (the engine may have ended it earlier: a lost lease), nor
+ * outlived the validity its client last computed (the engine may have let it expire earlier);
+ * the library's validity never exceeds the engine's, so such a grant ended on the engine no
+ * earlier than the fault, and its delay no earlier than D after it. Other faults (partitions,
+ * engine restarts, clock jumps) are not judged: the grant may end or vanish on the engine in
+ * ways a delay does not survive. A paused holder's window ends at its resume: its grant may
+ * have outlived the pause (a PostgreSQL advisory lock keeps its connection), and its release
+ * after the resume then clears the delay.
+ */
+function delayedFaults(
+  grants: readonly Grant[],
+  faults: readonly FaultMark[],
+  lockDelayMs: number,
+): { from: number; until: number }[] {
+  const windows: { from: number; until: number }[] = [];
+  for (const fault of faults) {
+    if (fault.target === undefined || (fault.killed !== true && fault.paused !== true)) continue;
+    const victim = grants.findLast((g) => g.client === fault.target && g.acquiredAt <= fault.at);
+    if (victim === undefined || fault.at >= victim.believedEnd) continue;
+    const until = fault.at + lockDelayMs - lockDelaySlackMs(lockDelayMs);
+    windows.push({
+      from: fault.at,
+      until: fault.paused === true ? Math.min(until, fault.endedAt) : until,
+    });
+  }
+  return windows;
 }
 
 /**

@@ -31,6 +31,11 @@ export interface ClientConfig {
    * key's lock: the leadership's term is the token it writes with.
    */
   readonly election?: boolean;
+  /**
+   * The lock-delay every grant carries (`LockOptions.lockDelayMs`), ms; absent for none. Never
+   * with `permits` (permits carry none).
+   */
+  readonly lockDelayMs?: number;
   readonly ttlMs: number;
   /** Length of the critical section, ms, spread evenly over `writes` writes. */
   readonly holdMs: number;
@@ -151,10 +156,14 @@ async function main(config: ClientConfig): Promise<void> {
 
 /**
  * One grant: the key's lock, a permit of its semaphore (`config.permits`), or the leadership of
- * its election (`config.election`).
+ * its election (`config.election`), with `config.lockDelayMs` if any.
  */
 function acquire(locker: Locker, config: ClientConfig): Promise<Lease> {
-  const options = { ttlMs: config.ttlMs, waitMs: 1_000 };
+  const options = {
+    ttlMs: config.ttlMs,
+    waitMs: 1_000,
+    ...(config.lockDelayMs === undefined ? {} : { lockDelayMs: config.lockDelayMs }),
+  };
   if (config.election) return locker.election(config.key).campaign(config.client, options);
   return config.permits === undefined
     ? locker.acquire(config.key, options)

@@ -2,7 +2,8 @@
  * `npm run torture`: run the fault-injection matrix (this folder) against the engines of
  * `scripts/services.sh`, and `npm run torture:report -- <result.json>`: regenerate
  * docs/guarantees.md, its chart and the README summary from a committed result (`torture merge`
- * joins results made in parts first). Only option parsing and file writing here; the harness is
+ * joins results made in parts first). `--lock-delay <ms>` runs lock-delay cells instead of the
+ * plain ones (tools/torture/README.md). Only option parsing and file writing here; the harness is
  * in harness.ts and matrix.ts.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -16,6 +17,7 @@ interface TortureCliOptions {
   readonly fault?: string[];
   readonly primitive?: string[];
   readonly permits: string;
+  readonly lockDelay: string;
   readonly runs: string;
   readonly ttl: string;
   readonly clients: string;
@@ -42,9 +44,14 @@ export function registerTortureCommand(program: Command): void {
     )
     .option(
       '--primitive <names...>',
-      'cells to run: lock, semaphore (clients take permits of a semaphore instead of the lock), election (clients campaign in a leader election, the term as token); semaphore and election cells run under F0 to F3, F1 and F2 with --quick (default: all three)',
+      'cells to run: lock, semaphore (clients take permits of a semaphore instead of the lock), election (clients campaign in a leader election, the term as token); semaphore and election cells run under F0 to F3, F1 and F2 with --quick (default: all three; lock and election with --lock-delay)',
     )
     .option('--permits <n>', 'permits of the semaphore in the semaphore cells', '2')
+    .option(
+      '--lock-delay <ms>',
+      'lock-delay cells: every lock grant and leadership carries this lockDelayMs (0 to 60000; 0: none, the plain cells); the checker counts grants inside the delay of a killed (F1) or paused (F2) holder, which must be 0, and the report gives the fault-to-next-grant time beside D. Lock and election cells only (default --primitive lock election; semaphore is refused: permits carry no lock-delay); a backend without capabilities.lockDelay has its cells skipped. Results merge beside the plain cells',
+      '0',
+    )
     .option('--runs <n>', 'runs per cell', '1')
     .option('--ttl <ms>', 'lease TTL of the clients (etcd: at least 2000)', '2000')
     .option('--clients <n>', 'contending client processes per run', '5')
@@ -76,23 +83,17 @@ export function registerTortureCommand(program: Command): void {
           );
         }
       }
-      const primitives = raw.primitive ?? ['lock', 'semaphore', 'election'];
-      for (const name of primitives) {
-        if (name !== 'lock' && name !== 'semaphore' && name !== 'election') {
-          throw new UsageError(
-            '--primitive',
-            `--primitive: ${name} is not one of lock, semaphore, election`,
-          );
-        }
-      }
-      const { MAX_PERMITS } = await import('fencelock');
+      const { MAX_PERMITS, MAX_LOCK_DELAY_MS } = await import('fencelock');
+      const lockDelayMs = parseIntegerOption('--lock-delay', raw.lockDelay, 0, MAX_LOCK_DELAY_MS);
+      const primitives = torturePrimitives(raw.primitive, lockDelayMs);
       const { QUICK_CLIENT_FAULTS, CLIENT_FAULTS } = await import('./primitive-cells.js');
       const options = {
         backends: backends as (typeof BACKENDS)[number][],
         faults,
-        primitives: primitives as ('lock' | 'semaphore' | 'election')[],
+        primitives,
         clientFaults: raw.quick ? QUICK_CLIENT_FAULTS : CLIENT_FAULTS,
         permits: parseIntegerOption('--permits', raw.permits, 1, MAX_PERMITS),
+        ...(lockDelayMs > 0 ? { lockDelayMs } : {}),
         runs: raw.quick ? 1 : parseIntegerOption('--runs', raw.runs, 1, 1000),
         ttlMs: raw.quick ? 1_000 : parseIntegerOption('--ttl', raw.ttl, 500, 60_000),
         clients: parseIntegerOption('--clients', raw.clients, 2, 32),
@@ -107,6 +108,7 @@ export function registerTortureCommand(program: Command): void {
         markdownTable,
         semaphoreTable,
         electionTable,
+        lockDelayTable,
         svgChart,
         headline,
         selfTestLines,
@@ -120,7 +122,7 @@ export function registerTortureCommand(program: Command): void {
       writeFileSync(`${stem}.json`, `${json}\n`);
       writeFileSync(
         `${stem}.md`,
-        `${headline(result)}\n\n${faultLegend(result)}\n\n${markdownTable(result)}\n\n${semaphoreTable(result)}\n\n${electionTable(result)}\n\n${selfTestLines(result)}\n`,
+        `${headline(result)}\n\n${faultLegend(result)}\n\n${markdownTable(result)}\n\n${semaphoreTable(result)}\n\n${electionTable(result)}\n\n${lockDelayTable(result)}\n\n${selfTestLines(result)}\n`,
       );
       writeFileSync(`${stem}.svg`, svgChart(result));
       process.stdout.write(
@@ -176,6 +178,35 @@ export function registerTortureCommand(program: Command): void {
       writeFileSync('README.md', updated);
       process.stdout.write(`written: docs/guarantees.md, docs/${chart}, README.md\n`);
     });
+}
+
+/**
+ * The primitives of a run from `--primitive` (all three when absent) and `--lock-delay`: with a
+ * lock-delay, lock and election (when absent), and semaphore is refused, since permits carry no
+ * lock-delay.
+ * @throws UsageError naming the option at fault.
+ */
+export function torturePrimitives(
+  chosen: readonly string[] | undefined,
+  lockDelayMs: number,
+): ('lock' | 'semaphore' | 'election')[] {
+  const primitives =
+    chosen ?? (lockDelayMs > 0 ? ['lock', 'election'] : ['lock', 'semaphore', 'election']);
+  for (const name of primitives) {
+    if (name !== 'lock' && name !== 'semaphore' && name !== 'election') {
+      throw new UsageError(
+        '--primitive',
+        `--primitive: ${name} is not one of lock, semaphore, election`,
+      );
+    }
+  }
+  if (lockDelayMs > 0 && primitives.includes('semaphore')) {
+    throw new UsageError(
+      '--lock-delay',
+      '--lock-delay: semaphore permits carry no lock-delay; run lock-delay cells with --primitive lock election (or leave out --primitive)',
+    );
+  }
+  return primitives as ('lock' | 'semaphore' | 'election')[];
 }
 
 /** A result JSON written by `torture` or `torture merge`. */

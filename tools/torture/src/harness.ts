@@ -56,6 +56,17 @@ export interface CellOptions {
   /** An election cell: clients campaign in the key's election; judged as a lock cell. */
   readonly election?: boolean;
   /**
+   * A lock-delay cell (a lock's or an election's, never a semaphore's): every client's grants
+   * carry this `lockDelayMs`, and the checker counts grants inside the delay of a killed or
+   * paused holder. Absent or 0: none.
+   */
+  readonly lockDelayMs?: number;
+  /**
+   * Self-test only: the lock-delay the clients ask for instead of `lockDelayMs` (a store that
+   * ignores the delay the checker expects).
+   */
+  readonly clientLockDelayMs?: number;
+  /**
    * Self-test only: client i reaches only these endpoint indexes (a split Redlock whose clients
    * each need 2 nodes out of the 5).
    */
@@ -73,6 +84,8 @@ export interface CellRun {
   readonly permits?: number;
   /** An election cell's run. */
   readonly election?: boolean;
+  /** The lock-delay of a lock-delay cell's run (`CellOptions.lockDelayMs`); absent for none. */
+  readonly lockDelayMs?: number;
   readonly verdict: RunVerdict;
   readonly faults: readonly FaultMark[];
   readonly clientErrors: readonly string[];
@@ -136,12 +149,14 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
           ? proxies.map((p) => p.port)
           : indexes.map((n) => topology.endpoints[n]!);
       const permits = options.clientPermits ?? options.permits;
+      const lockDelayMs = options.clientLockDelayMs ?? options.lockDelayMs ?? 0;
       const config: ClientConfig = {
         client: id,
         store: topology.storeUrl(ports),
         key,
         ...(permits === undefined ? {} : { permits }),
         ...(options.election === true ? { election: true } : {}),
+        ...(lockDelayMs > 0 ? { lockDelayMs } : {}),
         ttlMs: options.ttlMs,
         holdMs:
           options.fault.longHold === true
@@ -270,8 +285,11 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
       return undefined;
     });
     if (mark !== undefined) faults.push(mark);
-    // Let the run go on long enough to see the recovery.
-    const settleUntil = Math.max(options.durationMs, now() + 3 * options.ttlMs);
+    // Let the run go on long enough to see the recovery (after the lock-delay, if any).
+    const settleUntil = Math.max(
+      options.durationMs,
+      now() + 3 * options.ttlMs + (options.lockDelayMs ?? 0),
+    );
     await sleep(Math.max(0, settleUntil - now()));
   } finally {
     await stopClients(clients, options.ttlMs);
@@ -281,13 +299,21 @@ export async function runCell(options: CellOptions): Promise<CellRun> {
   }
   try {
     const { writes, value } = await register.read();
-    const verdict = checkRun(events, writes, value, faults, options.permits);
+    const verdict = checkRun(
+      events,
+      writes,
+      value,
+      faults,
+      options.permits,
+      options.lockDelayMs ?? 0,
+    );
     return {
       backend: options.backend,
       fault: options.fault.id,
       fenced: options.fenced,
       ...(options.permits === undefined ? {} : { permits: options.permits }),
       ...(options.election === true ? { election: true } : {}),
+      ...(lockDelayOf(options) > 0 ? { lockDelayMs: lockDelayOf(options) } : {}),
       verdict,
       faults,
       clientErrors: errors,
@@ -309,12 +335,18 @@ export function skippedRun(options: CellOptions, reason: string): CellRun {
     fenced: options.fenced,
     ...(options.permits === undefined ? {} : { permits: options.permits }),
     ...(options.election === true ? { election: true } : {}),
+    ...(lockDelayOf(options) > 0 ? { lockDelayMs: lockDelayOf(options) } : {}),
     verdict: checkRun([], [], 0n, []),
     faults: [],
     clientErrors: [`skipped: ${reason}`],
     durationMs: 0,
     skipped: reason,
   };
+}
+
+/** The lock-delay a cell's checker expects, ms (0: none). */
+function lockDelayOf(options: CellOptions): number {
+  return options.lockDelayMs ?? 0;
 }
 
 /** Ask every client to stop, wait a while, then kill what is left (resumed first if paused). */

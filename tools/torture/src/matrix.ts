@@ -2,7 +2,8 @@
  * The torture matrix: every applicable backend × fault cell of the lock, of a semaphore of N
  * permits and of a leader election under the faults of `primitive-cells.ts`, `runs` times each, plus the checker's
  * self-test (broken variants that must fail), summed into the tables the guarantees page is
- * generated from.
+ * generated from. With a lock-delay (`torture --lock-delay`), the lock and election cells are
+ * lock-delay cells: every grant carries it, and they are kept apart from the plain cells.
  */
 import { cpus, loadavg } from 'node:os';
 import { percentile } from './checker.js';
@@ -30,6 +31,11 @@ export interface MatrixOptions {
   readonly clientFaults: readonly string[];
   /** Permits of the semaphore cells' semaphore. */
   readonly permits: number;
+  /**
+   * The lock-delay every grant of the lock and election cells carries, ms (`--lock-delay`); 0 or
+   * absent: none (the plain cells). Not with semaphore cells: permits carry none.
+   */
+  readonly lockDelayMs?: number;
   readonly runs: number;
   readonly ttlMs: number;
   readonly clients: number;
@@ -45,6 +51,16 @@ export interface MatrixOptions {
  */
 export type CellVerdict = 'pass' | 'fail' | 'documented failure' | 'not exercised' | 'skipped';
 
+/** `runMatrix` with a lock-delay and semaphore cells: permits carry no lock-delay. */
+export class LockDelayOnSemaphore extends Error {
+  override readonly name = 'LockDelayOnSemaphore';
+  constructor() {
+    super(
+      'semaphore permits carry no lock-delay: run lock-delay cells with --primitive lock election',
+    );
+  }
+}
+
 /** One backend × fault cell (of the lock or of the semaphore) over all its runs. */
 export interface CellSummary {
   readonly backend: BackendName;
@@ -53,6 +69,18 @@ export interface CellSummary {
   readonly primitive?: Primitive;
   /** Holders allowed at once: the semaphore's permits, 1 for a lock. */
   readonly permits?: number;
+  /**
+   * A lock-delay cell's delay, ms (every grant carried it). Absent (or 0): a plain cell, as in
+   * results written before lock-delay cells existed.
+   */
+  readonly lockDelayMs?: number;
+  /**
+   * Lock-delay cells: faults judged (a killed or paused holder whose grant was alive at the
+   * fault) and grants acquired inside such a holder's delay (`RunVerdict.grantsInsideDelay`,
+   * must be 0).
+   */
+  readonly delayFaults?: number;
+  readonly grantsInsideDelay?: number;
   readonly title: string;
   readonly runs: number;
   readonly ttlMs: number;
@@ -87,6 +115,9 @@ export interface CellSummary {
    */
   readonly livenessP50Ttl: number | null;
   readonly livenessP99Ttl: number | null;
+  /** The same in ms: lock-delay cells only (to set beside their delay). */
+  readonly livenessP50Ms?: number | null;
+  readonly livenessP99Ms?: number | null;
   readonly lossDetectionP50Ms: number | null;
   readonly lossDetectionP99Ms: number | null;
   readonly writesAfterKnownLoss: number;
@@ -138,6 +169,8 @@ function ttlFor(backend: BackendName, ttlMs: number): number {
  * @param permits the semaphore's permit count for a semaphore cell; absent for a lock or an
  *   election cell.
  * @param primitive what the cell's clients contended for.
+ * @param lockDelayMs a lock-delay cell's delay (0: a plain cell); such a cell also fails on a
+ *   grant inside the delay, and is not exercised when no fault hit a holder with a live grant.
  */
 export function summarize(
   backend: BackendName,
@@ -146,10 +179,12 @@ export function summarize(
   runs: readonly CellRun[],
   permits?: number,
   primitive: Primitive = permits === undefined ? 'lock' : 'semaphore',
+  lockDelayMs = 0,
 ): CellSummary {
   const allowed = permits ?? 1;
   const sum = (pick: (run: CellRun) => number) => runs.reduce((n, run) => n + pick(run), 0);
-  const liveness = runs.flatMap((r) => r.verdict.livenessMs.map((ms) => ms / ttlMs));
+  const livenessMs = runs.flatMap((r) => r.verdict.livenessMs);
+  const liveness = livenessMs.map((ms) => ms / ttlMs);
   const detection = runs.flatMap((r) => r.verdict.lossDetectionMs);
   const round = (value: number | undefined, digits: number) =>
     value === undefined ? null : Number(value.toFixed(digits));
@@ -158,6 +193,15 @@ export function summarize(
     fault: fault.id,
     primitive,
     permits: allowed,
+    ...(lockDelayMs > 0
+      ? {
+          lockDelayMs,
+          delayFaults: sum((r) => r.verdict.delayFaults),
+          grantsInsideDelay: sum((r) => r.verdict.grantsInsideDelay),
+          livenessP50Ms: round(percentile(livenessMs, 50), 0),
+          livenessP99Ms: round(percentile(livenessMs, 99), 0),
+        }
+      : {}),
     title: fault.title,
     runs: runs.length,
     ttlMs,
@@ -197,6 +241,10 @@ export function summarize(
   if (STRICT_TOKENS.has(backend) && cell.tokenRegressions + cell.tokenDuplicates > 0) {
     reasons.push(`${cell.tokenRegressions} token regressions, ${cell.tokenDuplicates} duplicates`);
   }
+  const insideDelay = cell.grantsInsideDelay ?? 0;
+  if (insideDelay > 0) {
+    reasons.push(`${insideDelay} grants inside the lock-delay of ${lockDelayMs} ms`);
+  }
   if (fault.id === 'F0' && cell.believedOverlaps > 0) {
     reasons.push(
       permits === undefined
@@ -213,6 +261,19 @@ export function summarize(
     permits === undefined
       ? cell.staleRejected > 0
       : cell.lapsedWritesRejected > 0 || cell.maxWriting > permits;
+  // A lock-delay cell under a fault that kills or pauses a holder proves nothing about the
+  // delay unless a fault hit a holder whose grant was alive (the checker judged it).
+  const delayUntested =
+    lockDelayMs > 0 &&
+    cell.delayFaults === 0 &&
+    runs.some((r) => r.faults.some((f) => f.killed === true || f.paused === true));
+  if (reasons.length === 0 && delayUntested) {
+    return {
+      ...cell,
+      verdict: 'not exercised',
+      reasons: ['no fault hit a holder with a live grant: the lock-delay was not tested'],
+    };
+  }
   const verdict: CellVerdict =
     reasons.length > 0
       ? outside
@@ -224,8 +285,17 @@ export function summarize(
   return { ...cell, verdict, reasons };
 }
 
-/** Run the matrix: per backend, its lock cells, then its semaphore cells, then its election's. */
+/**
+ * Run the matrix: per backend, its lock cells, then its semaphore cells, then its election's
+ * (with `options.lockDelayMs`, lock-delay cells of the lock and the election, skipped with the
+ * reason on a backend without `capabilities.lockDelay`).
+ * @throws LockDelayOnSemaphore with a lock-delay and semaphore cells.
+ */
 export async function runMatrix(options: MatrixOptions, command: string): Promise<MatrixResult> {
+  const lockDelayMs = options.lockDelayMs ?? 0;
+  if (lockDelayMs > 0 && options.primitives.includes('semaphore')) {
+    throw new LockDelayOnSemaphore();
+  }
   const cells: CellSummary[] = [];
   const chosen = (f: FaultSpec) => options.faults.length === 0 || options.faults.includes(f.id);
   const lockFaults = options.primitives.includes('lock') ? FAULTS.filter(chosen) : [];
@@ -237,8 +307,15 @@ export async function runMatrix(options: MatrixOptions, command: string): Promis
   const electionFaults = clientFaults('election');
   for (const backend of options.backends) {
     const ttlMs = ttlFor(backend, options.ttlMs);
-    for (const fault of lockFaults.filter((f) => f.backends.includes(backend))) {
-      cells.push(await runCellRuns(options, { backend, fault, ttlMs }));
+    const lock = lockFaults.filter((f) => f.backends.includes(backend));
+    const election = electionFaults.filter((f) => f.backends.includes(backend));
+    const delay = lockDelayMs > 0 ? { lockDelayMs } : {};
+    const withoutDelay =
+      lockDelayMs > 0 && lock.length + election.length > 0
+        ? await capabilityUnavailable(backend, 'lockDelay')
+        : undefined;
+    for (const fault of lock) {
+      cells.push(await runCellRuns(options, { backend, fault, ttlMs, ...delay }, withoutDelay));
     }
     const semaphore = semaphoreFaults.filter((f) => f.backends.includes(backend));
     const withoutPermits =
@@ -252,12 +329,15 @@ export async function runMatrix(options: MatrixOptions, command: string): Promis
         ),
       );
     }
-    const election = electionFaults.filter((f) => f.backends.includes(backend));
     const withoutElections =
       election.length > 0 ? await capabilityUnavailable(backend, 'election') : undefined;
     for (const fault of election) {
       cells.push(
-        await runCellRuns(options, { backend, fault, ttlMs, election: true }, withoutElections),
+        await runCellRuns(
+          options,
+          { backend, fault, ttlMs, election: true, ...delay },
+          withoutElections ?? withoutDelay,
+        ),
       );
     }
   }
@@ -287,10 +367,11 @@ export async function runMatrix(options: MatrixOptions, command: string): Promis
  */
 async function runCellRuns(
   options: MatrixOptions,
-  cell: Pick<CellOptions, 'backend' | 'fault' | 'ttlMs' | 'permits' | 'election'>,
+  cell: Pick<CellOptions, 'backend' | 'fault' | 'ttlMs' | 'permits' | 'election' | 'lockDelayMs'>,
   unavailable?: string,
 ): Promise<CellSummary> {
   const { backend, fault, ttlMs, permits } = cell;
+  const lockDelayMs = cell.lockDelayMs ?? 0;
   const primitive: Primitive =
     cell.election === true ? 'election' : permits === undefined ? 'lock' : 'semaphore';
   const runs: CellRun[] = [];
@@ -305,14 +386,20 @@ async function runCellRuns(
       unavailable === undefined ? await runCell(settings) : skippedRun(settings, unavailable),
     );
   }
-  const summary = summarize(backend, fault, ttlMs, runs, permits, primitive);
-  const name =
+  const summary = summarize(backend, fault, ttlMs, runs, permits, primitive, lockDelayMs);
+  const name = `${
     primitive === 'lock'
       ? fault.id
       : primitive === 'election'
         ? `${fault.id} election`
-        : `${fault.id} semaphore/${permits}`;
-  const inside = permits === undefined ? '' : `, most inside ${summary.maxInside}`;
+        : `${fault.id} semaphore/${permits}`
+  }${lockDelayMs > 0 ? ` delay ${lockDelayMs}` : ''}`;
+  const inside =
+    permits === undefined
+      ? lockDelayMs > 0
+        ? `, inside the delay ${summary.grantsInsideDelay} (${summary.delayFaults} faults judged), next grant p50 ${summary.livenessP50Ms ?? '–'} ms`
+        : ''
+      : `, most inside ${summary.maxInside}`;
   options.log(
     `${backend.padEnd(17)} ${name.padEnd(4)} ${summary.verdict.padEnd(13)} grants ${summary.grants}${inside}, stale rejected ${summary.staleRejected}, accepted ${summary.staleAccepted}, double grants ${summary.believedOverlaps}${summary.reasons.length > 0 ? ` (${summary.reasons.join('; ')})` : ''}`,
   );
@@ -330,10 +417,17 @@ async function runCellRuns(
  * 3. Clients that ignore the permit count: they take permits of a semaphore of N + 2 while the
  *    checker allows N, so more than N holders are inside at once.
  * 4. A holder that writes after its permit lapsed (paused past its TTL, N newer holders in).
+ * With a lock-delay (when lock cells are chosen), on Redis:
+ * 5. A store that ignores the lock-delay: the clients ask for none while the checker expects
+ *    one of at least 3 × TTL; the holder is killed, and the next grant comes after its TTL,
+ *    inside the delay the checker expects.
  */
 async function runSelfTest(options: MatrixOptions): Promise<SelfTestResult[]> {
   const results: SelfTestResult[] = [];
   if (options.primitives.includes('lock')) results.push(...(await lockSelfTest(options)));
+  if (options.primitives.includes('lock') && (options.lockDelayMs ?? 0) > 0) {
+    results.push(await lockDelaySelfTest(options));
+  }
   if (options.primitives.includes('semaphore')) {
     results.push(...(await semaphoreSelfTest(options)));
   }
@@ -380,6 +474,29 @@ async function lockSelfTest(options: MatrixOptions): Promise<SelfTestResult[]> {
     cell: splitCell,
   });
   return results;
+}
+
+async function lockDelaySelfTest(options: MatrixOptions): Promise<SelfTestResult> {
+  const kill = FAULTS.find((f) => f.id === 'F1')!;
+  // Longer than the TTL the next grant waits for without a delay, so that it falls inside.
+  const lockDelayMs = Math.max(options.lockDelayMs ?? 0, 3 * options.ttlMs);
+  const ignored = await runCell({
+    backend: 'redis',
+    fault: kill,
+    ttlMs: options.ttlMs,
+    clients: options.clients,
+    durationMs: options.durationMs,
+    fenced: true,
+    lockDelayMs,
+    clientLockDelayMs: 0,
+  });
+  const cell = summarize('redis', kill, options.ttlMs, [ignored], undefined, 'lock', lockDelayMs);
+  return {
+    name: `lock-delay ignored (Redis, holder killed; the clients ask for none, the checker expects ${lockDelayMs} ms)`,
+    expectation: 'grants inside the lock-delay > 0, cell fails',
+    caught: cell.verdict === 'fail' && (cell.grantsInsideDelay ?? 0) > 0,
+    cell,
+  };
 }
 
 async function semaphoreSelfTest(options: MatrixOptions): Promise<SelfTestResult[]> {

@@ -7,6 +7,9 @@
  * only while its token is among the N highest written, and the checker allows N holders inside
  * at once (register.ts, checker.ts); an election is judged as a lock is, with one leader.
  *
+ * The lock-delay cells (`torture --lock-delay`) are the lock's and the election's with every grant
+ * carrying `lockDelayMs`; permits carry none, so there are no semaphore lock-delay cells.
+ *
  * A backend whose capability is false gets those cells as skipped, with the reason:
  * `capabilityUnavailable` asks the backend itself, once per backend.
  */
@@ -30,10 +33,12 @@ export const QUICK_CLIENT_FAULTS: readonly string[] = ['F1', 'F2'];
 const CAPABILITY = {
   semaphore: { name: 'permits', what: 'grants no semaphore permits' },
   election: { name: 'election', what: 'runs no leader elections' },
+  lockDelay: { name: 'lockDelay', what: 'keeps no lock-delay' },
 } as const;
 
 /**
- * Why `backend` cannot run the cells of `primitive` (its capability is false), or undefined when
+ * Why `backend` cannot run the cells of `primitive` (its capability is false; `lockDelay`: the
+ * lock-delay cells of `torture --lock-delay`), or undefined when
  * it can, or when the engine could not be asked (the cells then run and show the errors). Loads
  * the backend on the shared engines of `backend`'s topology and closes it; only for backends
  * whose topology needs no servers of the run's own.

@@ -17,9 +17,10 @@
  */
 import pg from 'pg';
 
-/** One logged write, in the order the register applied them (`id`). */
+/** One logged write. */
 export interface WriteRecord {
-  readonly id: number;
+  /** Its place in the order the register applied the writes: 1, 2, 3, … */
+  readonly seq: number;
   readonly writer: string;
   readonly token: bigint;
   readonly accepted: boolean;
@@ -50,48 +51,53 @@ export class FencedRegister {
 
   /**
    * Create this run's tables and the resource row: value 0, no token written yet (`top_tokens`,
-   * the `permits` highest tokens written, highest first), the permit count.
+   * the `permits` highest tokens written, highest first), the permit count, no write applied yet
+   * (`writes`, which numbers the log).
    */
   async create(): Promise<void> {
     const s = `"${this.#schema}"`;
     await this.#pool.query(`CREATE SCHEMA IF NOT EXISTS ${s};
 CREATE TABLE IF NOT EXISTS ${s}.fenced_resource (
   name text PRIMARY KEY, max_token bigint NOT NULL, value bigint NOT NULL,
-  permits integer NOT NULL, top_tokens bigint[] NOT NULL);
+  permits integer NOT NULL, top_tokens bigint[] NOT NULL, writes bigint NOT NULL,
+  last_accepted boolean);
 CREATE TABLE IF NOT EXISTS ${s}.write_log (
-  id bigserial PRIMARY KEY, name text NOT NULL, token bigint NOT NULL, writer text NOT NULL,
+  seq bigint PRIMARY KEY, name text NOT NULL, token bigint NOT NULL, writer text NOT NULL,
   accepted boolean NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
-INSERT INTO ${s}.fenced_resource VALUES ('${this.#name}', 0, 0, ${this.#permits}, '{}')
+INSERT INTO ${s}.fenced_resource VALUES ('${this.#name}', 0, 0, ${this.#permits}, '{}', 0, NULL)
   ON CONFLICT DO NOTHING;`);
   }
 
   /**
    * Write with `token`. Fenced: accepted only when fewer than `permits` of the highest tokens
-   * written so far are higher than `token` (the row lock serialises writers). Unfenced: always
-   * accepted. Either way `top_tokens` keeps the `permits` highest tokens. Resolves to whether it
-   * was accepted.
+   * written so far are higher than `token`. Unfenced: always accepted. Either way `top_tokens`
+   * keeps the `permits` highest tokens accepted. The UPDATE's row lock serialises writers, and
+   * the write's place in the log (`seq`) is counted under it, so the log's order is the order of
+   * the decisions (a sequence's `nextval` is not: it is taken before the lock, and a writer that
+   * loses the race for the row after taking it is logged before one that won). Resolves to
+   * whether it was accepted.
    */
   async write(token: bigint, writer: string, fenced: boolean): Promise<boolean> {
     const s = `"${this.#schema}"`;
-    const condition = fenced
-      ? '(SELECT count(*) FROM cur, unnest(cur.top_tokens) AS t(token) WHERE t.token > $2::bigint) < (SELECT permits FROM cur)'
+    // Evaluated on the row as the lock found it (SET expressions see the old values).
+    const accept = fenced
+      ? '((SELECT count(*) FROM unnest(top_tokens) AS t(token) WHERE t.token > $2::bigint) < permits)'
       : 'true';
     const { rows } = await this.#pool.query<{ accepted: boolean }>(
-      `WITH cur AS (
-  SELECT permits, top_tokens FROM ${s}.fenced_resource WHERE name = $1 FOR UPDATE
-),
-upd AS (
+      `WITH upd AS (
   UPDATE ${s}.fenced_resource
-  SET max_token = greatest(max_token, $2::bigint),
-    top_tokens = (ARRAY(
+  SET writes = writes + 1,
+    last_accepted = ${accept},
+    max_token = CASE WHEN ${accept} THEN greatest(max_token, $2::bigint) ELSE max_token END,
+    top_tokens = CASE WHEN ${accept} THEN (ARRAY(
       SELECT DISTINCT t.token FROM unnest(top_tokens || $2::bigint) AS t(token)
       ORDER BY t.token DESC
-    ))[1:permits],
-    value = value + 1
-  WHERE name = $1 AND ${condition} RETURNING 1
+    ))[1:permits] ELSE top_tokens END,
+    value = value + CASE WHEN ${accept} THEN 1 ELSE 0 END
+  WHERE name = $1 RETURNING writes, last_accepted
 )
-INSERT INTO ${s}.write_log (name, token, writer, accepted)
-VALUES ($1, $2::bigint, $3, EXISTS (SELECT 1 FROM upd)) RETURNING accepted`,
+INSERT INTO ${s}.write_log (seq, name, token, writer, accepted)
+SELECT writes, $1, $2::bigint, $3, last_accepted FROM upd RETURNING accepted`,
       [this.#name, token.toString(), writer],
     );
     return rows[0]!.accepted;
@@ -101,18 +107,18 @@ VALUES ($1, $2::bigint, $3, EXISTS (SELECT 1 FROM upd)) RETURNING accepted`,
   async read(): Promise<{ writes: WriteRecord[]; value: bigint }> {
     const s = `"${this.#schema}"`;
     const log = await this.#pool.query<{
-      id: string;
+      seq: string;
       writer: string;
       token: string;
       accepted: boolean;
-    }>(`SELECT id, writer, token::text AS token, accepted FROM ${s}.write_log ORDER BY id`);
+    }>(`SELECT seq, writer, token::text AS token, accepted FROM ${s}.write_log ORDER BY seq`);
     const value = await this.#pool.query<{ value: string }>(
       `SELECT value::text AS value FROM ${s}.fenced_resource WHERE name = $1`,
       [this.#name],
     );
     return {
       writes: log.rows.map((r) => ({
-        id: Number(r.id),
+        seq: Number(r.seq),
         writer: r.writer,
         token: BigInt(r.token),
         accepted: r.accepted,

@@ -1,5 +1,5 @@
 /**
- * Reports of a torture matrix: the markdown tables (lock, semaphore and election cells), the SVG chart
+ * Reports of a torture matrix: the markdown tables (lock, semaphore, election and lock-delay cells), the SVG chart
  * (liveness gaps and double-grant rates per cell) and the guarantees page, all generated from
  * the JSON result.
  */
@@ -10,11 +10,18 @@ const dash = (value: number | null, suffix = '') => (value === null ? '–' : `$
 /** Whether a cell is a semaphore's (cells of results older than semaphore cells are locks). */
 const isSemaphore = (cell: CellSummary) => cell.primitive === 'semaphore';
 
-/** Whether a cell is a leader election's. */
-const isElection = (cell: CellSummary) => cell.primitive === 'election';
+/** Whether a cell is a lock-delay cell (a lock's or an election's; `torture --lock-delay`). */
+const isLockDelay = (cell: CellSummary) => (cell.lockDelayMs ?? 0) > 0;
 
-/** Whether a cell is a lock's (no `primitive` in results older than semaphore cells). */
-const isLock = (cell: CellSummary) => cell.primitive === undefined || cell.primitive === 'lock';
+/** Whether a cell is a leader election's without a lock-delay. */
+const isElection = (cell: CellSummary) => cell.primitive === 'election' && !isLockDelay(cell);
+
+/**
+ * Whether a cell is a lock's without a lock-delay (no `primitive` in results older than
+ * semaphore cells).
+ */
+const isLock = (cell: CellSummary) =>
+  (cell.primitive === undefined || cell.primitive === 'lock') && !isLockDelay(cell);
 
 const verdictText = (c: CellSummary) =>
   `${c.verdict}${c.reasons.length > 0 ? `: ${c.reasons.join('; ')}` : ''}`;
@@ -68,6 +75,28 @@ export function semaphoreTable(result: MatrixResult): string {
   return [header, rule, ...rows].join('\n');
 }
 
+/**
+ * The lock-delay cells' table as markdown: per cell, the primitive (lock or election), the
+ * delay D every grant carried, the time from the fault to the next grant to another client (ms
+ * and × TTL: after a kill or a pause it should be at least D, on top of the TTL running out),
+ * the grants made inside the delay of a killed or paused holder whose grant was alive at the
+ * fault (must be 0) out of the faults so judged, stale writes accepted, and the verdict
+ * (skipped cells say why).
+ */
+export function lockDelayTable(result: MatrixResult): string {
+  const cells = result.cells.filter(isLockDelay);
+  if (cells.length === 0) return '_No lock-delay cells were run._';
+  const header =
+    '| backend | primitive | fault | runs | lock-delay D (ms) | grants | next grant after fault p50 / p99 (ms) | next grant after fault p50 / p99 (× TTL) | grants inside the delay (faults judged) | stale writes accepted | verdict |';
+  const rule = `|${' --- |'.repeat(11)}`;
+  const rows = cells.map((c) => {
+    const skipped = c.verdict === 'skipped';
+    const figure = (value: number | string) => (skipped ? '–' : value);
+    return `| ${c.backend} | ${c.primitive ?? 'lock'} | ${c.fault} | ${c.runs} | ${c.lockDelayMs} | ${figure(c.grants)} | ${dash(c.livenessP50Ms ?? null)} / ${dash(c.livenessP99Ms ?? null)} | ${dash(c.livenessP50Ttl)} / ${dash(c.livenessP99Ttl)} | ${figure(`**${c.grantsInsideDelay ?? 0}** (${c.delayFaults ?? 0})`)} | ${figure(c.staleAccepted)} | ${verdictText(c)} |`;
+  });
+  return [header, rule, ...rows].join('\n');
+}
+
 /** The fault legend (id → what was done). */
 export function faultLegend(result: MatrixResult): string {
   const seen = new Map<string, string>();
@@ -106,11 +135,12 @@ export function svgChart(result: MatrixResult): string {
   ];
   cells.forEach((cell, i) => {
     const y = top + i * rowHeight;
+    const delay = isLockDelay(cell) ? ` delay ${cell.lockDelayMs}` : '';
     const label = isSemaphore(cell)
       ? `${cell.backend} ${cell.fault} sem/${cell.permits ?? 1}`
-      : isElection(cell)
-        ? `${cell.backend} ${cell.fault} election`
-        : `${cell.backend} ${cell.fault}`;
+      : cell.primitive === 'election'
+        ? `${cell.backend} ${cell.fault} election${delay}`
+        : `${cell.backend} ${cell.fault}${delay}`;
     parts.push(`<text x="4" y="${y + 12}">${escapeXml(label)}</text>`);
     const p99 = ((cell.livenessP99Ttl ?? 0) / maxGap) * panelWidth;
     const p50 = ((cell.livenessP50Ttl ?? 0) / maxGap) * panelWidth;
@@ -167,13 +197,15 @@ export function headline(result: MatrixResult): string {
   const faults = new Set(result.cells.map((c) => c.fault)).size;
   const semaphores = result.cells.filter(isSemaphore);
   const elections = result.cells.filter(isElection);
+  const delays = result.cells.filter(isLockDelay);
   const permits = [...new Set(semaphores.map((c) => c.permits ?? 1))].join(' or ');
   const kinds =
-    semaphores.length + elections.length > 0
+    semaphores.length + elections.length + delays.length > 0
       ? ` (${[
           `${result.cells.filter(isLock).length} lock cells`,
           semaphores.length > 0 ? `${semaphores.length} semaphore cells of ${permits} permits` : '',
           elections.length > 0 ? `${elections.length} election cells` : '',
+          delays.length > 0 ? `${delays.length} lock-delay cells` : '',
         ]
           .filter((part) => part !== '')
           .join(', ')})`
@@ -190,10 +222,12 @@ function skippedText(cells: readonly CellSummary[]): string {
   const locks = skipped.filter(isLock).length;
   const semaphores = skipped.filter(isSemaphore).length;
   const elections = skipped.filter(isElection).length;
+  const delays = skipped.filter(isLockDelay).length;
   const parts = [
     locks > 0 ? `${locks} skipped (fault not available on the machine)` : '',
     semaphores > 0 ? `${semaphores} semaphore cells skipped (reasons in the table)` : '',
     elections > 0 ? `${elections} election cells skipped (reasons in the table)` : '',
+    delays > 0 ? `${delays} lock-delay cells skipped (reasons in the table)` : '',
   ];
   return parts
     .filter((part) => part !== '')
@@ -250,7 +284,7 @@ were not affected: an availability issue, not a safety one.
 
 ![liveness and double grants](${chart})
 
-${semaphoreSection(result)}${electionSection(result)}## Checker self-test
+${semaphoreSection(result)}${electionSection(result)}${lockDelaySection(result)}## Checker self-test
 
 ${selfTestLines(result)}
 `;
@@ -312,6 +346,33 @@ ${electionTable(result)}
 }
 
 /**
+ * The guarantees page's lock-delay section (empty for a result without lock-delay cells), ending
+ * in a blank line.
+ */
+function lockDelaySection(result: MatrixResult): string {
+  if (!result.cells.some(isLockDelay)) return '';
+  return `## Lock-delay
+
+The same runs (\`npm run torture -- --lock-delay <ms>\`) with every lock grant and leadership
+carrying a lock-delay D (\`lockDelayMs\`, Chubby's lock-delay, Consul's session \`LockDelay\`):
+when a grant ends without a release, the store grants the key to nobody until D after that end.
+For every fault that killed (F1) or paused (F2) a holder whose grant was still alive at the fault
+(acquired, not released, not reported lost, within the validity its client last computed), the
+grant ended no earlier than the fault, so the checker counts the grants acquired in (fault,
+fault + D − slack), the slack being 25 ms + 1% of D for the engines' own clocks; for a pause, up
+to the holder's resume at most (a grant that outlived the pause is then released, which clears
+the delay). Such a grant fails the cell. The time from the fault to the next grant should be at
+least D (after a kill, about the TTL plus D). A cell where no fault hit a live grant is **not
+exercised**; a backend whose \`capabilities.lockDelay\` is false has its lock-delay cells
+skipped, with the reason. Semaphore permits carry no lock-delay. These cells are kept apart from
+the plain lock and election cells above.
+
+${lockDelayTable(result)}
+
+`;
+}
+
+/**
  * The README's short summary: the headline, then one row per backend (cells passed of those
  * exercised, stale writes accepted / rejected); the cell-by-cell table is docs/guarantees.md.
  */
@@ -319,6 +380,7 @@ export function readmeSummary(result: MatrixResult, source: string): string {
   const backends = [...new Set(result.cells.map((c) => c.backend))];
   const withSemaphores = result.cells.some(isSemaphore);
   const withElections = result.cells.some(isElection);
+  const withDelays = result.cells.some(isLockDelay);
   const passedOf = (cells: readonly CellSummary[]) => {
     const exercised = cells.filter((c) => c.verdict !== 'skipped' && c.verdict !== 'not exercised');
     if (cells.length > 0 && cells.every((c) => c.verdict === 'skipped')) return 'skipped';
@@ -329,15 +391,17 @@ export function readmeSummary(result: MatrixResult, source: string): string {
     const locks = passedOf(cells.filter(isLock));
     const semaphores = withSemaphores ? ` ${passedOf(cells.filter(isSemaphore))} |` : '';
     const elections = withElections ? ` ${passedOf(cells.filter(isElection))} |` : '';
+    const delays = withDelays ? ` ${passedOf(cells.filter(isLockDelay))} |` : '';
     const accepted = cells.reduce((n, c) => n + c.staleAccepted, 0);
     const rejected = cells.reduce((n, c) => n + c.staleRejected, 0);
-    return `| ${backend} | ${locks} |${semaphores}${elections} ${accepted} / ${rejected} |`;
+    return `| ${backend} | ${locks} |${semaphores}${elections}${delays} ${accepted} / ${rejected} |`;
   });
   const columns = [
     'backend',
     'faults passed',
     ...(withSemaphores ? ['semaphore faults passed'] : []),
     ...(withElections ? ['election faults passed'] : []),
+    ...(withDelays ? ['lock-delay faults passed'] : []),
     'stale writes accepted / rejected',
   ];
   return [

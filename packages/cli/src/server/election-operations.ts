@@ -13,7 +13,12 @@
  */
 import { type ElectionLeader, validateElectionValue, validateKey } from 'fencelock';
 import { fromLockError, HttpError, invalidField } from './http-errors.js';
-import { callerSignal, checkOwner, type LockOperationsContext } from './lock-operations.js';
+import {
+  callerSignal,
+  checkOwner,
+  type LockOperationsContext,
+  lockDelay,
+} from './lock-operations.js';
 import { candidateIdFor, newOwnerName } from './owner.js';
 
 /** A leadership as the sidecar answers a campaign or a renewal; the term as a decimal string. */
@@ -77,6 +82,7 @@ export async function campaign(
     readonly value: unknown;
     readonly ttlMs: number;
     readonly waitMs?: number | undefined;
+    readonly lockDelayMs?: number | undefined;
     readonly signal?: AbortSignal | undefined;
   },
 ): Promise<LeadershipAnswer> {
@@ -89,7 +95,7 @@ export async function campaign(
   try {
     const ownerId = candidateIdFor(owner, name);
     const signal = callerSignal(ctx, request.signal);
-    const options = { ttlMs: request.ttlMs, signal, election: { value } };
+    const options = { ttlMs: request.ttlMs, signal, election: { value }, ...lockDelay(request) };
     const grant =
       waitMs === 0
         ? await ctx.locker.tryAcquireForOwner(name, ownerId, options)

@@ -106,6 +106,8 @@ export async function acquire(
     readonly permits?: number | undefined;
     /** `'read'`: a read grant; `'write'` or absent: the lock (or the permit). */
     readonly mode?: unknown;
+    /** Lock-delay of a write grant, ms (`LockOptions.lockDelayMs`); absent: none. */
+    readonly lockDelayMs?: number | undefined;
   },
 ): Promise<GrantAnswer> {
   const { key } = request;
@@ -117,7 +119,7 @@ export async function acquire(
   try {
     const ownerId = ownerIdFor(owner, key);
     const signal = callerSignal(ctx, request.signal);
-    const options = { ttlMs: request.ttlMs, signal, ...permits, ...mode };
+    const options = { ttlMs: request.ttlMs, signal, ...permits, ...mode, ...lockDelay(request) };
     const grant =
       waitMs === 0
         ? await ctx.locker.tryAcquireForOwner(key, ownerId, options)
@@ -181,6 +183,7 @@ export async function acquireAll(
     readonly ttlMs: number;
     readonly waitMs?: number | undefined;
     readonly mode?: unknown;
+    readonly lockDelayMs?: number | undefined;
     readonly signal?: AbortSignal | undefined;
   },
 ): Promise<AcquireAllAnswer> {
@@ -191,7 +194,12 @@ export async function acquireAll(
   const waitMs = checkedWaitMs(ctx, request.waitMs);
   try {
     const ownerOf = (key: string) => ownerIdFor(owner, key);
-    const options = { ttlMs: request.ttlMs, signal: callerSignal(ctx, request.signal), ...mode };
+    const options = {
+      ttlMs: request.ttlMs,
+      signal: callerSignal(ctx, request.signal),
+      ...mode,
+      ...lockDelay(request),
+    };
     const grants =
       waitMs === 0
         ? await ctx.locker.tryAcquireAllForOwner(keys, ownerOf, options)
@@ -534,6 +542,16 @@ function checkedMode(ctx: LockOperationsContext, mode: unknown): { mode?: 'read'
   if (mode === undefined || mode === 'write') return {};
   if (mode === 'read') return { mode: 'read' };
   throw invalidField('mode', ctx.allowed('mode'), mode);
+}
+
+/**
+ * The lock-delay of a request as the option to spread into the Locker's calls: `{}` when absent.
+ * The library checks it (range, not with permits or a read grant, the store's capability).
+ */
+export function lockDelay(request: { readonly lockDelayMs?: number | undefined }): {
+  lockDelayMs?: number;
+} {
+  return request.lockDelayMs === undefined ? {} : { lockDelayMs: request.lockDelayMs };
 }
 
 /** A wait bound: 0 (one attempt, the default) to the sidecar's `--max-wait`, ms. */

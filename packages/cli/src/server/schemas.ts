@@ -8,6 +8,7 @@ import {
   MAX_ELECTION_VALUE_BYTES,
   MAX_KEY_BYTES,
   MAX_LIST_PAGE_SIZE,
+  MAX_LOCK_DELAY_MS,
   MAX_MULTI_KEYS,
   MAX_PERMITS,
   MAX_TIMER_MS,
@@ -33,6 +34,8 @@ export function allowedFor(field: string, maxWaitMs: number): string {
       return ttlRule();
     case 'waitMs':
       return `a number of milliseconds in [0, ${maxWaitMs}]`;
+    case 'lockDelayMs':
+      return `an integer number of milliseconds in [0, ${MAX_LOCK_DELAY_MS}]; above 0 only for a write lock or a campaign (not with permits or mode "read") on a store with lock-delay`;
     case 'resourceId':
     case 'name':
     case 'key':
@@ -85,6 +88,7 @@ const fencingToken = { type: 'string', pattern: '^[1-9][0-9]{0,38}$' } as const;
 const permits = { type: 'integer', minimum: 1, maximum: MAX_PERMITS } as const;
 /** Lock mode: `read` shares the key with other readers; `write` (the default) is exclusive. */
 const mode = { type: 'string', enum: ['write', 'read'] } as const;
+const lockDelayMs = { type: 'integer', minimum: 0, maximum: MAX_LOCK_DELAY_MS } as const;
 /** A key in a request body (the path's keys are checked by the library). */
 const bodyKey = { type: 'string', minLength: 1, maxLength: MAX_KEY_BYTES } as const;
 
@@ -162,6 +166,7 @@ export function acquireSchema(maxWaitMs: number) {
         waitMs: { type: 'number', minimum: 0, maximum: maxWaitMs },
         permits,
         mode,
+        lockDelayMs,
       },
       required: ['ttlMs'],
       additionalProperties: false,
@@ -185,6 +190,7 @@ export function acquireAllSchema(maxWaitMs: number) {
         ttlMs,
         waitMs: { type: 'number', minimum: 0, maximum: maxWaitMs },
         mode,
+        lockDelayMs,
       },
       required: ['keys', 'ttlMs'],
       additionalProperties: false,
@@ -327,6 +333,7 @@ export interface AcquireBody {
   readonly waitMs?: number;
   readonly permits?: number;
   readonly mode?: 'write' | 'read';
+  readonly lockDelayMs?: number;
 }
 export interface AcquireAllBody {
   readonly keys: readonly string[];
@@ -334,6 +341,7 @@ export interface AcquireAllBody {
   readonly ttlMs: number;
   readonly waitMs?: number;
   readonly mode?: 'write' | 'read';
+  readonly lockDelayMs?: number;
 }
 export interface ReleaseAllBody {
   readonly owner: string;
@@ -394,6 +402,7 @@ export function campaignSchema(maxWaitMs: number) {
         value,
         ttlMs,
         waitMs: { type: 'number', minimum: 0, maximum: maxWaitMs },
+        lockDelayMs,
       },
       required: ['value', 'ttlMs'],
       additionalProperties: false,
@@ -474,6 +483,7 @@ export interface CampaignBody {
   readonly value: string;
   readonly ttlMs: number;
   readonly waitMs?: number;
+  readonly lockDelayMs?: number;
 }
 export interface RenewLeadershipBody {
   readonly owner: string;

@@ -61,6 +61,12 @@ export interface LeaseGrant {
   readonly permits: number | undefined;
   /** Set for a leadership: the grant is of the key's election object. */
   readonly election?: boolean;
+  /**
+   * The grant carries a lock-delay (`LockOptions.lockDelayMs` above 0): when the library ends
+   * the lease itself, it leaves the grant to run out on an engine without sessions (a release
+   * would clear the delay while the holder's work may still be in flight).
+   */
+  readonly lockDelay?: boolean;
 }
 
 /**
@@ -87,6 +93,8 @@ export class Lease implements LeaseRef, AsyncDisposable {
   readonly #maxHoldUntil: number;
   readonly #autoRenew: boolean;
   readonly #atRisk: (() => boolean) | undefined;
+  /** Withdraw the grant on a loss (see `LeaseGrant.lockDelay`). */
+  readonly #withdrawOnLoss: boolean;
   #ttlMs: number;
   #renewTtlMs: number;
   /** Set by `#setValidity` (first in the constructor). */
@@ -119,6 +127,7 @@ export class Lease implements LeaseRef, AsyncDisposable {
         : grant.attemptStartedAt + grant.maxHoldMs;
     this.#autoRenew = grant.autoRenew;
     this.#atRisk = grant.atRisk;
+    this.#withdrawOnLoss = grant.lockDelay !== true || ctx.backend.capabilities.sessions;
     this.#ttlMs = grant.ttlMs;
     this.#renewTtlMs = grant.renewTtlMs;
     // A handed grant's short first TTL is no cap: its confirmation says whether one applies.
@@ -279,7 +288,9 @@ export class Lease implements LeaseRef, AsyncDisposable {
     // Withdraw the key on the engine too (compare-and-delete by owner and token, so never
     // another owner's): a session engine would otherwise keep a key this client gave up on
     // alive (after the maxHoldMs cap, or when validity ran out while the session lived on).
-    this.#ctx.backend.release(this).catch(() => undefined);
+    // A grant with a lock-delay on an engine without sessions is left to run out by its own
+    // TTL instead, so that its delay follows: the caller's work may still be writing.
+    if (this.#withdrawOnLoss) this.#ctx.backend.release(this).catch(() => undefined);
   }
 
   #end(state: 'lost' | 'released'): void {

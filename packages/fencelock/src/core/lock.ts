@@ -350,6 +350,7 @@ export class Lock {
       handedOver: result.handedAt !== undefined,
       permits: this.permits,
       election: this.candidacy !== undefined,
+      lockDelay: request.lockDelayMs !== undefined && request.lockDelayMs > 0,
     };
     const ctx = this.#ctx.leaseContext(backend);
     const lease = this.candidacy?.lease?.(ctx, grant) ?? new Lease(ctx, grant);

@@ -27,7 +27,14 @@ import {
   parseStoreOption,
   UsageError,
 } from '../usage.js';
-import { type HeldCommandOptions, RUN_DEFAULTS, RUN_EXIT_CODES, runWhileHeld } from './run.js';
+import {
+  type HeldCommandOptions,
+  LOCK_DELAY_HELP,
+  parseLockDelayOption,
+  RUN_DEFAULTS,
+  RUN_EXIT_CODES,
+  runWhileHeld,
+} from './run.js';
 import { leadershipHolding } from './run-hold.js';
 
 /**
@@ -51,6 +58,8 @@ export interface CampaignRun extends HeldCommandOptions {
   /** The value the leader publishes. */
   readonly value: string;
   readonly ttlMs: number;
+  /** `--lock-delay`, ms (0: none). */
+  readonly lockDelayMs: number;
 }
 
 /** `--observe` or `--leader`: who leads. */
@@ -71,13 +80,20 @@ interface ElectCliOptions {
   readonly ttl: string;
   readonly wait?: string;
   readonly grace: string;
+  readonly lockDelay?: string;
   readonly observe?: boolean;
   readonly leader?: boolean;
   readonly json?: boolean;
 }
 
-/** Options that only a campaign takes. */
-const CAMPAIGN_ONLY = ['value', 'ttl', 'wait', 'grace'] as const;
+/** Options that only a campaign takes: commander's attribute name → the flag. */
+const CAMPAIGN_ONLY = {
+  value: '--value',
+  ttl: '--ttl',
+  wait: '--wait',
+  grace: '--grace',
+  lockDelay: '--lock-delay',
+} as const;
 
 const HELP = `
 Forms:
@@ -149,6 +165,7 @@ export function registerElectCommand(program: Command): void {
       '--wait <ms>',
       'give up campaigning after this many ms (0: a single attempt) (default: wait until leader)',
     )
+    .option('--lock-delay <ms>', LOCK_DELAY_HELP.replace('the key', 'the leadership'))
     .option(
       '--grace <ms>',
       'after the leadership is lost, ms between SIGTERM and SIGKILL to the command (0: SIGKILL at once)',
@@ -206,12 +223,12 @@ function parseElectOptions(
         `invalid ${watch}: it runs no command (received ${JSON.stringify(command)})`,
       );
     }
-    const given = CAMPAIGN_ONLY.find((option) => self.getOptionValueSource(option) === 'cli');
+    const given = Object.entries(CAMPAIGN_ONLY).find(
+      ([attribute]) => self.getOptionValueSource(attribute) === 'cli',
+    );
     if (given !== undefined) {
-      throw new UsageError(
-        `--${given}`,
-        `invalid --${given}: it is for a campaign, not with ${watch}`,
-      );
+      const [, flag] = given;
+      throw new UsageError(flag, `invalid ${flag}: it is for a campaign, not with ${watch}`);
     }
     return {
       mode: watch === '--observe' ? 'observe' : 'leader',
@@ -238,6 +255,7 @@ function parseElectOptions(
         : parseElectionValue('--value', raw.value),
     store,
     ttlMs: parseIntegerOption('--ttl', raw.ttl, MIN_TTL_MS, MAX_TIMER_MS),
+    lockDelayMs: parseLockDelayOption(raw.lockDelay),
     waitMs:
       raw.wait === undefined
         ? Number.POSITIVE_INFINITY
@@ -260,6 +278,7 @@ function campaignAndRun(options: CampaignRun): Promise<number> {
       leadershipHolding(
         await locker.election(options.name).campaign(options.value, {
           ttlMs: options.ttlMs,
+          lockDelayMs: options.lockDelayMs,
           waitMs: options.waitMs,
           autoRenew: true,
           signal,

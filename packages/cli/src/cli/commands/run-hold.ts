@@ -16,6 +16,8 @@ export interface HoldRequest {
   /** `read` for a shared lock (`--read`), else `write`. */
   readonly mode: 'write' | 'read';
   readonly ttlMs: number;
+  /** Lock-delay of a write lock, ms (0: none); never with `permits` or `read`. */
+  readonly lockDelayMs: number;
   readonly waitMs: number;
   /** Cancels the wait (a signal sent to fencelock). */
   readonly signal: AbortSignal;
@@ -59,10 +61,9 @@ export async function acquireHold(locker: Locker, request: HoldRequest): Promise
     const semaphore = locker.semaphore(first, { permits: request.permits });
     return leaseHolding(await semaphore.acquire(options));
   }
-  if (request.keys.length === 1) {
-    return leaseHolding(await locker.acquire(first, { ...options, mode: request.mode }));
-  }
-  return multiHolding(await locker.acquireAll(request.keys, { ...options, mode: request.mode }));
+  const lockOptions = { ...options, mode: request.mode, lockDelayMs: request.lockDelayMs };
+  if (request.keys.length === 1) return leaseHolding(await locker.acquire(first, lockOptions));
+  return multiHolding(await locker.acquireAll(request.keys, lockOptions));
 }
 
 /**

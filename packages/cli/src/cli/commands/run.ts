@@ -30,6 +30,7 @@ import {
   InvalidArgumentError,
   type Locker,
   LockTimeoutError,
+  MAX_LOCK_DELAY_MS,
   MAX_PERMITS,
   MAX_TIMER_MS,
   MIN_TTL_MS,
@@ -73,6 +74,17 @@ export const RUN_DEFAULTS = Object.freeze({
   graceMs: 5000,
 });
 
+/** The help line of `--lock-delay` (`run` and `elect`). */
+export const LOCK_DELAY_HELP = `after the lease ends without a release (this process killed, paused or cut off), grant the key to nobody for this many ms (0 to ${MAX_LOCK_DELAY_MS}; stores with lock-delay)`;
+
+/**
+ * `--lock-delay`'s value, ms: 0 when not given.
+ * @throws UsageError when it is not a whole number in [0, MAX_LOCK_DELAY_MS].
+ */
+export function parseLockDelayOption(raw: string | undefined): number {
+  return raw === undefined ? 0 : parseIntegerOption('--lock-delay', raw, 0, MAX_LOCK_DELAY_MS);
+}
+
 /** Signals `run` forwards to the command (and that cancel the wait before it starts). */
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
 type ForwardedSignal = (typeof FORWARDED_SIGNALS)[number];
@@ -96,6 +108,8 @@ export interface RunOptions {
   readonly mode: 'write' | 'read';
   readonly store: string;
   readonly ttlMs: number;
+  /** `--lock-delay`, ms (0: none); write locks only. */
+  readonly lockDelayMs: number;
   /** `Infinity`: wait until granted. */
   readonly waitMs: number;
   readonly graceMs: number;
@@ -111,6 +125,7 @@ interface RunCliOptions {
   readonly ttl: string;
   readonly wait?: string;
   readonly grace: string;
+  readonly lockDelay?: string;
 }
 
 const EXIT_CODE_HELP = `
@@ -136,6 +151,7 @@ Examples:
   fencelock run --store redis://127.0.0.1:6379 --wait 10000 nightly-report -- ./report.sh --full
   fencelock run --store redis://127.0.0.1:6379 --permits 3 exports -- ./export.sh
   fencelock run --store redis://127.0.0.1:6379 stock:a stock:b -- ./move-stock.sh
+  fencelock run --store redis://127.0.0.1:6379 --lock-delay 10000 ledger -- ./post-ledger.sh
 `;
 
 /** Add `run` to `program`. */
@@ -170,6 +186,7 @@ export function registerRunCommand(program: Command): void {
       `take one permit of a semaphore of <key> with n permits (1 to ${MAX_PERMITS}) instead of the lock`,
     )
     .option('--read', 'take a shared read lock (stores with read locks)')
+    .option('--lock-delay <ms>', `${LOCK_DELAY_HELP}; not with --read or --permits`)
     .option(
       '--grace <ms>',
       'after the lease is lost, ms between SIGTERM and SIGKILL to the command (0: SIGKILL at once)',
@@ -189,12 +206,20 @@ export function registerRunCommand(program: Command): void {
           'invalid --permits: a semaphore permit is taken on one key, without --read',
         );
       }
+      const lockDelayMs = parseLockDelayOption(raw.lockDelay);
+      if (lockDelayMs > 0 && (permits !== undefined || raw.read === true)) {
+        throw new UsageError(
+          '--lock-delay',
+          `invalid --lock-delay: only a write lock carries it, not with ${permits === undefined ? '--read' : '--permits'}`,
+        );
+      }
       const options: RunOptions = {
         keys: keys.map((key) => parseKeyArgument('<key>', key)),
         permits,
         mode: raw.read === true ? 'read' : 'write',
         store: raw.store === undefined ? DEFAULT_CLI_STORE : parseStoreOption('--store', raw.store),
         ttlMs: parseIntegerOption('--ttl', raw.ttl, MIN_TTL_MS, MAX_TIMER_MS),
+        lockDelayMs,
         waitMs:
           raw.wait === undefined
             ? Number.POSITIVE_INFINITY

@@ -26,6 +26,8 @@ interface CampaignRequest {
   readonly ttlMs: number;
   /** Undefined when unset (proto3 `optional`). */
   readonly waitMs?: number | undefined;
+  /** 0: none. */
+  readonly lockDelayMs: number;
 }
 
 interface RenewLeadershipRequest {
@@ -71,6 +73,7 @@ export function electionMethods(ctx: LockOperationsContext): {
           value: request.value,
           ttlMs: request.ttlMs,
           waitMs: request.waitMs ?? undefined,
+          lockDelayMs: request.lockDelayMs,
           signal,
         });
       },

@@ -59,6 +59,8 @@ interface AcquireRequest {
   /** 0: the lock. */
   readonly permits: number;
   readonly mode: number;
+  /** 0: none. */
+  readonly lockDelayMs: number;
 }
 
 interface AcquireAllRequest {
@@ -67,6 +69,8 @@ interface AcquireAllRequest {
   readonly ttlMs: number;
   readonly waitMs: number;
   readonly mode: number;
+  /** 0: none. */
+  readonly lockDelayMs: number;
 }
 
 interface ReleaseAllRequest {
@@ -116,6 +120,7 @@ export function locksService(ctx: LockOperationsContext): ServiceMethods {
           waitMs: request.waitMs,
           permits: request.permits,
           mode: modeOf(request.mode),
+          lockDelayMs: request.lockDelayMs,
           signal,
         });
         return grantMessage(grant);
@@ -127,6 +132,7 @@ export function locksService(ctx: LockOperationsContext): ServiceMethods {
           ttlMs: request.ttlMs,
           waitMs: request.waitMs,
           mode: modeOf(request.mode),
+          lockDelayMs: request.lockDelayMs,
           signal,
         });
         return { owner: answer.owner, grants: answer.grants.map(grantMessage) };

@@ -51,6 +51,7 @@ export function registerLockRoutes(app: FastifyInstance, ctx: RouteContext): voi
           waitMs: request.body.waitMs,
           permits: request.body.permits,
           mode: request.body.mode,
+          lockDelayMs: request.body.lockDelayMs,
           signal,
         }),
       ),

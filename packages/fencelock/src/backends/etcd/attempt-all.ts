@@ -36,6 +36,11 @@ export interface LineAttempt {
   readonly mode: LockMode;
   /** As `AttemptRequest.heldWriter` (a downgrade). */
   readonly heldWriter?: string | undefined;
+  /**
+   * The lock's lock-delay marker key (lock-delay.ts), under `<dir>w-`: the guards cover it, and
+   * the line's read (with values) finds it.
+   */
+  readonly marker: string;
 }
 
 /**

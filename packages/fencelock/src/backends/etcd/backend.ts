@@ -62,6 +62,16 @@
  * terms grow also after the election was idle. `proclaim` puts a new value only while the key
  * has the term as its create revision (keeping its lease); `leader` reads the folder's oldest key
  * (one Range) and its lease's TTL; `watchElection` is one watch on the folder.
+ *
+ * Lock-delay (`AttemptRequest.lockDelayMs`, lock-delay.ts) of a write lock or a leadership: the
+ * grant writes a marker `<dir>w-delay` (`<dir>c-delay`: no contender's name) holding its token, on a
+ * second lease whose TTL is the holder's lease TTL + the delay + the holder's keepalive deadline
+ * (whole seconds, rounded up), kept alive just before the holder's (a companion of the session,
+ * or a lease of its own renewed with the holder's without the watchdog) and moved with the key. A release or an abandon of the live grant deletes it in the
+ * same transaction (a nested one, guarded by its value); a grant that ends otherwise leaves it
+ * until its lease expires, and meanwhile a contender its line would grant is answered "not
+ * granted" (`holderTtlMs` the marker lease's TTL), keeps its place, and watches the marker's
+ * deletion. `inspect`, `leader` and `list` show no holder for a lock or election in its delay.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Etcd3, type IKeyValue, type IRequestOp, type ITxnResponse, type PutBuilder } from 'etcd3';
@@ -104,6 +114,15 @@ import { KeepaliveRoute } from './keepalive-route.js';
 import { prefixEnd } from './key-range.js';
 import { type WatchTarget, type WatchTest, waitForWatchEvent } from './line-watch.js';
 import { listPage, listStart } from './listing.js';
+import {
+  clearMarkerOp,
+  DELAY_TTL_FLOOR_MS,
+  delayInForce,
+  markerKeyOf,
+  markerReadOp,
+  markerSeconds,
+  putMarkerOp,
+} from './lock-delay.js';
 import { permitContenderKey, permitContendersOf, permitCountValue } from './permit-key.js';
 import { grantsToAnnounce, hasSuccessor, permitVerdict } from './permit-line.js';
 import { announceGrants, joinPermitLine } from './permit-requests.js';
@@ -185,6 +204,23 @@ interface Contender {
    * its key, so its grant is announced by a touch of the key (see `#attemptPermit`).
    */
   waited: boolean;
+  /** The lock-delay marker the contender's grant wrote (lock-delay.ts), while it holds. */
+  delay?: DelayMarker;
+}
+
+/** A grant's lock-delay marker (lock-delay.ts) as this backend wrote it. */
+interface DelayMarker {
+  /** The grant's fencing token: the marker's value. */
+  readonly token: bigint;
+  /** The grant's lock-delay, ms. */
+  readonly delayMs: number;
+  /** The lease the marker is on. */
+  readonly lease: EtcdSession;
+  /**
+   * The lease is the marker's own (the holder's lease is not kept alive): renewed before each
+   * renewal of the holder's, revoked by a release; else a companion of the holder's session.
+   */
+  readonly own: boolean;
 }
 
 /** The etcd backend. Build it with `createEtcdBackend`. */
@@ -201,7 +237,7 @@ export class EtcdBackend implements Backend {
     attemptAll: true,
     list: true,
     election: true,
-    lockDelay: false,
+    lockDelay: true,
   });
   readonly #client: Etcd3;
   readonly #ownsClient: boolean;
@@ -276,6 +312,14 @@ export class EtcdBackend implements Backend {
     return permits === undefined
       ? { dir: this.dirOf(key), permits: false }
       : { dir: this.semaphoreDirOf(key), permits: true };
+  }
+
+  /**
+   * The lock-delay marker key of `line` (lock-delay.ts): `<dir>w-delay`, or `<dir>c-delay` for
+   * an election. Semaphores' lines have none (permits carry no delay).
+   */
+  #markerOf(line: Line): string {
+    return markerKeyOf(line.dir, line.election === true);
   }
 
   /**
@@ -379,11 +423,16 @@ export class EtcdBackend implements Backend {
     const { key, session: contenderSession } = contender;
     this.#contenders.set(request.owner, contender);
     const list = this.#listOp(line);
+    const marker = markerReadOp(this.#markerOf(line));
     const txn = await this.#callOnLease(contenderSession, 'acquire', () =>
       this.#client
         .if(key, 'Create', '==', 0)
-        .then(this.#client.put(key).value(contender.value).lease(contenderSession.leaseId), list)
-        .else(list)
+        .then(
+          this.#client.put(key).value(contender.value).lease(contenderSession.leaseId),
+          list,
+          marker,
+        )
+        .else(list, marker)
         .commit(),
     );
     const entries = this.#lineEntriesOf(rangeOf(txn, txn.succeeded ? 1 : 0), line);
@@ -403,8 +452,36 @@ export class EtcdBackend implements Backend {
       await this.abandon(request);
       throw downgradeBlocked(request.key);
     }
-    if (verdict.outcome === 'granted') return this.#granted(request, contender, token);
-    return this.#behind(verdict.predecessor.key, BigInt(txn.header.revision));
+    const revision = BigInt(txn.header.revision);
+    if (verdict.outcome === 'granted') {
+      const delay = rangeOf(txn, txn.succeeded ? 2 : 1)[0];
+      if (delayInForce(delay, token)) return this.#delayed(delay!, revision, true);
+      return this.#granted(request, contender, token);
+    }
+    return this.#behind(verdict.predecessor.key, revision);
+  }
+
+  /**
+   * The answer to a contender its line grants while the lock-delay of an earlier grant is in
+   * force (the marker `marker`, of another token): `holderTtlMs` the marker lease's remaining
+   * TTL (whole seconds rounded down, at least `DELAY_TTL_FLOOR_MS`), and a wait on the marker's
+   * deletion after `revision` (its lease expiring), after which it asks again. `queued`: whether
+   * its key stays in line.
+   * @throws BackendError when the cluster does not answer.
+   */
+  async #delayed(marker: IKeyValue, revision: bigint, queued: boolean): Promise<NotGranted> {
+    const ttl = await this.#call('acquire', () =>
+      this.#client.leaseClient.leaseTimeToLive({ ID: marker.lease }).catch((error: unknown) => {
+        // An older server answers a lease that ended with an error instead of TTL -1.
+        if (/lease not found/i.test(String(error))) return { TTL: '-1' };
+        throw error;
+      }),
+    );
+    return {
+      ...this.#waiting({ key: marker.key.toString() }, revision, () => 'wake'),
+      holderTtlMs: Math.max(DELAY_TTL_FLOOR_MS, Number(ttl.TTL) * 1000),
+      queued,
+    };
   }
 
   /**
@@ -485,15 +562,17 @@ export class EtcdBackend implements Backend {
       owner: requests[i]!.owner,
       mode: requests[i]!.mode,
       heldWriter: requests[i]!.heldWriter,
+      marker: this.#markerOf(contender.line),
     }));
     const sessions = [...new Set(contenders.map((contender) => contender.session))];
     let guards = repeated ? undefined : attempts.map(freeLineGuard);
     for (let tries = 1; ; tries++) {
       let txn: ITxnResponse;
       try {
+        // The lines read with values: a lock-delay marker's is its grant's token.
         txn = await this.#callOnLeases(sessions, 'acquire', () =>
           this.#client.kv.txn(
-            attemptAllTxn(attempts, guards, (a) => this.#listOp({ dir: a.dir, permits: false })),
+            attemptAllTxn(attempts, guards, (a) => this.#listOp({ dir: a.dir, permits: true })),
           ),
         );
       } catch (error) {
@@ -515,6 +594,27 @@ export class EtcdBackend implements Backend {
       }
       const lines = attempts.map((_, i) => rangeOf(txn, i));
       const verdict = lineVerdicts(attempts, lines, revision);
+      // Lines that would grant, but a lock-delay is in force (a marker of another grant): refused.
+      const markers = attempts.map((attempt, i) =>
+        lines[i]!.find((kv) => kv.key.toString() === attempt.marker),
+      );
+      const delayed =
+        verdict.outcome === 'granted' || verdict.outcome === 'free'
+          ? markers.map((marker, i) =>
+              delayInForce(
+                marker,
+                verdict.outcome === 'granted' ? verdict.tokens[i]! : revision + 1n,
+              ),
+            )
+          : [];
+      if (delayed.some(Boolean)) {
+        await this.#withdrawAll(requests, contenders, verdict.outcome === 'granted');
+        return Promise.all(
+          attempts.map((_, i) =>
+            delayed[i] ? this.#delayed(markers[i]!, revision, false) : { granted: false as const },
+          ),
+        );
+      }
       if (verdict.outcome === 'granted') {
         const { tokens } = verdict;
         return Promise.all(
@@ -617,6 +717,9 @@ export class EtcdBackend implements Backend {
       request.autoRenew || !contender.session.shared
         ? contender.session
         : await this.#moveToSingleUse(request, contender, token);
+    if (request.lockDelayMs !== undefined && !contender.line.permits) {
+      await this.#markDelay(request, contender, held, token, request.lockDelayMs);
+    }
     return {
       granted: true,
       token,
@@ -624,6 +727,68 @@ export class EtcdBackend implements Backend {
       lost: contender.lost.signal,
       validUntil: held.validUntil,
     };
+  }
+
+  /**
+   * Write the lock-delay marker of the grant `token` (lock-delay.ts), unless it is written
+   * already (a repeated attempt by the holder keeps its first delay): on a companion lease of
+   * `held` when that is kept alive, else on a lease of its own granted now (after `held`), of TTL
+   * `markerSeconds(held's TTL, delayMs)`; the put is guarded by the contender key's create
+   * revision. A lease found gone is replaced once.
+   * @throws BackendError when the cluster does not answer, or the contender key vanished.
+   */
+  async #markDelay(
+    request: AttemptRequest,
+    contender: Contender,
+    held: EtcdSession,
+    token: bigint,
+    delayMs: number,
+  ): Promise<void> {
+    if (contender.delay?.token === token) return;
+    const marker = this.#markerOf(contender.line);
+    for (let tries = 1; ; tries++) {
+      const { lease, own } = await this.#delayLease(held, delayMs);
+      let txn: ITxnResponse;
+      try {
+        txn = await this.#callOnLease(lease, 'acquire', () =>
+          this.#client
+            .if(contender.key, 'Create', '==', String(token))
+            .then(putMarkerOp(marker, token, lease.leaseId))
+            .commit(),
+        );
+      } catch (error) {
+        if (own) void lease.revoke();
+        if (isLeaseNotFound(error) && tries < 2) continue;
+        throw error;
+      }
+      if (!txn.succeeded) {
+        if (own) void lease.revoke();
+        this.#forget(request.owner);
+        throw new BackendError(this.name, 'acquire', new Error('contender key vanished'));
+      }
+      contender.delay = { token, delayMs, lease, own };
+      return;
+    }
+  }
+
+  /**
+   * The lease for the lock-delay marker of a grant held on `held`: its companion of
+   * `markerSeconds` when `held` is kept alive (a shared or user session), else a lease of its own,
+   * not kept alive.
+   */
+  async #delayLease(
+    held: EtcdSession,
+    delayMs: number,
+  ): Promise<{ lease: EtcdSession; own: boolean }> {
+    const seconds = markerSeconds(held.grantedTtlMs, delayMs, held.keepaliveDeadlineMs);
+    if (held.shared) return { lease: await held.companion(seconds), own: false };
+    const lease = await EtcdSession.openSingleUse(
+      this.#client,
+      this.#route,
+      seconds,
+      this.#timeoutMs,
+    );
+    return { lease, own: true };
   }
 
   /**
@@ -889,16 +1054,27 @@ export class EtcdBackend implements Backend {
           : await this.#singleUse(seconds);
     const bind =
       target === current ? this.#client.get(contender.key) : this.#rebindOp(contender, target);
+    // A key moving to another lease takes its lock-delay marker to a lease that outlives it.
+    const { delay } = contender;
+    const moved =
+      target !== current && delay !== undefined
+        ? await this.#delayLease(target, delay.delayMs)
+        : undefined;
+    const ops: IRequestOp[] =
+      moved === undefined
+        ? []
+        : [putMarkerOp(this.#markerOf(line), delay!.token, moved.lease.leaseId)];
     const txn = await this.#call('renew', () =>
       this.#viaRoute(renewTryMs(target.grantedTtlMs, this.#timeoutMs), (via) =>
         via
           .if(contender.key, 'Create', '==', String(lease.fencingToken))
-          .then(bind)
+          .then(bind, ...ops)
           .else(this.#listOp(line))
           .commit(),
       ),
     );
     if (!txn.succeeded) {
+      if (moved?.own === true) void moved.lease.revoke();
       if (target !== current && !target.shared) void target.revoke();
       const entries = this.#entriesOf(rangeOf(txn, 0), line);
       // Our key gone: forget it. Our key there with another revision (a wrong token): not ours.
@@ -908,8 +1084,14 @@ export class EtcdBackend implements Backend {
     if (target !== current) {
       contender.session = target;
       if (!current.shared) void current.revoke();
-    } else if (!current.shared && !(await current.renewOnce())) {
-      return { ok: false, reason: 'not-held' };
+      if (moved !== undefined) {
+        if (delay!.own) void delay!.lease.revoke();
+        contender.delay = { ...delay!, lease: moved.lease, own: moved.own };
+      }
+    } else if (!current.shared) {
+      // The marker's lease first: it must not end before the delay after the holder's does.
+      if (delay?.own === true) await this.#call('renew', () => delay.lease.renewOnce());
+      if (!(await current.renewOnce())) return { ok: false, reason: 'not-held' };
     }
     return { ok: true, ttlMs: target.grantedTtlMs, validUntil: target.validUntil };
   }
@@ -924,18 +1106,20 @@ export class EtcdBackend implements Backend {
       this.#forget(lease.owner);
       return (await this.#anyContender(line)) ? 'not-owner' : 'not-held';
     }
+    if (this.#ranOut(lease.owner, key)) return this.#releaseLate(lease, key, line);
     const txn = await this.#call('release', () =>
       this.#client
         .if(key, 'Create', '==', String(lease.fencingToken))
-        .then(this.#client.delete().key(key))
+        .then(this.#client.delete().key(key), ...this.#clearDelayOps(line, lease.fencingToken))
         .else(this.#listOp(line))
         .commit(),
     );
     // Forget (and so revoke a lease of its own) only once the key is gone: a revoke landing
     // first would delete the key and turn 'released' into 'not-held'; a refused release (a wrong
-    // token) must not cost the real holder its key.
+    // token) must not cost the real holder its key. A release of a grant already gone leaves its
+    // lock-delay marker alone.
     if (txn.succeeded) {
-      this.#forget(lease.owner);
+      this.#forgetReleased(lease.owner);
       return 'released';
     }
     const entries = this.#entriesOf(rangeOf(txn, 0), line);
@@ -943,29 +1127,109 @@ export class EtcdBackend implements Backend {
     return entries.length > 0 ? 'not-owner' : 'not-held';
   }
 
-  /** Delete this contender's key (waiting or granted), whatever its revision. */
+  /**
+   * Delete this contender's key (waiting or granted), whatever its revision. A live grant's
+   * lock-delay marker goes with it (its create revision read first when this backend does not
+   * know the contender): a withdrawn grant is released, not lost.
+   */
   async abandon(request: AttemptRequest): Promise<void> {
-    const key = await this.#keyOf(
-      request.owner,
-      this.#lineOf(request.key, request.permits, request.election !== undefined),
+    const line = this.#lineOf(request.key, request.permits, request.election !== undefined);
+    const known = this.#contenders.get(request.owner);
+    const key = await this.#keyOf(request.owner, line);
+    if (key === undefined) {
+      this.#forget(request.owner);
+      return;
+    }
+    try {
+      // A grant whose time ran out here is not live: its abandon leaves the delay in force.
+      const live = known?.key === key && !this.#ranOut(request.owner, key);
+      let token = live ? known.delay?.token : undefined;
+      if (known?.key !== key && !line.permits) {
+        const read = await this.#call('abandon', () =>
+          this.#client.kv.range({ key: Buffer.from(key) }),
+        );
+        const kv = read.kvs[0];
+        token = kv === undefined ? undefined : BigInt(kv.create_revision);
+      }
+      if (token === undefined) {
+        await this.#call('abandon', () => this.#client.delete().key(key).exec());
+        return;
+      }
+      const txn = await this.#call('abandon', () =>
+        this.#client
+          .if(key, 'Create', '==', String(token))
+          .then(this.#client.delete().key(key), ...this.#clearDelayOps(line, token))
+          .else(this.#client.delete().key(key))
+          .commit(),
+      );
+      if (txn.succeeded) this.#forgetReleased(request.owner);
+    } finally {
+      this.#forget(request.owner);
+    }
+  }
+
+  /**
+   * Whether the grant of `owner` (its key `key`) carries a lock-delay and its time ran out here:
+   * its session is lost, or its validity (counted from before the server's grant or last
+   * keepalive of its lease) has passed, though etcd may not have expired the lease yet (its
+   * expiry tick is 500 ms).
+   */
+  #ranOut(owner: string, key: string): boolean {
+    const contender = this.#contenders.get(owner);
+    return contender?.key === key && delayRanOut(contender);
+  }
+
+  /**
+   * A release after the grant's time ran out (`#ranOut`): a late release, which deletes the key
+   * if it is still there but leaves the lock-delay marker in force.
+   * @returns `not-owner` when other contenders are in line, else `not-held`.
+   */
+  async #releaseLate(lease: LeaseRef, key: string, line: Line): Promise<ReleaseOutcome> {
+    const txn = await this.#call('release', () =>
+      this.#client
+        .if(key, 'Create', '==', String(lease.fencingToken))
+        .then(this.#client.delete().key(key), this.#listOp(line))
+        .else(this.#listOp(line))
+        .commit(),
     );
-    this.#forget(request.owner);
-    if (key !== undefined) await this.#call('abandon', () => this.#client.delete().key(key).exec());
+    this.#forget(lease.owner);
+    const entries = this.#entriesOf(rangeOf(txn, txn.succeeded ? 1 : 0), line);
+    return entries.some((entry) => entry.key !== key) ? 'not-owner' : 'not-held';
+  }
+
+  /** The deletion of `line`'s lock-delay marker while it records `token` (none for permits). */
+  #clearDelayOps(line: Line, token: bigint): IRequestOp[] {
+    return line.permits ? [] : [clearMarkerOp(this.#markerOf(line), token)];
+  }
+
+  /**
+   * `#forget` after a release (or abandon) deleted the owner's live grant and its lock-delay
+   * marker: the marker's own lease, if any, is revoked too.
+   */
+  #forgetReleased(owner: string): void {
+    const delay = this.#contenders.get(owner)?.delay;
+    this.#forget(owner);
+    if (delay?.own === true) void delay.lease.revoke();
   }
 
   /** Oldest contender (owner, revision token, lease TTL) and the newest contender's revision. */
   async inspect(key: string): Promise<LockInfo> {
     const line = this.#lineOf(key, undefined);
     const { dir } = line;
-    const kvs = (await this.#list('inspect', line)).filter(
-      (kv) => contenderOf(kv, dir) !== undefined,
+    const read = await this.#call('inspect', () =>
+      this.#client.kv.txn({ success: [this.#listOp(line), markerReadOp(this.#markerOf(line))] }),
     );
+    const kvs = rangeOf(read, 0).filter((kv) => contenderOf(kv, dir) !== undefined);
     const first = kvs[0];
     const lastFencingToken = kvs.reduce(
       (max, kv) => (BigInt(kv.create_revision) > max ? BigInt(kv.create_revision) : max),
       0n,
     );
     if (first === undefined) return { key, holder: null, lastFencingToken };
+    // A lock-delay in force (lock-delay.ts): the first contender waits for it, nobody holds.
+    if (delayInForce(rangeOf(read, 1)[0], BigInt(first.create_revision))) {
+      return { key, holder: null, lastFencingToken };
+    }
     const ttl = await this.#call('inspect', () =>
       this.#client.leaseClient.leaseTimeToLive({ ID: first.lease }),
     );
@@ -1054,7 +1318,10 @@ export class EtcdBackend implements Backend {
    * @throws BackendError when the cluster does not answer.
    */
   async leader(key: string): Promise<ElectedLeader | null> {
-    return readLeader(this.#client, this.electionDirOf(key), (run) => this.#call('leader', run));
+    const line = this.#lineOf(key, undefined, true);
+    return readLeader(this.#client, line.dir, this.#markerOf(line), (run) =>
+      this.#call('leader', run),
+    );
   }
 
   /**
@@ -1098,8 +1365,14 @@ export class EtcdBackend implements Backend {
     this.#sessions.clear();
     await Promise.allSettled([...this.#userSessions].map((session) => session.revoke()));
     const singleUse = [...this.#contenders.values()].filter((c) => !c.session.shared);
+    // The lock-delays of live grants on leases of their own end with them, as a release's would
+    // (those of a kept-alive session go with its companion leases; a grant that ran out keeps its).
+    const delays = singleUse.flatMap((c) =>
+      c.delay?.own === true && !delayRanOut(c) ? [c.delay.lease] : [],
+    );
     this.#contenders.clear();
     await Promise.allSettled(singleUse.map((c) => c.session.revoke()));
+    await Promise.allSettled(delays.map((lease) => lease.revoke()));
     await Promise.allSettled(
       sessions.map((s) => (s.status === 'fulfilled' ? s.value.revoke() : undefined)),
     );
@@ -1277,6 +1550,16 @@ export class EtcdBackend implements Backend {
       throw new BackendError(this.name, operation, error, this.#unreachable(error));
     }
   }
+}
+
+/**
+ * Whether `contender`'s grant carries a lock-delay and its time ran out here: its session is
+ * lost, or its validity has passed (etcd may not have expired the lease yet).
+ */
+function delayRanOut(contender: Contender): boolean {
+  if (contender.delay === undefined) return false;
+  const { session } = contender;
+  return !session.alive || monotonicNow() >= session.validUntil;
 }
 
 /** Lease TTL for `ttlMs`: whole seconds, rounded up (the server raises it to its minimum). */

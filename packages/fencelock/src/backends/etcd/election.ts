@@ -24,6 +24,7 @@ import type { Etcd3, IKeyValue, IRangeResponse, IRequestOp, Watcher } from 'etcd
 import type { ElectedLeader, ElectionWatch } from '../../core/backend.js';
 import { candidateOf } from './election-key.js';
 import { prefixEnd } from './key-range.js';
+import { delayInForce } from './lock-delay.js';
 
 /**
  * How long the observers trust the election's watch before they read the leader again anyway,
@@ -56,12 +57,17 @@ export type Call = <T>(run: () => Promise<T>) => Promise<T>;
 export async function readLeader(
   client: Etcd3,
   dir: string,
+  marker: string,
   call: Call,
 ): Promise<ElectedLeader | null> {
   for (let tries = 1; ; tries++) {
-    const oldest = await oldestCandidate(client, dir, call);
-    if (oldest === undefined) return null;
+    const found = await oldestCandidate(client, dir, call);
+    if (found === undefined) return null;
+    const { oldest, revision } = found;
     const entry = candidateOf(oldest, dir)!;
+    // A lock-delay in force (lock-delay.ts): the oldest candidate waits for it, nobody leads.
+    const delay = await call(() => client.kv.range({ key: Buffer.from(marker), revision }));
+    if (delayInForce(delay.kvs[0], entry.order)) return null;
     const ttl = await call(() =>
       client.leaseClient.leaseTimeToLive({ ID: oldest.lease }).catch((error: unknown) => {
         // An older server answers a lease that ended with an error instead of TTL -1.
@@ -86,12 +92,15 @@ export async function readLeader(
   }
 }
 
-/** The oldest candidate key under `dir` (with its value), or undefined when there is none. */
+/**
+ * The oldest candidate key under `dir` (with its value) and the revision it was read at, or
+ * undefined when there is none.
+ */
 async function oldestCandidate(
   client: Etcd3,
   dir: string,
   call: Call,
-): Promise<IKeyValue | undefined> {
+): Promise<{ oldest: IKeyValue; revision: string } | undefined> {
   const folder = Buffer.from(dir);
   const range = {
     key: folder,
@@ -101,14 +110,14 @@ async function oldestCandidate(
   } as const;
   const first: IRangeResponse = await call(() => client.kv.range({ ...range, limit: 1 }));
   const head = first.kvs[0];
+  const revision = first.header.revision;
   if (head === undefined) return undefined;
-  if (candidateOf(head, dir) !== undefined) return head;
+  if (candidateOf(head, dir) !== undefined) return { oldest: head, revision };
   if (!first.more) return undefined;
   // A foreign key leads the order: the whole folder, at the first read's revision.
-  const whole: IRangeResponse = await call(() =>
-    client.kv.range({ ...range, revision: first.header.revision }),
-  );
-  return whole.kvs.find((kv) => candidateOf(kv, dir) !== undefined);
+  const whole: IRangeResponse = await call(() => client.kv.range({ ...range, revision }));
+  const oldest = whole.kvs.find((kv) => candidateOf(kv, dir) !== undefined);
+  return oldest === undefined ? undefined : { oldest, revision };
 }
 
 /**

@@ -33,6 +33,7 @@ import { InvalidArgumentError } from '../../errors.js';
 import { formatListCursor, type ListCursor, parseListCursor } from '../list-cursor.js';
 import { type ContenderEntry, contendersOf } from './contender-key.js';
 import { prefixEnd } from './key-range.js';
+import { delayInForce, markerKeyOf } from './lock-delay.js';
 import { type PermitContender, permitContendersOf } from './permit-key.js';
 
 /**
@@ -40,6 +41,12 @@ import { type PermitContender, permitContendersOf } from './permit-key.js';
  * room for a holder and a few readers, permits or waiters per key.
  */
 export const CONTENDERS_PER_KEY = 4;
+
+/**
+ * Most lock-delay markers read in one transaction: etcd's default `--max-txn-ops`, so a page costs
+ * at most `ceil(pageSize / 128)` such reads.
+ */
+export const MARKER_READS_PER_TXN = 128;
 
 /** Most `LeaseTimeToLive` requests of one page in flight at once. */
 export const TTL_REQUESTS_AT_ONCE = 16;
@@ -65,6 +72,11 @@ interface Draft {
   readonly permits?: number;
   readonly holders: readonly { owner: string; order: bigint; lease: string }[];
   readonly waiters: number;
+  /**
+   * A lock whose folder may hold a lock-delay marker (lock-delay.ts): its name was read, or the
+   * folder was read only in part.
+   */
+  readonly marked?: boolean;
 }
 
 /**
@@ -132,7 +144,10 @@ export async function listPage(
       : await readLargeFolder(context, folder.name, dir, permits, limit);
     if (draft !== undefined) drafts.push(draft);
   }
-  const entries = await withTtls(context, drafts);
+  const held = permits
+    ? drafts
+    : await outsideDelays(context, drafts, BigInt(response.header.revision));
+  const entries = await withTtls(context, held);
   // Past the last folder taken, or past the last key when only keys outside folders were read.
   let position: string | null = null;
   const last = taken.at(-1);
@@ -262,12 +277,15 @@ function draftOf(
   const line = contendersOf(kvs, dir).sort(byOrder);
   const first = line[0];
   if (first === undefined) return undefined;
+  const marker = markerKeyOf(dir, false);
+  const marked = count !== undefined || kvs.some((kv) => kv.key.toString() === marker);
   if (first.mode === 'write') {
-    return { key, mode: 'write', holders: [holderOf(first)], waiters: line.length - 1 + unread };
+    const waiters = line.length - 1 + unread;
+    return { key, mode: 'write', holders: [holderOf(first)], waiters, marked };
   }
   const writer = line.findIndex((entry) => entry.mode === 'write');
   const holders = (writer === -1 ? line : line.slice(0, writer)).map(holderOf);
-  return { key, mode: 'read', holders, waiters: line.length - holders.length + unread };
+  return { key, mode: 'read', holders, waiters: line.length - holders.length + unread, marked };
 }
 
 /** The user key of a folder name `dirOf` made (its percent-encoding), or undefined. */
@@ -278,6 +296,45 @@ function userKeyOf(name: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The locks among `drafts` that are not in a lock-delay (lock-delay.ts): a lock whose marker, read
+ * at the page's `revision`, records a grant none of its holders has, is held by nobody (its first
+ * contenders wait for the delay to end) and is left out. Only the markers of `marked` drafts are
+ * read (the page's Range read the names, not the values), by key, in transactions of
+ * `MARKER_READS_PER_TXN`: no request when no lock of the page has one.
+ */
+async function outsideDelays(
+  context: ListContext,
+  drafts: readonly Draft[],
+  revision: bigint,
+): Promise<Draft[]> {
+  const marked = drafts.filter((draft) => draft.marked === true);
+  if (marked.length === 0) return [...drafts];
+  const kept = new Set(drafts.filter((draft) => draft.marked !== true));
+  for (let start = 0; start < marked.length; start += MARKER_READS_PER_TXN) {
+    const chunk = marked.slice(start, start + MARKER_READS_PER_TXN);
+    const txn = await context.call(() =>
+      context.client.kv.txn({
+        success: chunk.map((draft) => ({
+          request_range: {
+            key: Buffer.from(
+              markerKeyOf(`${context.namespace}/locks/${encodeURIComponent(draft.key)}/`, false),
+            ),
+            revision: String(revision),
+          },
+        })),
+      }),
+    );
+    chunk.forEach((draft, i) => {
+      const marker = txn.responses[i]?.response_range?.kvs[0];
+      if (marker === undefined || draft.holders.some((h) => !delayInForce(marker, h.order))) {
+        kept.add(draft);
+      }
+    });
+  }
+  return drafts.filter((draft) => kept.has(draft));
 }
 
 /**

@@ -12,6 +12,11 @@
  *   carried the stream therefore costs one deadline, not the lease.
  * - A single-use session is granted for one lock whose lease is not renewed (`autoRenew: false`):
  *   nothing keeps it alive, so the lock ends with its TTL unless `renewOnce` is called.
+ * - A kept-alive session may have companion leases (`companion`: the leases of the lock-delay
+ *   markers of its grants, lock-delay.ts), longer by a delay: each beat of the session keeps them
+ *   alive first, then its own lease, so a companion outlives the session's lease by its extra
+ *   TTL whenever the beats stop. They are revoked with a live session, and left to expire with a
+ *   lost or orphaned one.
  */
 import type { Etcd3 } from 'etcd3';
 import type { BackendSession } from '../../core/backend.js';
@@ -47,6 +52,8 @@ export class EtcdSession implements BackendSession {
   /** Next background keepalive of a shared session. */
   #next: NodeJS.Timeout | undefined;
   #keepingAlive: boolean;
+  /** Companion leases by TTL in whole seconds (`companion`), kept alive before this one. */
+  readonly #companions = new Map<number, Promise<EtcdSession>>();
 
   private constructor(
     client: Etcd3,
@@ -135,6 +142,11 @@ export class EtcdSession implements BackendSession {
     return this.grantedTtlMs;
   }
 
+  /** Deadline of each keepalive of this lease, ms (several fit in its TTL). */
+  get keepaliveDeadlineMs(): number {
+    return this.#timeoutMs;
+  }
+
   /** Monotonic time until which the lease is believed alive. */
   get validUntil(): number {
     return this.#validUntil;
@@ -186,6 +198,30 @@ export class EtcdSession implements BackendSession {
     return true;
   }
 
+  /**
+   * A lease of `seconds` kept alive by this session's beats, each time just before its own lease
+   * (a lock-delay marker's, lock-delay.ts): granted on first use, shared by every caller asking
+   * for the same TTL, replaced when it is found gone. Not kept alive once this session is lost or
+   * orphaned; revoked by `revoke` of a live session.
+   * @throws BackendError when the session has ended, or the cluster does not grant the lease.
+   */
+  companion(seconds: number): Promise<EtcdSession> {
+    const existing = this.#companions.get(seconds);
+    if (existing) return existing;
+    if (!this.alive) {
+      return Promise.reject(
+        new BackendError('etcd', 'lock-delay lease', new Error(`session ${this.id} ended`)),
+      );
+    }
+    const opening = EtcdSession.openSingleUse(this.#client, this.#route, seconds, this.#timeoutMs);
+    this.#companions.set(seconds, opening);
+    const forget = () => {
+      if (this.#companions.get(seconds) === opening) this.#companions.delete(seconds);
+    };
+    opening.then((lease) => lease.signal.addEventListener('abort', forget, { once: true }), forget);
+    return opening;
+  }
+
   /** Declare the session lost (idempotent): stop keepalives and abort `signal`. */
   lose(cause: unknown): void {
     if (this.signal.aborted) return;
@@ -214,6 +250,12 @@ export class EtcdSession implements BackendSession {
     const wasAlive = this.alive;
     this.lose(new Error('session closed'));
     if (!wasAlive) return;
+    // A closed session ends its grants as releases do: their lock-delays go with them.
+    const companions = [...this.#companions.values()];
+    this.#companions.clear();
+    for (const opening of companions) {
+      opening.then((lease) => lease.revoke()).catch(() => undefined);
+    }
     try {
       await withTimeout(
         this.#client.leaseClient.leaseRevoke({ ID: this.leaseId }),
@@ -232,6 +274,12 @@ export class EtcdSession implements BackendSession {
 
   async #keepAlive(): Promise<void> {
     let alive: boolean;
+    // The companions first: a beat that stops between the two leaves them the longer ones; and
+    // not this lease without them (they would fall behind it), until validity runs out.
+    if (!(await this.#keepCompanionsAlive())) {
+      this.#scheduleKeepAlive(KEEPALIVE_RETRY_MS);
+      return;
+    }
     try {
       alive = await this.renewOnce();
     } catch {
@@ -240,6 +288,21 @@ export class EtcdSession implements BackendSession {
       return;
     }
     if (alive) this.#scheduleKeepAlive(this.grantedTtlMs / 3);
+  }
+
+  /**
+   * One keepalive of every companion lease.
+   * @returns false when one got no answer (a companion found gone is dropped, not a failure).
+   */
+  async #keepCompanionsAlive(): Promise<boolean> {
+    if (this.#companions.size === 0) return true;
+    const beats = await Promise.allSettled(
+      [...this.#companions.values()].map(async (opening) => {
+        const lease = await opening.catch(() => undefined);
+        if (lease?.alive === true) await lease.renewOnce();
+      }),
+    );
+    return beats.every((beat) => beat.status === 'fulfilled');
   }
 
   #bound(startedAt: number): number {

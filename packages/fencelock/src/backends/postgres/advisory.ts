@@ -37,6 +37,16 @@
  *   answers, so the server never keeps a partial set; tokens are drawn only once all are held.
  *   A try never waits, so no order of keys can deadlock. Another session's `pg_try_` can find a
  *   key taken for the length of that statement and be refused, as by any short-lived holder.
+ * - Lock-delay (`capabilities.lockDelay`, lock-delay-sql.ts): the holder's row keeps the grant's
+ *   delay. When the backend's TTL runs out, the unlocking statement first turns the row into
+ *   the delay's record (`delayed_until` = the server's clock then + the delay): exact. When the
+ *   holder's session ends instead (killed process, terminated or lost connection), the server
+ *   keeps no time of it: the first attempt that finds the lock free under such a row sets
+ *   `delayed_until` to the earlier of the row's TTL end and that moment, + the delay (never
+ *   early; late by at most the holder's TTL, or the contenders' poll interval while they wait).
+ *   A release or withdrawal deletes the row before it unlocks: no delay. Every attempt checks
+ *   the row under its row lock after taking the session lock, so it sees each such change that
+ *   the lock's last holder committed.
  * - Needs a real session: do not run this mode behind a transaction-mode pooler
  *   (`pooler: 'transaction'` is refused with this mode). A pooler the options do not name is
  *   found when the lock connection opens, before any lock is taken on it (see session-check.ts):
@@ -116,7 +126,7 @@ export class PostgresAdvisoryBackend implements Backend {
     attemptAll: true,
     list: true,
     election: false,
-    lockDelay: false,
+    lockDelay: true,
   });
   readonly #db: PostgresConnectionSet;
   readonly #held = new Map<string, Holding>();
@@ -168,13 +178,8 @@ export class PostgresAdvisoryBackend implements Backend {
       const { rows } = await this.#db.run('attempt', async () => {
         session = await this.#getSession();
         return serially(session, (client) =>
-          client.query<{ ok: boolean; token: string | null }>(
-            prepared(this.#db.sql.advisoryAttempt, [
-              request.key,
-              request.owner,
-              lockIdOf(request.key).toString(),
-              request.ttlMs,
-            ]),
+          client.query<AttemptRow>(
+            prepared(this.#db.sql.advisoryAttempt, attemptArrays([request])),
           ),
         );
       });
@@ -182,7 +187,7 @@ export class PostgresAdvisoryBackend implements Backend {
       const row = rows[0];
       if (row?.ok !== true || row.token === null || session === undefined) {
         this.#forget(request.key, holding);
-        return this.#notGranted(request, mark);
+        return this.#notGranted(request, mark, row?.remaining_ms);
       }
       return this.#confirm(request, holding, BigInt(row.token), session);
     } catch (error) {
@@ -194,14 +199,15 @@ export class PostgresAdvisoryBackend implements Backend {
 
   /**
    * Single attempts at several keys (`acquireAll`'s first round) in one statement on the lock
-   * connection (`advisoryAttemptAll` in sql.ts): it tries every key's session lock and, unless
-   * all were got, unlocks those it got before answering; tokens are drawn only once every lock
-   * is held. The local table is kept as by `attempt`: a key another owner of this backend holds
+   * connection (`advisoryAttempt` in sql.ts, as for one key): it tries every key's session lock
+   * and, unless all were got and no key is in a lock-delay, unlocks those it got before
+   * answering; tokens are drawn only once every lock is held. The local table is kept as by `attempt`: a key another owner of this backend holds
    * or asks for is refused without asking the server, and every key asked for is marked as this
    * owner's while the statement runs.
    * @param requests 2 to `MAX_MULTI_KEYS` requests for distinct keys, write mode, no `permits`.
    * @returns one answer per request, in order: all granted, or none (keys found held answered as
-   *   `attempt` answers, the others `{ granted: false }`). A key this same owner holds already (a
+   *   `attempt` answers, a key in its lock-delay with the delay left, the others
+   *   `{ granted: false }`). A key this same owner holds already (a
    *   repeated call) keeps its grant: granted again when every key is, else left as it was.
    *   Null for read locks or semaphore permits, which this mode does not grant.
    * @throws BackendError when the server cannot answer (the locks the statement may have taken
@@ -227,20 +233,13 @@ export class PostgresAdvisoryBackend implements Backend {
     const asked = requests.filter((_, i) => locals[i] === undefined);
     const holdings = asked.map((request) => this.#claim(request));
     let session: AdvisorySession | undefined;
-    let rows: { ok: boolean; token: string | null }[] = [];
+    let rows: AttemptRow[] = [];
     try {
       if (asked.length > 0) {
         ({ rows } = await this.#db.run('attempt', async () => {
           session = await this.#getSession();
           return serially(session, (client) =>
-            client.query<{ ok: boolean; token: string | null }>(
-              prepared(this.#db.sql.advisoryAttemptAll, [
-                asked.map((request) => request.key),
-                asked.map((request) => request.owner),
-                asked.map((request) => lockIdOf(request.key).toString()),
-                asked.map((request) => request.ttlMs),
-              ]),
-            ),
+            client.query<AttemptRow>(prepared(this.#db.sql.advisoryAttempt, attemptArrays(asked))),
           );
         }));
         this.#sweeper.start();
@@ -251,7 +250,12 @@ export class PostgresAdvisoryBackend implements Backend {
         let j = 0;
         return requests.map((request, i): AttemptResult => {
           if (locals[i] !== undefined) return { granted: false };
-          return rows[j++]?.ok === false ? this.#notGranted(request, mark) : { granted: false };
+          const row = rows[j++];
+          if (row?.ok === false) return this.#notGranted(request, mark);
+          // A key in its lock-delay: refused like a held one, for the delay left.
+          return row?.remaining_ms != null
+            ? this.#notGranted(request, mark, row.remaining_ms)
+            : { granted: false };
         });
       }
       let j = 0;
@@ -447,12 +451,19 @@ export class PostgresAdvisoryBackend implements Backend {
     }
   }
 
-  #notGranted(request: AttemptRequest, mark: number): NotGranted {
+  /**
+   * A refusal; with `delayLeftMs` (the server's answer for a key in its lock-delay, ms as text)
+   * its `holderTtlMs`, so that the waiter attempts again when the delay ends (no notice comes
+   * then).
+   */
+  #notGranted(request: AttemptRequest, mark: number, delayLeftMs?: string | null): NotGranted {
+    const holder = delayLeftMs == null ? {} : { holderTtlMs: Math.max(0, Number(delayLeftMs)) };
     const listener = this.#db.listener;
-    if (listener === undefined) return { granted: false };
+    if (listener === undefined) return { granted: false, ...holder };
     const { key, owner } = request;
     return {
       granted: false,
+      ...holder,
       waitForChange: (signal, maxMs) => listener.wait(key, owner, mark, signal, maxMs),
     };
   }
@@ -463,19 +474,23 @@ export class PostgresAdvisoryBackend implements Backend {
     holding.expiry = setTimeout(() => {
       if (this.#held.get(key) !== holding) return;
       holding.expired = true;
-      void this.#unlock(key, holding).then(() => this.#forget(key, holding));
+      void this.#unlock(key, holding, true).then(() => this.#forget(key, holding));
     }, ttlMs);
     holding.expiry.unref();
   }
 
-  /** Best-effort unlock of `holding`'s lock; if the server cannot be told, drop the connection. */
-  async #unlock(key: string, holding: Holding): Promise<void> {
+  /**
+   * Best-effort unlock of `holding`'s lock; if the server cannot be told, drop the connection.
+   * `expired`: the TTL ran out (no release), so the row keeps the grant's lock-delay from now on
+   * (`advisoryExpire`); else (a withdrawal) the row goes with any delay.
+   */
+  async #unlock(key: string, holding: Holding, expired = false): Promise<void> {
     const session = holding.session ?? this.#session;
     if (session === undefined || session.lost.signal.aborted) return;
     try {
       await serially(session, (client) =>
         client.query(
-          prepared(this.#db.sql.advisoryRelease, [
+          prepared(expired ? this.#db.sql.advisoryExpire : this.#db.sql.advisoryRelease, [
             key,
             holding.owner,
             (holding.token ?? -1n).toString(),
@@ -562,6 +577,24 @@ export class PostgresAdvisoryBackend implements Backend {
     }
     void session.client.end().catch(() => undefined);
   }
+}
+
+/** A row of `advisoryAttempt`'s answer (sql.ts). */
+interface AttemptRow {
+  readonly ok: boolean;
+  readonly token: string | null;
+  readonly remaining_ms: string | null;
+}
+
+/** `advisoryAttempt`'s parameters for `requests` (arrays of one length, sql.ts). */
+function attemptArrays(requests: readonly AttemptRequest[]): unknown[] {
+  return [
+    requests.map((request) => request.key),
+    requests.map((request) => request.owner),
+    requests.map((request) => lockIdOf(request.key).toString()),
+    requests.map((request) => request.ttlMs),
+    requests.map((request) => request.lockDelayMs ?? null),
+  ];
 }
 
 /** Queue `statement` behind the ones already sent on the session's connection. */

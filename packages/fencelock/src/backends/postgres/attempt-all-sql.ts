@@ -28,7 +28,8 @@
 /**
  * The inputs of the write attempt as SQL expressions (parameters such as `$1`, or PL/pgSQL
  * variables): key, owner, ttlMs (int8), the key's xact-lock pair (int4 each), whether a refused
- * contender stands in the line (boolean) and its entry's lifetime in ms (int8).
+ * contender stands in the line (boolean), its entry's lifetime in ms (int8) and the grant's
+ * lock-delay in ms (int4, NULL for none; lock-delay-sql.ts).
  */
 export interface WriteAttemptInputs {
   readonly key: string;
@@ -38,6 +39,7 @@ export interface WriteAttemptInputs {
   readonly lockLo: string;
   readonly queued: string;
   readonly entryTtlMs: string;
+  readonly lockDelayMs: string;
 }
 
 /** The multi-key attempt's function and statement of one schema; `s` is the quoted schema name. */
@@ -55,14 +57,17 @@ export function attemptAllSqlFor(
       lockLo: 'v_lock_lo',
       queued: 'false',
       entryTtlMs: '0',
+      lockDelayMs: 'v_lock_delay_ms',
     },
     '\nINTO v_token_text, v_remaining_text',
   );
-  const objects = `-- Single attempts at p_keys[i] by p_owners[i] (a read lock where p_read[i]), all granted or
--- none (attempt-all-sql.ts). One row per key, in order.
+  const objects = `-- Single attempts at p_keys[i] by p_owners[i] (a read lock where p_read[i]; a write lock with
+-- the lock-delay p_lock_delay_ms[i], NULL for none), all granted or none (attempt-all-sql.ts).
+-- One row per key, in order. (The overload of earlier versions, without p_lock_delay_ms, stays
+-- for their processes.)
 CREATE OR REPLACE FUNCTION ${fn}(
   p_keys text[], p_owners text[], p_ttl_ms bigint[], p_lock_hi integer[], p_lock_lo integer[],
-  p_read boolean[], p_held_writers text[], p_channel text
+  p_read boolean[], p_held_writers text[], p_channel text, p_lock_delay_ms integer[]
 ) RETURNS TABLE (o_n integer, o_token bigint, o_blocked boolean, o_refused boolean, o_remaining_ms bigint)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -73,6 +78,7 @@ DECLARE
   v_ttl_ms bigint;
   v_lock_hi integer;
   v_lock_lo integer;
+  v_lock_delay_ms integer;
   v_token bigint;
   v_token_text text;
   v_remaining_text text;
@@ -94,6 +100,7 @@ BEGIN
       v_ttl_ms := p_ttl_ms[i];
       v_lock_hi := p_lock_hi[i];
       v_lock_lo := p_lock_lo[i];
+      v_lock_delay_ms := p_lock_delay_ms[i];
       IF p_read[i] THEN
         SELECT a.granted_token, a.refused, a.remaining_ms INTO v_token, v_refused, v_remaining
         FROM ${s}.fencelock_read_attempt(v_key, v_owner, v_ttl_ms, v_lock_hi, v_lock_lo, false, 0,
@@ -126,16 +133,16 @@ END $fn$;`;
   return {
     objects,
     /** The function's signature, for `to_regprocedure` (sql.ts `ready`). */
-    signature: `${fn}(text[], text[], bigint[], integer[], integer[], boolean[], text[], text)`,
+    signature: `${fn}(text[], text[], bigint[], integer[], integer[], boolean[], text[], text, integer[])`,
     /**
      * $1 keys, $2 owners, $3 ttlMs values, $4/$5 the keys' xact-lock pairs, $6 whether each is a
-     * read lock, $7 each one's held writer (a downgrade) or null, $8 channel (arrays of one
-     * length). One row per key, in order: `token` (text), `blocked`, `refused`, `remaining_ms`
+     * read lock, $7 each one's held writer (a downgrade) or null, $8 channel, $9 each one's
+     * lock-delay ms or null (arrays of one length). One row per key, in order: `token` (text), `blocked`, `refused`, `remaining_ms`
      * (text).
      */
     attempt: `SELECT o_token::text AS token, o_blocked AS blocked, o_refused AS refused,
        o_remaining_ms::text AS remaining_ms
-FROM ${fn}($1::text[], $2::text[], $3::int8[], $4::int4[], $5::int4[], $6::boolean[], $7::text[], $8::text)
+FROM ${fn}($1::text[], $2::text[], $3::int8[], $4::int4[], $5::int4[], $6::boolean[], $7::text[], $8::text, $9::int4[])
 ORDER BY o_n`,
   };
 }

@@ -54,10 +54,17 @@
  *   `leader` one SELECT of the live row. A grant, proclaim, release or withdrawal NOTIFYs the
  *   schema's channel; `watchElection` registers with the one LISTEN connection (none of its
  *   own), and without notifications it is a poll (`POLL_RECHECK_MS`).
+ * - Lock-delay (`lockDelayMs`, lock-delay-sql.ts): a column of the grant's row
+ *   (`lock_delay_ms` in `fencelock_leases` and `fencelock_elections`). A row that expired keeps
+ *   its key (or election) from every contender until `expires_at` + the delay, on the server's
+ *   clock (exact); the head of the line and readers wait too. A release or withdrawal of the live
+ *   grant deletes the row and the delay; a late one leaves it; the sweep deletes it after the
+ *   delay.
  * - Schema versions: every object is created if missing (functions replaced) by one set-up
  *   transaction, and a backend runs it when the object the latest version added
- *   (`fencelock_election_wake`) is missing, so a schema of an earlier version is upgraded in place
- *   by the first operation (which then needs CREATE on the schema, once).
+ *   (`fencelock_delay_end`) is missing, so a schema of an earlier version is upgraded in place
+ *   by the first operation (which then needs CREATE on the schema, once; and, for the
+ *   lock-delay's columns, the ownership of the lease, election and advisory holders tables).
  */
 import type {
   AttemptRequest,
@@ -103,7 +110,7 @@ export class PostgresBackend implements Backend {
   /**
    * Write and read locks; a FIFO line of waiters per key and per semaphore (`leaveQueue`);
    * renewals of one turn go as one statement; semaphore permits; several keys' single attempts
-   * in one statement (`attemptAll`); listing; leader elections.
+   * in one statement (`attemptAll`); listing; leader elections; lock-delay.
    */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write', 'read'] as const),
@@ -114,7 +121,7 @@ export class PostgresBackend implements Backend {
     attemptAll: true,
     list: true,
     election: true,
-    lockDelay: false,
+    lockDelay: true,
   });
   readonly #db: PostgresConnectionSet;
   readonly #permits: PostgresPermits;
@@ -196,7 +203,16 @@ export class PostgresBackend implements Backend {
     const { rows } = await this.#db.run('attempt', () =>
       this.#db.queryPrepared<{ token: string | null; remaining_ms: string | null }>(
         this.#db.sql.attempt,
-        [request.key, request.owner, request.ttlMs, hi, lo, queued, QUEUE_ENTRY_TTL_MS],
+        [
+          request.key,
+          request.owner,
+          request.ttlMs,
+          hi,
+          lo,
+          queued,
+          QUEUE_ENTRY_TTL_MS,
+          request.lockDelayMs ?? null,
+        ],
       ),
     );
     this.#sweeper.start();
@@ -244,6 +260,7 @@ export class PostgresBackend implements Backend {
         requests.map((request) => request.mode === 'read'),
         requests.map((request) => request.heldWriter ?? null),
         this.#db.sql.channel,
+        requests.map((request) => request.lockDelayMs ?? null),
       ]),
     );
     this.#sweeper.start();

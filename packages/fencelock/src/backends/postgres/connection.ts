@@ -329,7 +329,8 @@ function isPermissionDenied(error: unknown): boolean {
 function withCreateHint(error: unknown, schema: string): Error {
   return new Error(
     `${(error as Error).message} (creating fencelock's tables needs CREATE on schema ${schema}, ` +
-      'and on the database when the schema does not exist yet, once: grant it, or run ' +
+      'and on the database when the schema does not exist yet, once; upgrading the tables of an ' +
+      "earlier version (the lock-delay's columns) needs their ownership, once: grant it, or run " +
       'fencelock once as a user who has it; later runs only use the tables)',
     { cause: error },
   );

@@ -30,6 +30,8 @@
  * reaches the election's watchers. The lapse of a leader's TTL sends none.
  */
 
+import { lockDelaySqlFor } from './lock-delay-sql.js';
+
 /** The election objects and statements of one schema; `s` is the quoted schema name. */
 export function electionSqlFor(s: string) {
   const elections = `${s}.fencelock_elections`;
@@ -39,6 +41,8 @@ export function electionSqlFor(s: string) {
   const wake = `${s}.fencelock_election_wake`;
   /** `expires_at` is still ahead of the server's clock. */
   const LIVE = `expires_at > clock_timestamp()`;
+  /** Until when the row keeps the election from others (lock-delay-sql.ts). */
+  const { DELAY_END } = lockDelaySqlFor(s);
   /** `ms` from the server's clock on, for `expires_at`. */
   const UNTIL = (ms: string) => `clock_timestamp() + ${ms}::int8 * interval '1 millisecond'`;
   /** Whole ms from now to an expiry, rounded up, as text. */
@@ -106,7 +110,9 @@ END $fn$;`;
      * Grant or report, as sql.ts's lock `attempt` (its comment says why each part is there), on
      * the election's tables. $1 key, $2 owner, $3 ttlMs, $4/$5 the election's xact-lock pair
      * (`electionLockPairOf`), $6 whether a candidate that is not granted stands in the line,
-     * $7 the entry's lifetime in ms, $8 the value, $9 channel.
+     * $7 the entry's lifetime in ms, $8 the value, $9 channel, $10 the leadership's lock-delay
+     * in ms or null (lock-delay-sql.ts: a lapsed leader's row keeps the election from every
+     * candidate until its delay ends).
      *
      * A free election, or a lapsed leader's, goes to the head of the line (to anyone when the
      * line is empty) with a new term from the sequence, drawn after the election's lock was
@@ -118,23 +124,26 @@ END $fn$;`;
      */
     attempt: `WITH serial AS (
   SELECT pg_advisory_xact_lock($4::int4, $5::int4)
-  WHERE NOT EXISTS (SELECT 1 FROM ${elections} WHERE key = $1 AND owner <> $2 AND ${LIVE})
+  WHERE NOT EXISTS (SELECT 1 FROM ${elections} WHERE key = $1 AND ${DELAY_END()} > clock_timestamp()
+                    AND (owner <> $2 OR expires_at <= clock_timestamp()))
 ),
 first AS (
   SELECT w.owner FROM ${waiters} w, serial
   WHERE w.key = $1 AND w.${LIVE} ORDER BY w.seq LIMIT 1
 ),
 granted AS (
-  INSERT INTO ${elections} AS l (key, owner, token, value, expires_at)
-  SELECT $1, $2, nextval('${tokenSequence}'), $8, ${UNTIL('$3')} FROM serial
+  INSERT INTO ${elections} AS l (key, owner, token, value, expires_at, lock_delay_ms)
+  SELECT $1, $2, nextval('${tokenSequence}'), $8, ${UNTIL('$3')}, $10::int4 FROM serial
   WHERE coalesce((SELECT owner FROM first), $2) = $2
      OR EXISTS (SELECT 1 FROM ${elections} WHERE key = $1 AND owner = $2 AND ${LIVE})
   ON CONFLICT (key) DO UPDATE SET
     owner = excluded.owner,
     token = CASE WHEN l.owner = excluded.owner AND l.${LIVE} THEN l.token ELSE excluded.token END,
     value = CASE WHEN l.owner = excluded.owner AND l.${LIVE} THEN l.value ELSE excluded.value END,
+    lock_delay_ms = CASE WHEN l.owner = excluded.owner AND l.${LIVE}
+                         THEN l.lock_delay_ms ELSE excluded.lock_delay_ms END,
     expires_at = excluded.expires_at
-  WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
+  WHERE (l.owner = excluded.owner AND l.${LIVE}) OR ${DELAY_END('l')} <= clock_timestamp()
   RETURNING token
 ),
 left_line AS (
@@ -150,8 +159,8 @@ notified AS (SELECT pg_notify($9, 'c0:' || $1) AS sent FROM granted)
 SELECT token::text AS token, NULL::text AS remaining_ms, (SELECT count(*) FROM notified) AS notified
 FROM granted
 UNION ALL
-SELECT NULL, ${LEFT_MS('h.expires_at')}, 0 FROM ${elections} h
-WHERE h.key = $1 AND NOT EXISTS (SELECT 1 FROM granted)`,
+SELECT NULL, ${LEFT_MS(`CASE WHEN h.${LIVE} THEN h.expires_at ELSE ${DELAY_END('h')} END`)}, 0
+FROM ${elections} h WHERE h.key = $1 AND NOT EXISTS (SELECT 1 FROM granted)`,
 
     /**
      * Renew while owner and term hold the live leadership (never re-creates a lapsed one).
@@ -179,16 +188,18 @@ SELECT EXISTS (SELECT 1 FROM stored) AS ok, ${LEADS} AS live,
        (SELECT count(*) FROM notified) AS notified`,
 
     /**
-     * Compare-and-delete by owner and term; a lapsed row of this owner goes too (cleanup,
-     * answered `not-held`). Any deletion notifies the head of the line and the watchers.
-     * $1 key, $2 owner, $3 term, $4 channel. One row: `outcome`.
+     * Compare-and-delete by owner and term; a lapsed row of this owner goes too once its
+     * lock-delay is over (cleanup, answered `not-held`; inside the delay it stays). Any deletion
+     * notifies the head of the line and the watchers. $1 key, $2 owner, $3 term, $4 channel.
+     * One row: `outcome`.
      */
     release: `WITH target AS (
-  SELECT owner, token, ${LIVE} AS live FROM ${elections} WHERE key = $1 FOR UPDATE
+  SELECT owner, token, ${LIVE} AS live, ${DELAY_END()} <= clock_timestamp() AS spent
+  FROM ${elections} WHERE key = $1 FOR UPDATE
 ),
 gone AS (
   DELETE FROM ${elections} l USING target t
-  WHERE l.key = $1 AND t.owner = $2 AND (NOT t.live OR t.token = $3::int8)
+  WHERE l.key = $1 AND t.owner = $2 AND (t.spent OR (t.live AND t.token = $3::int8))
   RETURNING t.live
 )
 SELECT CASE
@@ -198,12 +209,16 @@ SELECT CASE
   (SELECT ${wake}($1, $4, NULL, true) FROM gone) AS notified`,
 
     /**
-     * Withdraw: delete this owner's leadership whatever the term (a grant whose reply was lost)
-     * and its entry in the line. $1 key, $2 owner, $3 channel. The head of the line (and the
+     * Withdraw: delete this owner's leadership whatever the term (a grant whose reply was lost;
+     * a lapsed one only once its lock-delay is over) and its entry in the line. $1 key, $2 owner, $3 channel. The head of the line (and the
      * watchers) are told when the leadership went, or when the entry went while nobody leads or
      * it was the head (as sql.ts's `abandon`, whose comment says why).
      */
-    abandon: `WITH gone AS (DELETE FROM ${elections} WHERE key = $1 AND owner = $2 RETURNING key),
+    abandon: `WITH gone AS (
+  DELETE FROM ${elections} WHERE key = $1 AND owner = $2
+    AND (${LIVE} OR ${DELAY_END()} <= clock_timestamp())
+  RETURNING key
+),
 left_line AS (DELETE FROM ${waiters} WHERE key = $1 AND owner = $2 RETURNING key)
 SELECT ${wake}($1, $3, $2, false)
 WHERE EXISTS (SELECT 1 FROM gone)
@@ -226,15 +241,15 @@ SELECT ${wake}($1, $3, $2, false) FROM left_line WHERE ${HEADS_LINE} OR NOT ${LE
 FROM ${elections} WHERE key = $1 AND ${LIVE}`,
 
     /**
-     * Delete up to $1 lapsed leaderships (leaders that never released; the next grant of the
-     * election replaces them too). Rows a statement has locked are skipped; the delete checks
+     * Delete up to $1 lapsed leaderships whose lock-delay is over (leaders that never released;
+     * the next grant of the election replaces them too). Rows a statement has locked are skipped; the delete checks
      * the expiry again under the row lock. Not notified: a lapse may go unnotified (the
      * observers read again when the leader's TTL ends).
      */
     sweep: `WITH lapsed AS (
-  SELECT key FROM ${elections} WHERE expires_at <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED
+  SELECT key FROM ${elections} WHERE ${DELAY_END()} <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED
 )
-DELETE FROM ${elections} e USING lapsed l WHERE e.key = l.key AND e.expires_at <= clock_timestamp()`,
+DELETE FROM ${elections} e USING lapsed l WHERE e.key = l.key AND ${DELAY_END('e')} <= clock_timestamp()`,
 
     /** Delete up to $1 line entries whose candidates stopped attempting. */
     sweepWaiters: `WITH expired AS (

@@ -71,6 +71,7 @@ export class PostgresElections {
           QUEUE_ENTRY_TTL_MS,
           value,
           this.#db.sql.channel,
+          request.lockDelayMs ?? null,
         ],
       ),
     );

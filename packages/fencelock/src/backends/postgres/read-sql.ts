@@ -31,6 +31,8 @@
  * (`fencelock_rw_wake`): the head writer alone, or the readers before the first write entry.
  */
 
+import { lockDelaySqlFor } from './lock-delay-sql.js';
+
 /** The read-lock objects and statements of one schema; `s` is the quoted schema name. */
 export function readSqlFor(s: string) {
   const readers = `${s}.fencelock_readers`;
@@ -39,6 +41,7 @@ export function readSqlFor(s: string) {
   const tokenSequence = `${s}.fencelock_token_seq`;
   const waiterSequence = `${s}.fencelock_waiter_seq`;
   const LIVE = `expires_at > clock_timestamp()`;
+  const { DELAY_END } = lockDelaySqlFor(s);
   const UNTIL = (ms: string) => `clock_timestamp() + ${ms} * interval '1 millisecond'`;
   const LEFT_MS = (expiry: string) =>
     `ceil(extract(epoch FROM ${expiry} - clock_timestamp()) * 1000)`;
@@ -80,8 +83,9 @@ END $fn$;
 -- Grant a read lock of p_key to p_owner, or report. One row: granted_token set (granted, or this
 -- owner's live read grant refreshed: same token); else refused (a downgrade while another writer
 -- waits: nothing written, this owner's entry gone); else remaining_ms, how long the holder or the
--- first write entry ahead may keep it (null when unknown). p_queued: a contender that is not
--- granted stands in the line. p_held_writer: the caller's own write lock (a downgrade) or null.
+-- first write entry ahead may keep it, or the lock-delay of a lapsed writer lasts (null when
+-- unknown). p_queued: a contender that is not granted stands in the line. p_held_writer: the
+-- caller's own write lock (a downgrade) or null.
 CREATE OR REPLACE FUNCTION ${s}.fencelock_read_attempt(
   p_key text, p_owner text, p_ttl_ms bigint, p_lock_hi integer, p_lock_lo integer,
   p_queued boolean, p_entry_ttl_ms bigint, p_held_writer text, p_channel text,
@@ -93,6 +97,7 @@ DECLARE
   v_seq bigint;
   v_before integer;
   v_until timestamptz;
+  v_delay_end timestamptz;
   v_blocked boolean := false;
 BEGIN
   refused := false;
@@ -112,8 +117,13 @@ BEGIN
 
   SELECT owner, expires_at INTO v_holder, v_holder_expiry FROM ${leases}
   WHERE key = p_key AND ${LIVE};
+  -- A writer's lapsed grant in its lock-delay (lock-delay-sql.ts) keeps readers out too.
+  SELECT ${DELAY_END()} INTO v_delay_end FROM ${leases}
+  WHERE key = p_key AND NOT ${LIVE} AND ${DELAY_END()} > clock_timestamp();
   SELECT seq INTO v_seq FROM ${waiters} WHERE key = p_key AND owner = p_owner AND ${LIVE};
-  IF p_held_writer IS NOT NULL AND v_holder = p_held_writer THEN
+  IF v_delay_end IS NOT NULL THEN
+    v_blocked := true;
+  ELSIF p_held_writer IS NOT NULL AND v_holder = p_held_writer THEN
     -- A downgrade: granted past the caller's own writer, unless another writer waits for it.
     IF EXISTS (SELECT 1 FROM ${waiters} w WHERE w.key = p_key AND NOT w.reader AND w.${LIVE}
                AND w.owner <> p_owner AND w.owner <> p_held_writer) THEN
@@ -146,8 +156,9 @@ BEGIN
         token = excluded.token,
         expires_at = CASE WHEN l.owner = '' AND l.expires_at > clock_timestamp()
                           THEN greatest(l.expires_at, excluded.expires_at)
-                          ELSE excluded.expires_at END
-      WHERE l.owner = '' OR l.expires_at <= clock_timestamp();
+                          ELSE excluded.expires_at END,
+        lock_delay_ms = NULL
+      WHERE l.owner = '' OR ${DELAY_END('l')} <= clock_timestamp();
       IF NOT FOUND THEN
         -- A writer's grant got in (it cannot under the key's lock; kept for safety).
         DELETE FROM ${readers} WHERE key = p_key AND owner = p_owner;
@@ -177,6 +188,9 @@ BEGIN
     END IF;
   END IF;
   SELECT ${LEFT_MS('expires_at')} INTO remaining_ms FROM ${leases} WHERE key = p_key AND ${LIVE};
+  IF remaining_ms IS NULL AND v_delay_end IS NOT NULL THEN
+    remaining_ms := ${LEFT_MS('v_delay_end')};
+  END IF;
   IF remaining_ms IS NULL THEN
     SELECT ${LEFT_MS('min(w.expires_at)')} INTO remaining_ms FROM ${waiters} w
     WHERE w.key = p_key AND NOT w.reader AND w.owner <> p_owner AND w.${LIVE}
@@ -282,7 +296,8 @@ BEGIN
     DELETE FROM ${leases} WHERE key = p_key AND owner = p_owner AND token = p_token;
     IF FOUND THEN PERFORM ${s}.fencelock_rw_wake(p_key, p_channel, NULL, false); END IF;
   ELSE
-    UPDATE ${leases} SET owner = '', token = v_token, expires_at = greatest(expires_at, v_until)
+    UPDATE ${leases} SET owner = '', token = v_token, expires_at = greatest(expires_at, v_until),
+                         lock_delay_ms = NULL
     WHERE key = p_key AND owner = p_owner AND token = p_token;
   END IF;
   RETURN FOUND;

@@ -13,6 +13,7 @@ import { createHash } from 'node:crypto';
 import { attemptAllSqlFor, type WriteAttemptInputs } from './attempt-all-sql.js';
 import { electionSqlFor } from './election-sql.js';
 import { listSqlFor } from './list-sql.js';
+import { lockDelaySqlFor } from './lock-delay-sql.js';
 import { permitSqlFor } from './permit-sql.js';
 import { readSqlFor } from './read-sql.js';
 
@@ -85,13 +86,13 @@ const REMAINING_MS = (column: string) =>
  */
 function advisoryList(holders: string, from: string): string {
   return `WITH walked AS (
-  SELECT key, owner, token, pid, expires_at FROM ${holders} WHERE ${from} ORDER BY key LIMIT $2
+  SELECT key, owner, token, pid, expires_at, delayed_until FROM ${holders} WHERE ${from} ORDER BY key LIMIT $2
 ), summary AS (
   SELECT count(*)::text AS walked, (SELECT key FROM walked ORDER BY key DESC LIMIT 1) AS last_key
   FROM walked
 ), page AS (
   SELECT * FROM walked h
-  WHERE starts_with(h.key, $3) AND EXISTS (
+  WHERE starts_with(h.key, $3) AND h.delayed_until IS NULL AND EXISTS (
     SELECT 1 FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid = h.pid
       AND (l.classid::int8 << 32) | l.objid::int8 = ${LOCK_ID('h.key')}
@@ -151,6 +152,11 @@ export function sqlFor(schema: string) {
   const waiters = `${s}.fencelock_waiters`;
   const waiterSequence = `${s}.fencelock_waiter_seq`;
   const nextToken = `nextval('${s}.fencelock_token_seq')`;
+  const lockDelay = lockDelaySqlFor(s);
+  const { DELAY_END } = lockDelay;
+  /** An advisory holder row has no lock-delay, or its delay is over (lock-delay-sql.ts). */
+  const ADVISORY_DELAY_OVER = (alias: string) =>
+    `(${alias}.lock_delay_ms IS NULL OR coalesce(${alias}.delayed_until, ${DELAY_END(alias)}) <= clock_timestamp())`;
   /**
    * The write attempt (`attempt` below says what it does), its inputs given as SQL expressions:
    * the statement's parameters, or the variables of `fencelock_attempt_all` (attempt-all-sql.ts),
@@ -160,7 +166,8 @@ export function sqlFor(schema: string) {
   const writeAttempt = (p: WriteAttemptInputs, into = '') => `WITH serial AS (
   SELECT pg_advisory_xact_lock(${p.lockHi}::int4, ${p.lockLo}::int4)
   WHERE NOT EXISTS (
-    SELECT 1 FROM ${leases} WHERE key = ${p.key} AND owner <> ${p.owner} AND expires_at > clock_timestamp()
+    SELECT 1 FROM ${leases} WHERE key = ${p.key} AND ${DELAY_END()} > clock_timestamp()
+      AND (owner <> ${p.owner} OR expires_at <= clock_timestamp())
   )
 ),
 first AS (
@@ -168,16 +175,20 @@ first AS (
   WHERE w.key = ${p.key} AND w.expires_at > clock_timestamp() ORDER BY w.seq LIMIT 1
 ),
 granted AS (
-  INSERT INTO ${leases} AS l (key, owner, token, expires_at)
-  SELECT ${p.key}, ${p.owner}, ${nextToken}, clock_timestamp() + ${p.ttlMs}::int8 * interval '1 millisecond' FROM serial
+  INSERT INTO ${leases} AS l (key, owner, token, expires_at, lock_delay_ms)
+  SELECT ${p.key}, ${p.owner}, ${nextToken}, clock_timestamp() + ${p.ttlMs}::int8 * interval '1 millisecond',
+         ${p.lockDelayMs}::int4 FROM serial
   WHERE coalesce((SELECT owner FROM first), ${p.owner}) = ${p.owner}
      OR EXISTS (SELECT 1 FROM ${leases} WHERE key = ${p.key} AND owner = ${p.owner} AND expires_at > clock_timestamp())
   ON CONFLICT (key) DO UPDATE SET
     owner = excluded.owner,
     token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
                  THEN l.token ELSE excluded.token END,
+    lock_delay_ms = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+                         THEN l.lock_delay_ms ELSE excluded.lock_delay_ms END,
     expires_at = excluded.expires_at
-  WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
+  WHERE (l.owner = excluded.owner AND l.expires_at > clock_timestamp())
+     OR ${DELAY_END('l')} <= clock_timestamp()
   RETURNING token
 ),
 left_line AS (
@@ -191,22 +202,8 @@ in_line AS (
 )
 SELECT token::text AS token, NULL::text AS remaining_ms${into} FROM granted
 UNION ALL
-SELECT NULL, ${REMAINING_MS('h.expires_at')} FROM ${leases} h
-WHERE h.key = ${p.key} AND NOT EXISTS (SELECT 1 FROM granted)`;
-  /**
-   * Record advisory-lock grants (advisory mode): key, owner and ttlMs expressions over the rows
-   * of `from` (a FROM clause, with its WHERE), each row's token drawn from the sequence as it is
-   * inserted, after its lock was taken; a row of a key left by a gone session is replaced.
-   * Returns `key, token`.
-   */
-  const advisoryGrant = (key: string, owner: string, ttlMs: string, from: string) => `
-  INSERT INTO ${holders} AS h (key, owner, token, pid, expires_at)
-  SELECT ${key}, ${owner}, ${nextToken}, pg_backend_pid(), clock_timestamp() + ${ttlMs}::int8 * interval '1 millisecond'
-  FROM ${from}
-  ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
-    pid = excluded.pid, expires_at = excluded.expires_at
-  RETURNING key, token
-`;
+SELECT NULL, ${REMAINING_MS(`CASE WHEN h.expires_at > clock_timestamp() THEN h.expires_at ELSE ${DELAY_END('h')} END`)}
+FROM ${leases} h WHERE h.key = ${p.key} AND NOT EXISTS (SELECT 1 FROM granted)`;
   const permits = permitSqlFor(s);
   const reads = readSqlFor(s);
   const list = listSqlFor(s);
@@ -244,7 +241,8 @@ CREATE INDEX IF NOT EXISTS fencelock_waiters_line ON ${waiters} (key, seq);
 ${permits.objects}
 ${reads.objects}
 ${attemptAll.objects}
-${elections.objects}`;
+${elections.objects}
+${lockDelay.objects}`;
   return {
     /** The NOTIFY channel of releases in this schema; the payload is the key. */
     channel: channelOf(schema),
@@ -255,7 +253,7 @@ ${elections.objects}`;
      * everything else, so that a schema of an earlier version gets what it lacks).
      */
     ready: `SELECT to_regprocedure($1) IS NOT NULL AS ready`,
-    newestObject: elections.signature,
+    newestObject: lockDelay.signature,
     /** The leader elections' statements (election-sql.ts). */
     elections,
     /** The multi-key attempt (attempt-all-sql.ts). */
@@ -294,7 +292,9 @@ ${objects}`,
     /**
      * Lease mode, grant or report. $1 key, $2 owner, $3 ttlMs, $4/$5 the key's xact-lock pair,
      * $6 whether a contender that is not granted stands in the key's line, $7 the entry's
-     * lifetime in ms.
+     * lifetime in ms, $8 the grant's lock-delay in ms or null (lock-delay-sql.ts: an expired
+     * row is taken over only once its delay is over, by anyone; the holder's own refresh keeps
+     * the delay it was granted with; the time reported is then the delay left).
      *
      * The transaction-level lock on the key is taken before `nextval`, so grants of one key draw
      * their tokens in the order they commit: without it, a statement could draw a token, stall,
@@ -325,6 +325,7 @@ ${objects}`,
       lockLo: '$5',
       queued: '$6',
       entryTtlMs: '$7',
+      lockDelayMs: '$8',
     }),
 
     /**
@@ -397,7 +398,9 @@ FROM input i ORDER BY i.n`,
      * its downgrade's writer) and is answered `not-owner`; backend.ts then asks read-sql.ts's.
      */
     release: `WITH target AS (
-  SELECT owner, token, expires_at > clock_timestamp() AS live FROM ${leases} WHERE key = $1 FOR UPDATE
+  SELECT owner, token, expires_at > clock_timestamp() AS live,
+         ${DELAY_END()} <= clock_timestamp() AS spent
+  FROM ${leases} WHERE key = $1 FOR UPDATE
 ),
 readers AS (
   SELECT EXISTS (SELECT 1 FROM ${reads.readersTable}
@@ -405,7 +408,7 @@ readers AS (
 ),
 gone AS (
   DELETE FROM ${leases} l USING target t, readers r
-  WHERE l.key = $1 AND t.owner = $2 AND (NOT t.live OR t.token = $3::int8) AND NOT r.live
+  WHERE l.key = $1 AND t.owner = $2 AND (t.spent OR (t.live AND t.token = $3::int8)) AND NOT r.live
   RETURNING t.live
 ),
 handed AS (
@@ -428,7 +431,11 @@ SELECT CASE
      * for the next head's recheck. Told, the next head attempts again (and waits on if the key
      * is still held; the release, locking the head's entry, then addresses it).
      */
-    abandon: `WITH gone AS (DELETE FROM ${leases} WHERE key = $1 AND owner = $2 RETURNING key),
+    abandon: `WITH gone AS (
+  DELETE FROM ${leases} WHERE key = $1 AND owner = $2
+    AND (expires_at > clock_timestamp() OR ${DELAY_END()} <= clock_timestamp())
+  RETURNING key
+),
 left_line AS (DELETE FROM ${waiters} WHERE key = $1 AND owner = $2 RETURNING key)
 SELECT ${s}.fencelock_rw_wake($1, $3, $2, false)
 WHERE EXISTS (SELECT 1 FROM gone)
@@ -461,9 +468,9 @@ FROM ${leases} WHERE key = $1 AND expires_at > clock_timestamp()`,
      * and newly expired leases, so the scan is short.
      */
     sweep: `WITH expired AS (
-  SELECT key FROM ${leases} WHERE expires_at <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED
+  SELECT key FROM ${leases} WHERE ${DELAY_END()} <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED
 )
-DELETE FROM ${leases} l USING expired e WHERE l.key = e.key AND l.expires_at <= clock_timestamp()`,
+DELETE FROM ${leases} l USING expired e WHERE l.key = e.key AND ${DELAY_END('l')} <= clock_timestamp()`,
 
     /**
      * Lease mode: delete up to $1 entries of the lines whose owners stopped attempting (waiters
@@ -478,35 +485,23 @@ DELETE FROM ${waiters} w USING expired e
 WHERE w.key = e.key AND w.owner = e.owner AND w.expires_at <= clock_timestamp()`,
 
     /**
-     * Advisory mode, on the dedicated connection: try the session lock, and if it is ours, record
-     * owner, a token drawn after the lock was taken, this backend's pid and the TTL's end.
-     * $1 key, $2 owner, $3 lock id, $4 ttlMs.
+     * Advisory mode, on the dedicated connection: try the session lock of each key, and if every
+     * one is ours and no key is in a lock-delay, record owner, a token drawn after the locks were
+     * taken, this backend's pid, the TTL's end and the lock-delay; else let go of the locks got.
+     * One call of `fencelock_advisory_attempt` (lock-delay-sql.ts) for one key or several: $1
+     * keys, $2 owners, $3 lock ids, $4 ttlMs values, $5 lock-delays or null (arrays of one
+     * length). One row per key, in order: `ok` (its lock was free), `token` (text; set for every
+     * key or none), `remaining_ms` (a refused key's delay left). A try never waits, so no order of
+     * keys can deadlock.
      */
-    advisoryAttempt: `WITH got AS (SELECT pg_try_advisory_lock($3::int8) AS ok),
-granted AS (${advisoryGrant('$1', '$2', '$4', 'got WHERE got.ok')})
-SELECT (SELECT ok FROM got) AS ok, (SELECT token::text FROM granted) AS token`,
+    advisoryAttempt: lockDelay.advisoryAttempt,
 
     /**
-     * Advisory mode, several keys at once on the dedicated connection: try every key's session
-     * lock; if all were got, record each as `advisoryAttempt` does (tokens drawn once every lock
-     * is held), else unlock those that were got, in the same statement. $1 keys, $2 owners,
-     * $3 lock ids, $4 ttlMs values (arrays of one length). One row per key, in order: `ok` (its
-     * lock was free), `token` (text; set for every key or none). A try never waits, so no order
-     * of keys can deadlock.
+     * Advisory mode, the backend's TTL ran out: keep the row as the delay's record (or delete
+     * it), then unlock and notify (lock-delay-sql.ts). $1 key, $2 owner, $3 token, $4 lock id,
+     * $5 channel.
      */
-    advisoryAttemptAll: `WITH tried AS (
-  SELECT r.n, r.key, r.owner, r.id, r.ttl_ms, pg_try_advisory_lock(r.id) AS ok
-  FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[])
-    WITH ORDINALITY AS r(key, owner, id, ttl_ms, n)
-),
-outcome AS (SELECT bool_and(ok) AS all_got FROM tried),
-granted AS (${advisoryGrant('t.key', 't.owner', 't.ttl_ms', 'tried t WHERE (SELECT all_got FROM outcome)')}),
-undone AS (
-  SELECT pg_advisory_unlock(t.id) AS unlocked FROM tried t
-  WHERE t.ok AND NOT (SELECT all_got FROM outcome)
-)
-SELECT t.ok, g.token::text AS token, (SELECT count(*) FROM undone) AS undone
-FROM tried t LEFT JOIN granted g ON g.key = t.key ORDER BY t.n`,
+    advisoryExpire: lockDelay.advisoryExpire,
 
     /**
      * Advisory mode, renew on the dedicated connection: does it still hold the session lock
@@ -528,13 +523,16 @@ SELECT (SELECT held FROM lock) AS held, (SELECT count(*) FROM renewed) AS renewe
 
     /**
      * Advisory mode, release on the dedicated connection: delete the holder row of this owner and
-     * token, unlock, notify. $1 key, $2 owner, $3 token, $4 lock id, $5 channel.
+     * token (its lock-delay with it), unlock, notify. $1 key, $2 owner, $3 token, $4 lock id,
+     * $5 channel. The delete runs before the unlock (the subquery is not pulled up): an attempt
+     * that gets the lock then waits for the row's delete to commit, and never takes the released
+     * row for a holder that vanished without a release (whose delay would apply).
      */
     advisoryRelease: `WITH gone AS (
   DELETE FROM ${holders} WHERE key = $1 AND owner = $2 AND token = $3::int8 RETURNING 1
 )
-SELECT pg_advisory_unlock($4::int8) AS unlocked, (SELECT count(*) FROM gone) AS deleted,
-       pg_notify($5, '0:' || $1)`,
+SELECT pg_advisory_unlock($4::int8) AS unlocked, g.deleted, pg_notify($5, '0:' || $1)
+FROM (SELECT (SELECT count(*) FROM gone) AS deleted OFFSET 0) g`,
 
     /**
      * Advisory mode: delete up to $1 holder rows that no session backs any more, left by
@@ -545,7 +543,9 @@ SELECT pg_advisory_unlock($4::int8) AS unlocked, (SELECT count(*) FROM gone) AS 
      * row the statement sees unbacked is one whose lock was let go, by a release that deletes it
      * too (this statement then finds it gone) or by the session's end. The delete matches pid
      * and token as well: a row re-granted meanwhile (the upsert sets a new pid and token) is
-     * left alone.
+     * left alone. A row with a lock-delay stays until the delay's end (lock-delay-sql.ts): its
+     * `delayed_until`, or its TTL's end + the delay while nobody has timestamped the end (which
+     * can only come earlier); the delete checks it again under the row lock.
      */
     advisorySweep: `WITH stale AS (
   SELECT h.key, h.pid, h.token FROM ${holders} h
@@ -553,11 +553,11 @@ SELECT pg_advisory_unlock($4::int8) AS unlocked, (SELECT count(*) FROM gone) AS 
     SELECT 1 FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid = h.pid
       AND (l.classid::int8 << 32) | l.objid::int8 = ${LOCK_ID('h.key')}
-  )
+  ) AND ${ADVISORY_DELAY_OVER('h')}
   LIMIT $1
 )
 DELETE FROM ${holders} d USING stale s
-WHERE d.key = s.key AND d.pid = s.pid AND d.token = s.token`,
+WHERE d.key = s.key AND d.pid = s.pid AND d.token = s.token AND ${ADVISORY_DELAY_OVER('d')}`,
 
     /**
      * Advisory mode, one page of `list` (listing.ts): the walk of list-sql.ts over the holders
@@ -577,7 +577,7 @@ WHERE d.key = s.key AND d.pid = s.pid AND d.token = s.token`,
      */
     advisoryInspect: `SELECT h.owner, h.token::text AS token, ${REMAINING_MS('h.expires_at')} AS remaining_ms
 FROM ${holders} h
-WHERE h.key = $1 AND EXISTS (
+WHERE h.key = $1 AND h.delayed_until IS NULL AND EXISTS (
   SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = h.pid
     AND l.classid = $2::oid AND l.objid = $3::oid AND l.objsubid = 1
 )`,

@@ -63,6 +63,22 @@
  * hand-over, proclaim, resign and withdrawal publishes on the election's channel; watches ride
  * the release waiters' one subscriber connection and re-read every second (pub/sub is lossy).
  *
+ * Lock-delay (`capabilities.lockDelay`; Chubby's lock-delay, Burrows OSDI 2006 section 2.4,
+ * Consul's session `LockDelay`): a writer's grant made with `lockDelayMs` D also sets
+ * `<prefix>:{<key>}:delay` to D with `PX` = its TTL + D, in the granting script, on the same
+ * server clock as the lock key's own `PX`; its renewals (one or batched), the holder's repeated
+ * attempts and a hand-over's confirmation move it with the grant, and a release or `abandon`
+ * that deletes the live grant deletes it. So once a grant ends without a release (its TTL ran
+ * out), the delay key outlives the lock key by exactly D on the server's clock (the end is
+ * Redis's own expiry of the grant, not a bound), and while it lives the lock goes to nobody: not
+ * to writers whatever delay they carry, not to readers, not to the head of the line, and no
+ * release or abandon hands it over. An attempt meanwhile is refused with `holderTtlMs` = the
+ * delay key's PTTL; waiters keep their places and attempt again when it ends (the head goes
+ * first). A waiting writer's D rides in its line entry, so a hand-over records it with the
+ * grant it makes. An election keeps its leader's delay the same way in
+ * `<prefix>:{<key>}:election:delay`. The delay keys expire by themselves; `list` and `inspect`
+ * see no holder during a delay.
+ *
  * Failover caveat (the Redis documentation, "Distributed locks with Redis"): replication is
  * asynchronous, so a promoted replica may not have the key and grant it again. The fence counter
  * can be lost the same way; the token still rises when the new primary's clock is not behind the
@@ -99,7 +115,7 @@ import { composeToken, counterOf, type FailoverEpoch } from './failover-epoch.js
 import { FENCE_GRACE_MS, fenceTtlMs } from './fence-counter.js';
 import { sharedSlot } from './hash-slot.js';
 import { RedisListing } from './listing.js';
-import { type ReadWriteLockKeys, readWriteLockKeys, semaphoreKeys } from './lock-keys.js';
+import { type RedisLockKeys, redisLockKeys, semaphoreKeys } from './lock-keys.js';
 import type { NodeRedisClientLike } from './node-redis.js';
 import { ReleaseWaiters } from './release-waiters.js';
 import {
@@ -233,7 +249,7 @@ export class RedisBackend implements Backend {
       attemptAll: true,
       list: true,
       election: true,
-      lockDelay: false,
+      lockDelay: true,
     });
     this.#prefix = settings.prefix;
     this.#notifications = settings.notifications;
@@ -256,10 +272,11 @@ export class RedisBackend implements Backend {
    * requested TTL and mode), and its readers (a sorted set of their expiry and a hash of their
    * tokens). Each expires: the lease with its TTL, the counter `FENCE_GRACE_MS` after the TTL of
    * its last grant, the line `QUEUE_ENTRY_TTL_MS` after its newest entry, the readers' keys with
-   * the latest read grant.
+   * the latest read grant, the writer's lock-delay key D after the TTL of a grant made with one
+   * (`delay`, deleted by its live release).
    */
-  keysOf(key: string): ReadWriteLockKeys {
-    return readWriteLockKeys(this.#prefix, key);
+  keysOf(key: string): RedisLockKeys {
+    return redisLockKeys(this.#prefix, key);
   }
 
   /**
@@ -335,7 +352,7 @@ export class RedisBackend implements Backend {
       first.mode,
       first.ttlMs,
       fenceTtlMs(first.ttlMs),
-      ...requests.flatMap((r) => [r.owner, r.heldWriter ?? '']),
+      ...requests.flatMap((r) => [r.owner, r.heldWriter ?? '', r.lockDelayMs ?? 0]),
     ];
     const operation = acquireOf(requests);
     const [epoch, replies] = await this.#connection.call(operation, async () => {
@@ -371,14 +388,14 @@ export class RedisBackend implements Backend {
   /** The acquire script of the request's mode, run once. */
   #acquireScript(
     request: AttemptRequest,
-    k: ReadWriteLockKeys,
+    k: RedisLockKeys,
     queue: boolean,
   ): Promise<[1, string] | [0, number] | [-2]> {
     const { client } = this.#connection;
     const keys = grantKeysOf(k);
     const args = this.#acquireArgs(request, queue);
     return request.mode === 'write'
-      ? queuedAcquireScript.run(client, keys, args)
+      ? queuedAcquireScript.run(client, keys, [...args, request.lockDelayMs ?? 0])
       : readAcquireScript.run(client, keys, [...args, request.heldWriter ?? '']);
   }
 
@@ -424,7 +441,13 @@ export class RedisBackend implements Backend {
     const e = this.#elections.keysOf(request.key);
     const queue = this.#enterLine(request, e);
     const keys = this.#elections.lineKeysOf(e);
-    const args = [request.owner, request.ttlMs, queue ? QUEUE_ENTRY_TTL_MS : 0, value] as const;
+    const args = [
+      request.owner,
+      request.ttlMs,
+      queue ? QUEUE_ENTRY_TTL_MS : 0,
+      value,
+      request.lockDelayMs ?? 0,
+    ] as const;
     const [epoch, reply] = await this.#connection.call('acquire', async () => {
       const before = await this.#epochs?.current();
       return [
@@ -606,7 +629,8 @@ export class RedisBackend implements Backend {
   }
 
   /**
-   * `PEXPIRE` only while owner and token match (never re-creates a vanished key). Renewals asked
+   * `PEXPIRE` only while owner and token match (never re-creates a vanished key), the writer's
+   * lock-delay key with it (to ttlMs + its D, when the grant has one). Renewals asked
    * for in one turn of the event loop go as one script call (`renew-many.lua`), except on a
    * Cluster. A read grant this backend made is renewed by the readers' script, one call each
    * (`read-renew.lua`); a renewal the write path refuses is asked of that script too (a read
@@ -629,7 +653,7 @@ export class RedisBackend implements Backend {
     const reply = await this.#connection.call('renew', () =>
       readRenewScript.run(
         this.#connection.client,
-        [k.lock, k.readers, k.readerTokens],
+        [k.lock, k.readers, k.readerTokens, k.delay],
         [lease.owner, this.#counterOf(lease), ttlMs],
       ),
     );
@@ -649,7 +673,8 @@ export class RedisBackend implements Backend {
 
   async #sendRenewals(batch: readonly RenewalRequest[]): Promise<RenewResult[]> {
     if (batch.length === 1) return [await this.#renewOne(batch[0]!.lease, batch[0]!.ttlMs)];
-    const keys = batch.map((r) => this.keysOf(r.lease.key).lock);
+    const locks = batch.map((r) => this.keysOf(r.lease.key));
+    const keys = [...locks.map((k) => k.lock), ...locks.map((k) => k.delay)];
     const args = batch.flatMap((r) => [`${r.lease.owner}:${this.#counterOf(r.lease)}`, r.ttlMs]);
     const codes = await this.#connection.call('renew', () =>
       renewManyScript.run(this.#connection.client, keys, args),
@@ -669,7 +694,7 @@ export class RedisBackend implements Backend {
     const reply = await this.#connection.call('renew', () =>
       renewScript.run(
         this.#connection.client,
-        [k.lock],
+        [k.lock, k.delay],
         [lease.owner, this.#counterOf(lease), ttlMs],
       ),
     );
@@ -690,11 +715,13 @@ export class RedisBackend implements Backend {
   }
 
   /**
-   * Compare-and-delete by owner and token, the writer's lease or a reader's grant, then hand the
-   * key on: a writer at the head of the line is granted in the same script once no writer or
-   * reader holds the key (its owner, token and first TTL go out on the key's release channel);
-   * readers at the head are woken by their owner ids, up to the first writer. A permit's release
-   * wakes the waiters the freed permit lets in.
+   * Compare-and-delete by owner and token, the writer's lease (with its lock-delay: a live
+   * release ends the grant without one) or a reader's grant, then hand the key on unless it is
+   * in a lock-delay: a writer at the head of the line is granted in the same script once no
+   * writer or reader holds the key (its owner, token and first TTL go out on the key's release
+   * channel); readers at the head are woken by their owner ids, up to the first writer. A
+   * permit's release wakes the waiters the freed permit lets in. A release that finds the grant
+   * gone (its TTL ran out) leaves its lock-delay running.
    */
   release(lease: LeaseRef): Promise<ReleaseOutcome> {
     this.#readGrants.delete(lease.owner);
@@ -738,6 +765,7 @@ export class RedisBackend implements Backend {
       k.waiters,
       k.readers,
       k.readerTokens,
+      k.delay,
     ] as const;
     return queuedReleaseScript.run(client, keys, [owner, counter, ...HAND_OFF_ARGS]);
   }
@@ -780,7 +808,7 @@ export class RedisBackend implements Backend {
     await this.#connection.call(operation, () =>
       queuedAbandonScript.run(
         client,
-        [k.lock, k.fence, k.channel, k.queue, k.waiters, k.readers, k.readerTokens],
+        [k.lock, k.fence, k.channel, k.queue, k.waiters, k.readers, k.readerTokens, k.delay],
         [request.owner, keepGrant, ...HAND_OFF_ARGS],
       ),
     );
@@ -884,8 +912,8 @@ export class RedisBackend implements Backend {
 }
 
 /** A lock's keys as the granting scripts take them (`QueueKeys` in scripts.ts). */
-function grantKeysOf(k: ReadWriteLockKeys) {
-  return [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens] as const;
+function grantKeysOf(k: RedisLockKeys) {
+  return [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens, k.delay] as const;
 }
 
 /** The operation's name in errors: `acquire of "<key>"`, or of several keys. */

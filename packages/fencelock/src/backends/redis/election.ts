@@ -6,7 +6,10 @@
  * `<owner>:<term>:<value>` with a PX expiry, so the value lives, is renewed and expires with the
  * grant, and `leader` is one GET + PTTL in one script. The term comes from a counter that never
  * expires (unlike a lock's fence counter, fence-counter.ts), seeded like a lock's token by the
- * server clock in µs; on Sentinel it carries the failover epoch as every token does.
+ * server clock in µs; on Sentinel it carries the failover epoch as every token does. A
+ * leadership granted with a lock-delay keeps it in `<prefix>:{<key>}:election:delay` (D, with
+ * `PX` = the grant's TTL + D, moved by renewals, deleted by a resignation or withdrawal of the
+ * live grant): while it outlives the leader key nobody is granted or handed the election.
  *
  * Notification: every grant, proclaim, resign and withdrawal publishes on the election's channel
  * (a hand-over `<owner>:<term>:<first TTL>`, which also wakes that candidate through
@@ -75,9 +78,9 @@ export class RedisElections {
     return electionKeys(this.#prefix, key);
   }
 
-  /** The five keys of the scripts that may grant or hand over (`ElectionLineKeys`). */
+  /** The six keys of the scripts that may grant or hand over (`ElectionLineKeys`). */
   lineKeysOf(e: ElectionKeys) {
-    return [e.leader, e.term, e.queue, e.waiters, e.channel] as const;
+    return [e.leader, e.term, e.queue, e.waiters, e.channel, e.delay] as const;
   }
 
   /** The term as the scripts store it (without the failover epoch on Sentinel). */
@@ -85,13 +88,16 @@ export class RedisElections {
     return String(this.#epochs === undefined ? lease.fencingToken : counterOf(lease.fencingToken));
   }
 
-  /** Extend the leader's grant (and its value) by owner and term (election-renew.lua). */
+  /**
+   * Extend the leader's grant (its value and its lock-delay with it) by owner and term
+   * (election-renew.lua).
+   */
   async renew(lease: LeaseRef, ttlMs: number): Promise<RenewResult> {
     const e = this.keysOf(lease.key);
     const code = await this.#connection.call('renew', () =>
       electionRenewScript.run(
         this.#connection.client,
-        [e.leader],
+        [e.leader, e.delay],
         [lease.owner, this.#counterOf(lease), ttlMs],
       ),
     );

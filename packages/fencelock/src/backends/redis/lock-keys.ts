@@ -48,6 +48,25 @@ export function readWriteLockKeys(prefix: string, key: string): ReadWriteLockKey
 }
 
 /**
+ * The keys of a lock of the single-node backend (one node, Sentinel, Cluster): its read-write
+ * lock's, and the writer's lock-delay.
+ */
+export interface RedisLockKeys extends ReadWriteLockKeys {
+  /**
+   * `<D>` (ms) of the writer's grant made with a lock-delay, with a PX expiry of the grant's
+   * remaining TTL + D (set with the grant, moved by its renewals, deleted by its live release):
+   * once the grant ends without a release it outlives it by D, and nobody is granted the lock
+   * meanwhile (lock-line.lua).
+   */
+  readonly delay: string;
+}
+
+/** The keys of lock `key` under `prefix` on the single-node backend, its delay key included. */
+export function redisLockKeys(prefix: string, key: string): RedisLockKeys {
+  return { ...readWriteLockKeys(prefix, key), delay: `${prefix}:{${key}}:delay` };
+}
+
+/**
  * The Redis keys of one semaphore (`semaphore-line.lua` says what each holds). They share the
  * `{key}` hash tag of the lock of the same key, under names of their own: a semaphore and a lock
  * of one key are different objects.
@@ -93,6 +112,8 @@ export interface ElectionKeys {
   readonly waiters: string;
   /** Pub/sub channel of the election's changes and hand-overs. */
   readonly channel: string;
+  /** The leadership's lock-delay: its D in ms, with a PX expiry of the grant's TTL + D. */
+  readonly delay: string;
 }
 
 /** The keys of election `key` under `prefix`. */
@@ -104,5 +125,6 @@ export function electionKeys(prefix: string, key: string): ElectionKeys {
     queue: `${base}:queue`,
     waiters: `${base}:waiters`,
     channel: `${base}:changed`,
+    delay: `${base}:delay`,
   };
 }

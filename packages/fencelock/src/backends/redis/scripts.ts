@@ -52,15 +52,28 @@ export function defineScript<
 
 type LockKeys = readonly [lockKey: string, fenceKey: string];
 
-/** Renew: 1 renewed, 0 not held, -1 not owner. */
+/**
+ * Keys or arguments `T`, optionally followed by `O`: the trailing lock-delay key and argument a
+ * caller written before lock-delay leaves out (the script then neither checks nor records one).
+ */
+type Optional<T extends readonly unknown[], O extends readonly unknown[]> =
+  | T
+  | readonly [...T, ...O];
+
+/**
+ * Renew: 1 renewed, 0 not held, -1 not owner. The lock's delay key (optional for callers from
+ * before lock-delay) is extended with the grant, to ttlMs + its D.
+ */
 export const renewScript = defineScript<
-  readonly [lockKey: string],
+  Optional<readonly [lockKey: string], readonly [delayKey: string]>,
   readonly [owner: string, token: string, ttlMs: number],
   1 | 0 | -1
 >('renew');
 /**
- * Renew many leases at once: `keys` are lock keys, `args` for each its `<owner>:<token>` and
- * TTL in ms; one code per key as `renewScript`'s. Every key must be on one node (not a Cluster).
+ * Renew many leases at once: `keys` are the n lock keys, then (optional for callers from before
+ * lock-delay) their n delay keys in the same order; `args` for each lock its `<owner>:<token>`
+ * and TTL in ms; one code per lock as `renewScript`'s. Every key must be on one node (not a
+ * Cluster).
  */
 export const renewManyScript = defineScript<
   readonly string[],
@@ -69,28 +82,38 @@ export const renewManyScript = defineScript<
 >('renew-many');
 /**
  * The keys of the lock scripts that grant (`lock-line.lua` says what each holds): the lease, its
- * fence counter, the line of waiters, and the readers.
+ * fence counter, the line of waiters, the readers, and the writer's lock-delay (optional for
+ * callers from before lock-delay: without it no delay is checked or recorded; the backend always
+ * passes it).
  */
-type QueueKeys = readonly [
-  lockKey: string,
-  fenceKey: string,
-  queueKey: string,
-  waitersKey: string,
-  readersKey: string,
-  readerTokensKey: string,
-];
+type QueueKeys = Optional<
+  readonly [
+    lockKey: string,
+    fenceKey: string,
+    queueKey: string,
+    waitersKey: string,
+    readersKey: string,
+    readerTokensKey: string,
+  ],
+  readonly [delayKey: string]
+>;
 
 /**
  * Grant a writer in arrival order (single node): `[1, token]`, or `[0, ms]` where `ms` bounds
  * how long the key can stay unavailable to this contender without a change (the holder's PTTL,
- * the queue head's remaining entry time, or the time until the last reader's grant ends).
- * `waiterTtlMs` 0: a single attempt, never queued. The token is max(last token + 1, server clock
- * in µs); the fence counter expires `fenceTtlMs` after the grant (fence-counter.ts). Readers cost
- * it one EXISTS, only when no writer holds the key.
+ * the lock-delay left, the queue head's remaining entry time, or the time until the last
+ * reader's grant ends). `waiterTtlMs` 0: a single attempt, never queued. The token is max(last
+ * token + 1, server clock in µs); the fence counter expires `fenceTtlMs` after the grant
+ * (fence-counter.ts). Readers cost it one EXISTS, only when no writer holds the key.
+ * `lockDelayMs` (absent or 0: none) is recorded with the grant, or with the waiter's entry for a
+ * hand-over (lock-line.lua's delay key).
  */
 export const queuedAcquireScript = defineScript<
   QueueKeys,
-  readonly [owner: string, ttlMs: number, waiterTtlMs: number, fenceTtlMs: number],
+  Optional<
+    readonly [owner: string, ttlMs: number, waiterTtlMs: number, fenceTtlMs: number],
+    readonly [lockDelayMs: number]
+  >,
   [1, string] | [0, number]
 >('queued-acquire', SCRIPTS, ['lock-line', 'write-line']);
 /**
@@ -112,9 +135,9 @@ export const readAcquireScript = defineScript<
   [1, string] | [0, number] | [-2]
 >('read-acquire', SCRIPTS, ['lock-line', 'read-line']);
 /**
- * Single attempts at several locks, all granted or none (`attemptAll`): each lock's six
- * `QueueKeys` in turn; `args` its mode, ttlMs and fence counter lifetime, then per lock its owner
- * and `heldWriter` ('' for none). Each lock is decided by the rule of `queuedAcquireScript` or
+ * Single attempts at several locks, all granted or none (`attemptAll`): each lock's seven
+ * `QueueKeys` in turn (its delay key included); `args` its mode, ttlMs and fence counter
+ * lifetime, then per lock its owner, `heldWriter` ('' for none) and lock-delay (ms, 0 for none). Each lock is decided by the rule of `queuedAcquireScript` or
  * `readAcquireScript` for a single attempt (never queued) before any is granted. One reply per
  * lock: every one `[1, token]`; or none granted, each lock `[0, ms]` / `[-2]` as its single attempt
  * would refuse, or `[-1]` when it was free but another lock refused. Every key must be on one node
@@ -125,23 +148,31 @@ export const attemptAllScript = defineScript<
   readonly (string | number)[],
   ([1, string] | [0, number] | [-1] | [-2])[]
 >('attempt-all', SCRIPTS, ['lock-line', 'read-line', 'write-line']);
-/** The keys of the scripts that may hand a free key to the head of its line. */
-type HandOffKeys = readonly [
-  lockKey: string,
-  fenceKey: string,
-  channel: string,
-  queueKey: string,
-  waitersKey: string,
-  readersKey: string,
-  readerTokensKey: string,
-];
+/**
+ * The keys of the scripts that may hand a free key to the head of its line; the delay key is
+ * optional for callers from before lock-delay (the backend always passes it).
+ */
+type HandOffKeys = Optional<
+  readonly [
+    lockKey: string,
+    fenceKey: string,
+    channel: string,
+    queueKey: string,
+    waitersKey: string,
+    readersKey: string,
+    readerTokensKey: string,
+  ],
+  readonly [delayKey: string]
+>;
 
 /**
  * Release a writer's or a reader's grant by owner and token (single node, queued): 1 released, 0
- * not held, -1 not owner. A key that no writer holds any more is then handed on
- * (`line-handoff.lua`): a writer at the head of the line is granted for a first TTL of min(its
- * ttlMs, `firstTtlCapMs`), once no reader holds it, and `<owner>:<token>:<first TTL>` published
- * on the key's channel; readers at the head are woken by their owner ids.
+ * not held, -1 not owner. The writer's release of its live grant deletes its lock-delay. A key
+ * that no writer holds any more is then handed on (`line-handoff.lua`) unless it is in a
+ * lock-delay: a writer at the head of the line is granted (with the lock-delay its entry
+ * carries) for a first TTL of min(its ttlMs, `firstTtlCapMs`), once no reader holds it, and
+ * `<owner>:<token>:<first TTL>` published on the key's channel; readers at the head are woken by
+ * their owner ids.
  */
 export const queuedReleaseScript = defineScript<
   HandOffKeys,
@@ -150,7 +181,8 @@ export const queuedReleaseScript = defineScript<
 >('queued-release', SCRIPTS, ['lock-line', 'line-handoff']);
 /**
  * Abandon (single node, queued): leave the line and, unless `keepGrant` is '1', delete this
- * owner's grant (as the writer or a reader); 1 deleted a grant of this owner, 0 nothing deleted.
+ * owner's grant (as the writer, with its lock-delay, or a reader); 1 deleted a grant of this
+ * owner, 0 nothing deleted.
  * A key this frees (or left free by the head that leaves) is handed on as `queuedReleaseScript`
  * does.
  */
@@ -161,11 +193,14 @@ export const queuedAbandonScript = defineScript<
 >('queued-abandon', SCRIPTS, ['lock-line', 'line-handoff']);
 /**
  * Renew a lease of either mode, one call each (readers are not in `renewManyScript`'s lock keys):
- * the writer's key, or the owner's live reader entry, when owner and token match; 1 renewed, 0
- * not held, -1 not owner.
+ * the writer's key (and its lock-delay), or the owner's live reader entry, when owner and token
+ * match; 1 renewed, 0 not held, -1 not owner.
  */
 export const readRenewScript = defineScript<
-  readonly [lockKey: string, readersKey: string, readerTokensKey: string],
+  Optional<
+    readonly [lockKey: string, readersKey: string, readerTokensKey: string],
+    readonly [delayKey: string]
+  >,
   readonly [owner: string, token: string, ttlMs: number],
   1 | 0 | -1
 >('read-renew', SCRIPTS, ['lock-line', 'read-line']);
@@ -241,30 +276,43 @@ export const listScript = defineScript<
     | [3, (string | number)[], number, number]
   )[]
 >('list');
-/** The keys of the election scripts that may grant or hand over (election-line.lua). */
-type ElectionLineKeys = readonly [
-  leaderKey: string,
-  termKey: string,
-  queueKey: string,
-  waitersKey: string,
-  channel: string,
-];
+/**
+ * The keys of the election scripts that may grant or hand over (election-line.lua); the delay
+ * key is optional for callers from before lock-delay (the backend always passes it).
+ */
+type ElectionLineKeys = Optional<
+  readonly [
+    leaderKey: string,
+    termKey: string,
+    queueKey: string,
+    waitersKey: string,
+    channel: string,
+  ],
+  readonly [delayKey: string]
+>;
 /** lock-line.lua (the clock) and election-line.lua precede every election script that needs them. */
 const ELECTION_LINE = ['lock-line', 'election-line'];
 
 /**
  * A candidate's attempt at an election: `[1, term]`, or `[0, ms]` as `queuedAcquireScript`
- * answers (`waiterTtlMs` 0: a single attempt, never queued). The grant stores `value`; the term
- * is max(last term + 1, server clock in µs) from a counter that never expires.
+ * answers (`waiterTtlMs` 0: a single attempt, never queued; nobody is granted in a lock-delay).
+ * The grant stores `value` and records `lockDelayMs` (absent or 0: none); the term is max(last
+ * term + 1, server clock in µs) from a counter that never expires.
  */
 export const electionAcquireScript = defineScript<
   ElectionLineKeys,
-  readonly [owner: string, ttlMs: number, waiterTtlMs: number, value: string],
+  Optional<
+    readonly [owner: string, ttlMs: number, waiterTtlMs: number, value: string],
+    readonly [lockDelayMs: number]
+  >,
   [1, string] | [0, number]
 >('election-acquire', SCRIPTS, ELECTION_LINE);
-/** Renew a leader's grant by owner and term: 1 renewed, 0 not held, -1 not owner. */
+/**
+ * Renew a leader's grant (and its lock-delay: the optional delay key, to ttlMs + its D) by owner
+ * and term: 1 renewed, 0 not held, -1 not owner.
+ */
 export const electionRenewScript = defineScript<
-  readonly [leaderKey: string],
+  Optional<readonly [leaderKey: string], readonly [delayKey: string]>,
   readonly [owner: string, term: string, ttlMs: number],
   1 | 0 | -1
 >('election-renew');
@@ -275,8 +323,9 @@ export const electionProclaimScript = defineScript<
   1 | 0 | -1
 >('election-proclaim');
 /**
- * Resign by owner and term, handing the election to the head of the line (first TTL of
- * min(its ttlMs, `firstTtlCapMs`)): 1 released, 0 not held, -1 not owner.
+ * Resign by owner and term (deleting the grant's lock-delay), handing the election to the head
+ * of the line (first TTL of min(its ttlMs, `firstTtlCapMs`)): 1 released, 0 not held, -1 not
+ * owner.
  */
 export const electionReleaseScript = defineScript<
   ElectionLineKeys,

@@ -75,6 +75,25 @@
  * lock's, or the permit quorum) shows its owner and token, once, from the first node showing it.
  * Elections are not listed.
  *
+ * Lock-delay (`AttemptRequest.lockDelayMs`, Chubby's lock-delay: Burrows, OSDI 2006, section
+ * 2.4; Consul's session `LockDelay`), for write locks and leaderships: every node that grants
+ * such a grant writes `<owner>:<D>` beside it in the same script (`RedlockLockKeys.delay`, an
+ * election's `delay`), with PX = the grant's TTL + D, moved by every renewal and repeated attempt
+ * of its holder and deleted by a release or withdrawal that deletes the live grant there
+ * (scripts/line.lua). So on each node it outlives the grant by exactly D on that node's own
+ * clock; while it does and no grant holds the object, the node grants it to nobody (readers,
+ * the head of the line and contenders without a delay included) and answers `[0, delay left]`,
+ * a waiter keeping its place in the line and polling (no release is published when a delay
+ * ends). A new grant needs a majority, which shares a node with the majority that granted (or
+ * last renewed) the ended one, so it comes no earlier than D after that grant's end on that
+ * node: the attempt's (or renewal's) start + TTL + D, on the holder's monotonic clock, as far
+ * as the node's clock runs at the rate of real time (the TTL's own assumption, Redlock's "clock
+ * drift"); a node that restarted empty has lost its delay as it lost the grant (the delayed
+ * restart rule, restarts.ts). A release that finds the grant gone (a paused holder) leaves the
+ * delay; one that deletes it on a majority clears it there (a node where the grant ran out first
+ * keeps its delay, and is one vote out of the next majority until it ends). Delay keys expire by
+ * themselves; `list` and `inspect` do not show them.
+ *
  * Leader elections (`locker.election(key)`, election.ts): a third object of the key on every
  * node (`electionKeys`: `<prefix>:{<key>}:election:*`), apart from its lock and semaphore: the
  * leader's hash (owner, term, value) with the grant's TTL, a term counter that never expires, and
@@ -153,7 +172,7 @@ export class RedlockBackend implements Backend {
     attemptAll: false,
     list: true,
     election: true,
-    lockDelay: false,
+    lockDelay: true,
   });
   readonly #renewals = new RenewalBatcher((batch) => this.#sendRenewals(batch), RENEW_BATCH_LIMIT);
   /** Votes a lock needs: a majority of the nodes. */
@@ -210,9 +229,13 @@ export class RedlockBackend implements Backend {
     return this.#nodes;
   }
 
-  /** The Redis keys of a lock on every node, its readers' included (as the single-node backend's). */
-  keysOf(key: string): ReadWriteLockKeys {
-    return readWriteLockKeys(this.#prefix, key);
+  /**
+   * The Redis keys of a lock on every node, its readers' included (as the single-node backend's),
+   * and its lock-delay key.
+   */
+  keysOf(key: string): RedlockLockKeys {
+    const keys = readWriteLockKeys(this.#prefix, key);
+    return { ...keys, delay: `${this.#prefix}:{${key}}:delay` };
   }
 
   /** The Redis keys of a semaphore on every node (as the single-node backend's). */
@@ -250,7 +273,7 @@ export class RedlockBackend implements Backend {
     if (waiting) this.#line.inLine(k.channel, request.owner);
     const ticket = waiting ? this.#line.ticketOf(request) : '0';
     const isGrant = (r: NodeResult<GrantReply>) => r.status === 'ok' && r.value[0] === 1;
-    const keys = [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens] as const;
+    const keys = [k.lock, k.fence, k.queue, k.waiters, k.readers, k.readerTokens, k.delay] as const;
     const args = [
       request.owner,
       request.ttlMs,
@@ -265,7 +288,7 @@ export class RedlockBackend implements Backend {
       (client) =>
         reads
           ? readGrantOnNodeScript.run(client, keys, [...args, heldWriter])
-          : grantOnNodeScript.run(client, keys, args),
+          : grantOnNodeScript.run(client, keys, [...args, request.lockDelayMs ?? 0]),
       (results) => this.#voter.decided(this.quorum, results.filter(isGrant).length, results.length),
     );
     const early = await acquiring.early;
@@ -357,7 +380,7 @@ export class RedlockBackend implements Backend {
   ): Promise<(RenewResult | Error)[]> {
     const keys = batch.flatMap((r) => {
       const k = this.keysOf(r.lease.key);
-      return [k.lock, k.readers, k.readerTokens];
+      return [k.lock, k.readers, k.readerTokens, k.delay];
     });
     const args = batch.flatMap((r) => [r.lease.owner, String(r.lease.fencingToken), r.ttlMs]);
     return this.#voter.renewBatch(
@@ -387,7 +410,7 @@ export class RedlockBackend implements Backend {
       (client) =>
         releaseOnNodeScript.run(
           client,
-          [k.lock, k.queue, k.waiters, k.channel, k.readers, k.readerTokens],
+          [k.lock, k.queue, k.waiters, k.channel, k.readers, k.readerTokens, k.delay],
           [lease.owner, String(lease.fencingToken)],
         ),
       // Done once a majority deleted it (the rest finish in the background); any other verdict
@@ -437,7 +460,15 @@ export class RedlockBackend implements Backend {
       REDLOCK_ENTRY_TTL_MS,
       request.mode === 'read' ? '1' : '0',
     ] as const;
-    const keys = [k.lock, k.queue, k.waiters, k.channel, k.readers, k.readerTokens] as const;
+    const keys = [
+      k.lock,
+      k.queue,
+      k.waiters,
+      k.channel,
+      k.readers,
+      k.readerTokens,
+      k.delay,
+    ] as const;
     const all = await this.#vote(
       this.#nodeTimeoutMs,
       (client) => withdrawOnNodeScript.run(client, keys, args),
@@ -641,6 +672,19 @@ export class RedlockBackend implements Backend {
   ) {
     return this.#voter.run(timeoutMs, run, decided);
   }
+}
+
+/**
+ * The Redis keys of a lock on every node (`readWriteLockKeys`) and its lock-delay's
+ * (scripts/line.lua): `<prefix>:{<key>}:delay`.
+ */
+export interface RedlockLockKeys extends ReadWriteLockKeys {
+  /**
+   * `<owner>:<D>` of the last write grant made with a lock-delay of D ms, with PX = the grant's
+   * TTL + D on the node (moved by its renewals, deleted by its live release): while it outlives
+   * the grant, nobody is granted the key on that node.
+   */
+  readonly delay: string;
 }
 
 /** One node's answer to a grant script: granted, not yet, or a blocked downgrade (readers). */

@@ -5,8 +5,9 @@
  *
  * Layout on each node: `leader`, a hash (owner, term, value) with the grant's TTL, so that the
  * value lives and dies with the grant; `term`, the node's last term, which never expires; the
- * line (`queue`, `waiters`) and the release channel (`released`) of `line.lua`, as a lock's; and
- * `changed`, the watchers' channel.
+ * line (`queue`, `waiters`) and the release channel (`released`) of `line.lua`, as a lock's;
+ * `changed`, the watchers' channel; and `delay`, a leadership's lock-delay (`<owner>:<D>`, PX =
+ * its TTL + D, as a lock's: backend.ts, scripts/line.lua).
  *
  * - Campaign (`campaign-on-node.lua`): a lock's grant, in the order of the line, storing the
  *   value. Granted on a majority; the term is the one a majority of the nodes issued, else the
@@ -71,6 +72,11 @@ export interface ElectionKeys {
   readonly channel: string;
   /** Watchers' channel: every change of the leader or its value is published here. */
   readonly changed: string;
+  /**
+   * `<owner>:<D>` of the last leadership granted with a lock-delay of D ms, PX = its TTL + D
+   * (scripts/line.lua): while it outlives the leadership, nobody is granted the election here.
+   */
+  readonly delay: string;
 }
 
 /** The keys of election `key` under `prefix`: the `{key}` hash tag of its lock, names of its own. */
@@ -83,6 +89,7 @@ export function electionKeys(prefix: string, key: string): ElectionKeys {
     waiters: `${base}:waiters`,
     channel: `${base}:released`,
     changed: `${base}:changed`,
+    delay: `${base}:delay`,
   };
 }
 
@@ -144,8 +151,15 @@ export class RedlockElections {
     // A release message that names this owner while the vote runs is kept for its next wait.
     if (waiting) this.#line.inLine(k.channel, request.owner);
     const ticket = waiting ? this.#line.ticketOf(request) : '0';
-    const keys = [k.leader, k.term, k.queue, k.waiters, k.changed] as const;
-    const args = [request.owner, request.ttlMs, ticket, REDLOCK_ENTRY_TTL_MS, value] as const;
+    const keys = [k.leader, k.term, k.queue, k.waiters, k.changed, k.delay] as const;
+    const args = [
+      request.owner,
+      request.ttlMs,
+      ticket,
+      REDLOCK_ENTRY_TTL_MS,
+      value,
+      request.lockDelayMs ?? 0,
+    ] as const;
     const campaigning = this.#voter.run(
       this.#voter.timeoutFor(request.ttlMs),
       (client) => campaignOnNodeScript.run(client, keys, args),
@@ -197,7 +211,10 @@ export class RedlockElections {
     batch: readonly RenewalRequest[],
     timeoutMs: number,
   ): Promise<(RenewResult | Error)[]> {
-    const keys = batch.map((r) => this.keysOf(r.lease.key).leader);
+    const keys = batch.flatMap((r) => {
+      const k = this.keysOf(r.lease.key);
+      return [k.leader, k.delay];
+    });
     const args = batch.flatMap((r) => [r.lease.owner, String(r.lease.fencingToken), r.ttlMs]);
     return this.#voter.renewBatch(
       batch,
@@ -222,7 +239,7 @@ export class RedlockElections {
       (client) =>
         resignOnNodeScript.run(
           client,
-          [k.leader, k.queue, k.waiters, k.channel, k.changed],
+          [k.leader, k.queue, k.waiters, k.channel, k.changed, k.delay],
           [lease.owner, String(lease.fencingToken)],
         ),
       (results) => results.filter(released).length >= this.#quorum,
@@ -394,7 +411,7 @@ export class RedlockElections {
       (client) =>
         withdrawCandidateOnNodeScript.run(
           client,
-          [k.leader, k.queue, k.waiters, k.channel, k.changed],
+          [k.leader, k.queue, k.waiters, k.channel, k.changed, k.delay],
           args,
         ),
       () => false,

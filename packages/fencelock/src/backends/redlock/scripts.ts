@@ -19,25 +19,48 @@ type LockKeys = readonly [
   readerTokensKey: string,
 ];
 
-/** A lock's keys on one node that the grant scripts touch (`readWriteLockKeys`). */
-type GrantKeys = readonly [
-  lockKey: string,
-  fenceKey: string,
-  queueKey: string,
-  waitersKey: string,
-  readersKey: string,
-  readerTokensKey: string,
-];
+/**
+ * A lock's keys on one node that the grant scripts touch (`readWriteLockKeys`), and its
+ * lock-delay key (`RedlockLockKeys.delay`; without it a script keeps no delay).
+ */
+type GrantKeys =
+  | readonly [
+      lockKey: string,
+      fenceKey: string,
+      queueKey: string,
+      waitersKey: string,
+      readersKey: string,
+      readerTokensKey: string,
+    ]
+  | readonly [
+      lockKey: string,
+      fenceKey: string,
+      queueKey: string,
+      waitersKey: string,
+      readersKey: string,
+      readerTokensKey: string,
+      delayKey: string,
+    ];
 
-/** A lock's keys on one node that release and withdraw touch. */
-type LineKeys = readonly [
-  lockKey: string,
-  queueKey: string,
-  waitersKey: string,
-  channel: string,
-  readersKey: string,
-  readerTokensKey: string,
-];
+/** A lock's keys on one node that release and withdraw touch (the delay's as `GrantKeys`). */
+type LineKeys =
+  | readonly [
+      lockKey: string,
+      queueKey: string,
+      waitersKey: string,
+      channel: string,
+      readersKey: string,
+      readerTokensKey: string,
+    ]
+  | readonly [
+      lockKey: string,
+      queueKey: string,
+      waitersKey: string,
+      channel: string,
+      readersKey: string,
+      readerTokensKey: string,
+      delayKey: string,
+    ];
 
 /** The fragment of shared functions the line's scripts begin with. */
 const LINE = ['line'];
@@ -49,20 +72,31 @@ const SEMAPHORE_LINE = ['../../redis/scripts/semaphore-line'];
  * Grant on one node, in the order of the key's line: `[1, node token]` (the node's last token +
  * 1, or its clock in whole ms, in µs, where the counter is gone), or `[0, ms]` where `ms` bounds
  * how long the key can stay unavailable to this contender without a change (the holder's PTTL,
- * or the head's remaining entry time). A waiting contender (`ticket`: the µs it started waiting,
- * on its clock) joins the line or keeps its place, its entry living `waiterTtlMs` past this
- * attempt; ticket `'0'`: a single attempt, never queued. The fence counter expires `fenceTtlMs`
- * after a grant.
+ * the lock-delay left, or the head's remaining entry time). A waiting contender (`ticket`: the
+ * µs it started waiting, on its clock) joins the line or keeps its place, its entry living
+ * `waiterTtlMs` past this attempt; ticket `'0'`: a single attempt, never queued. The fence
+ * counter expires `fenceTtlMs` after a grant. With the delay key: a free key still in the
+ * lock-delay of a grant that ended without a release goes to nobody, and a grant with
+ * `lockDelayMs` > 0 records its delay there, PX = `ttlMs` + `lockDelayMs` (line.lua).
  */
 export const grantOnNodeScript = defineScript<
   GrantKeys,
-  readonly [owner: string, ttlMs: number, fenceTtlMs: number, ticket: string, waiterTtlMs: number],
+  | readonly [owner: string, ttlMs: number, fenceTtlMs: number, ticket: string, waiterTtlMs: number]
+  | readonly [
+      owner: string,
+      ttlMs: number,
+      fenceTtlMs: number,
+      ticket: string,
+      waiterTtlMs: number,
+      lockDelayMs: number,
+    ],
   [1, string] | [0, number]
 >('grant-on-node', SCRIPTS, LINE);
 
 /**
  * Grant a read lock on one node (Curator's read-write rule, in the order of the key's line):
- * `[1, node token]`, `[0, ms]` (a writer holds the key or waits ahead), or `[-2]` for a downgrade
+ * `[1, node token]`, `[0, ms]` (a writer holds the key or waits ahead, or a writer's lock-delay is
+ * left while none holds it), or `[-2]` for a downgrade
  * (`heldWriter`, the caller's write lock's owner, or `''`) that another writer blocks (nothing of
  * it stays). A waiting reader (`ticket` > 0) keeps its place in the line, marked as a reader.
  */
@@ -83,7 +117,7 @@ export const readGrantOnNodeScript = defineScript<
  * Compare-and-delete a grant of either mode on one node, then wake the front of the line on the
  * key's channel (the readers at the head, or the head writer; the last reader's release wakes the
  * head writer), and take the owner out of the line where its entry was left: 1 released, 0 not
- * held, -1 not owner.
+ * held, -1 not owner. Deleting a live writer's grant deletes its lock-delay (with the delay key).
  */
 export const releaseOnNodeScript = defineScript<
   LineKeys,
@@ -96,7 +130,7 @@ export const releaseOnNodeScript = defineScript<
  * (unless `keepGrant` is `'1'`), and take it out of the line (unless `keepPlace` is `'1'`: then
  * its entry is written with `ticket`, living `waiterTtlMs`, a reader's when `reads` is `'1'`),
  * waking the front of the line where that may let others in. 1 deleted this owner's grant, 0
- * nothing deleted.
+ * nothing deleted. Deleting a live writer's grant deletes its lock-delay (with the delay key).
  */
 export const withdrawOnNodeScript = defineScript<
   LineKeys,
@@ -123,9 +157,10 @@ export const settleTokenScript = defineScript<
 >('settle-token', SCRIPTS, LINE);
 
 /**
- * Renew many leases of either mode on one node in one call: keys in triples (lock, readers,
- * reader tokens), arguments in triples (owner, token, ttlMs); one code per lease, 1 renewed, 0
- * not held, -1 not owner.
+ * Renew many leases of either mode on one node in one call: keys in fours (lock, readers,
+ * reader tokens, lock-delay), arguments in triples (owner, token, ttlMs); one code per lease, 1
+ * renewed, 0 not held, -1 not owner. A renewed writer's lock-delay moves to end its D past the
+ * renewed end.
  */
 export const renewManyOnNodeScript = defineScript<
   readonly string[],
@@ -180,32 +215,59 @@ export const settlePermitTokenScript = defineScript<
 const ELECTION_LINE = ['line', 'election-line'];
 
 /** An election's keys on one node that a campaign touches (`ElectionKeys`, election.ts). */
-type CampaignKeys = readonly [
-  leaderKey: string,
-  termKey: string,
-  queueKey: string,
-  waitersKey: string,
-  changedChannel: string,
-];
+type CampaignKeys =
+  | readonly [
+      leaderKey: string,
+      termKey: string,
+      queueKey: string,
+      waitersKey: string,
+      changedChannel: string,
+    ]
+  | readonly [
+      leaderKey: string,
+      termKey: string,
+      queueKey: string,
+      waitersKey: string,
+      changedChannel: string,
+      delayKey: string,
+    ];
 
 /** An election's keys on one node that a resignation or a withdrawal touches. */
-type CandidateLineKeys = readonly [
-  leaderKey: string,
-  queueKey: string,
-  waitersKey: string,
-  channel: string,
-  changedChannel: string,
-];
+type CandidateLineKeys =
+  | readonly [
+      leaderKey: string,
+      queueKey: string,
+      waitersKey: string,
+      channel: string,
+      changedChannel: string,
+    ]
+  | readonly [
+      leaderKey: string,
+      queueKey: string,
+      waitersKey: string,
+      channel: string,
+      changedChannel: string,
+      delayKey: string,
+    ];
 
 /**
  * Grant an election on one node, in the order of its line, storing the candidate's value with
  * the grant: `[1, node term]` (the larger of the node's last term + 1 and its clock in whole ms,
  * in µs; the counter never expires) or `[0, ms]` as `grantOnNodeScript` answers. The same owner
- * asking again has its grant refreshed, its value kept. Publishes on the watchers' channel.
+ * asking again has its grant refreshed, its value kept. Publishes on the watchers' channel. The
+ * lock-delay as `grantOnNodeScript` keeps it (the election's delay key and `lockDelayMs`).
  */
 export const campaignOnNodeScript = defineScript<
   CampaignKeys,
-  readonly [owner: string, ttlMs: number, ticket: string, waiterTtlMs: number, value: string],
+  | readonly [owner: string, ttlMs: number, ticket: string, waiterTtlMs: number, value: string]
+  | readonly [
+      owner: string,
+      ttlMs: number,
+      ticket: string,
+      waiterTtlMs: number,
+      value: string,
+      lockDelayMs: number,
+    ],
   [1, string] | [0, number]
 >('campaign-on-node', SCRIPTS, ELECTION_LINE);
 
@@ -239,6 +301,7 @@ export const leaderOnNodeScript = defineScript<
 /**
  * Compare-and-delete an election's leader on one node by owner and term, waking the head of the
  * line and telling the watchers: 1 released, 0 nobody leads here, -1 another owner or term.
+ * Deleting the live leadership deletes its lock-delay (with the delay key).
  */
 export const resignOnNodeScript = defineScript<
   CandidateLineKeys,
@@ -249,7 +312,8 @@ export const resignOnNodeScript = defineScript<
 /**
  * Withdraw a candidate on one node: delete its leadership whatever the term (unless `keepGrant`),
  * and take it out of the line (unless `keepPlace`: its entry is then written with `ticket`,
- * living `waiterTtlMs`). 1 deleted its leadership, 0 nothing of it led here.
+ * living `waiterTtlMs`). 1 deleted its leadership, 0 nothing of it led here. Deleting the live
+ * leadership deletes its lock-delay (with the delay key).
  */
 export const withdrawCandidateOnNodeScript = defineScript<
   CandidateLineKeys,
@@ -264,11 +328,12 @@ export const withdrawCandidateOnNodeScript = defineScript<
 >('withdraw-candidate-on-node', SCRIPTS, ELECTION_LINE);
 
 /**
- * Renew many leaderships on one node in one call: one leader hash per key, arguments in triples
- * (owner, term, ttlMs); one code per leadership, 1 renewed, 0 nobody leads, -1 another leads.
+ * Renew many leaderships on one node in one call: keys in pairs (leader hash, lock-delay),
+ * arguments in triples (owner, term, ttlMs); one code per leadership, 1 renewed, 0 nobody leads,
+ * -1 another leads. A renewed leadership's lock-delay moves with it.
  */
 export const renewLeadersOnNodeScript = defineScript<
   readonly string[],
   readonly (string | number)[],
   (1 | 0 | -1)[]
->('renew-leaders-on-node', SCRIPTS, ['election-line']);
+>('renew-leaders-on-node', SCRIPTS, ELECTION_LINE);

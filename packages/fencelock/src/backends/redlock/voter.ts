@@ -19,6 +19,8 @@ export class NodeVoter {
   readonly #name: string;
   readonly #nodeTimeoutMs: number;
   readonly #connecting = new Map<RedlockNode, Promise<void>>();
+  /** Nodes the backend opened whose first connection attempt has settled. */
+  readonly #connected = new Set<RedlockNode>();
   /** Last connection error of each node since it was last ready, for the nodes' errors. */
   readonly #lastErrors = new Map<RedlockNode, Error>();
   #closed = false;
@@ -65,6 +67,10 @@ export class NodeVoter {
    * `BackendError` naming the node (an unreachable one in the one form: `host:port unreachable:
    * connection refused`).
    * @param run the script on one node (its client, and the node for callers that pick nodes).
+   * A vote that starts while the backend's first connections are under way waits for them up to
+   * the configured per-node timeout at least, however short `timeoutMs` (a tenth of a short
+   * lease's TTL): the core charges the time to the lease's validity, which counts from the start
+   * of the attempt, so only a fresh backend's first vote is slower, never less safe.
    * @param decided called with the results so far after each one arrives (see `Vote.early`).
    * @throws BackendError once the voter is closed.
    */
@@ -94,7 +100,9 @@ export class NodeVoter {
           throw new BackendError(this.#name, `vote on ${node.name}`, error, unreachable);
         }
       },
-      timeoutMs,
+      this.nodes.some((node) => node.owned && !this.#connected.has(node))
+        ? Math.max(timeoutMs, this.#nodeTimeoutMs)
+        : timeoutMs,
       decided,
     );
   }
@@ -153,7 +161,10 @@ export class NodeVoter {
     if (!node.owned) return undefined;
     let connecting = this.#connecting.get(node);
     if (connecting === undefined && node.client.status === 'wait') {
-      connecting = node.client.connect().catch(() => undefined);
+      connecting = node.client
+        .connect()
+        .catch(() => undefined)
+        .finally(() => this.#connected.add(node));
       this.#connecting.set(node, connecting);
     }
     return connecting;

@@ -51,6 +51,19 @@
  * backend that reads the change signal the waiters use (`data_version` and this connection's own
  * election commits) while any watch is armed, and calls the watches whose leader changed.
  *
+ * Lock-delay (`AttemptRequest.lockDelayMs`; Chubby's lock-delay, Burrows OSDI 2006 §2.4, and
+ * Consul's session `LockDelay`) is a column of the exclusive grant's row (`lock_delay_ms` in
+ * `fencelock_leases` and `fencelock_leaders`), written by the grant and kept by renewals and the
+ * holder's repeated attempts. The end of a grant that was not released is its row's expiry, on
+ * the engine clock, to the millisecond: the row stays, held by nobody (not inspected, not
+ * listed), and keeps the key (the election) from every contender, its own owner, readers and the
+ * head of the line included, until `expires_at + lock_delay_ms`; an attempt meanwhile answers the
+ * time left as `holderTtlMs`, a waiter keeps its place, and its wait ends then (no commit marks
+ * the end: the core sleeps no longer than `holderTtlMs`). A release or withdrawal that deletes the
+ * live row clears the delay; one that finds the row expired leaves it. The sweep deletes the row
+ * once past its delay. There is no hand-over on release here (waiters attempt themselves), so no
+ * grant can skip a delay. An earlier fencelock version on the same file ignores delays.
+ *
  * One host only: SQLite's locking is unreliable on network file systems, and the lease clock is
  * the host's.
  */
@@ -82,7 +95,14 @@ import { ElectionWatches } from './election-watch.js';
 import { type LineView, watchLine } from './line-watch.js';
 import { HeldKeys } from './listing.js';
 import { DOWNGRADE_BLOCKED, ReadGrants } from './readers.js';
-import { initialize, NOW, prepareNextToken, prepareSweep, READERS_OWNER } from './schema.js';
+import {
+  initialize,
+  NOW,
+  OCCUPIED_UNTIL,
+  prepareNextToken,
+  prepareSweep,
+  READERS_OWNER,
+} from './schema.js';
 import { Semaphores } from './semaphores.js';
 import type { SqliteUrlConfig } from './url.js';
 
@@ -100,7 +120,10 @@ class RolledBack {
 interface LeaseRow {
   owner: string;
   token: bigint;
+  /** Time left of the grant, ms (engine clock); <= 0 once it expired. */
   remaining: bigint;
+  /** Time left until the key is free (the end of the lock-delay after the expiry), ms. */
+  occupied: bigint;
 }
 
 /**
@@ -122,7 +145,8 @@ export class SqliteBackend implements Backend {
   /**
    * Read and write locks; a FIFO line of waiters per key (both modes) and per semaphore
    * (`leaveQueue`); semaphore permits; several keys' single attempts in one transaction
-   * (`attemptAll`); leader elections (their own line, `proclaim`, `leader`, `watchElection`).
+   * (`attemptAll`); leader elections (their own line, `proclaim`, `leader`, `watchElection`);
+   * lock-delays of write locks and leaderships, kept in their rows (schema.ts).
    */
   readonly capabilities: BackendCapabilities = Object.freeze({
     modes: Object.freeze(['write', 'read'] as const),
@@ -133,7 +157,7 @@ export class SqliteBackend implements Backend {
     attemptAll: true,
     list: true,
     election: true,
-    lockDelay: false,
+    lockDelay: true,
   });
   readonly #db: Database.Database;
   readonly #attempt: (request: AttemptRequest) => AttemptResult;
@@ -178,14 +202,16 @@ export class SqliteBackend implements Backend {
     }
 
     const read = db.prepare<[string], LeaseRow>(
-      `SELECT owner, token, expires_at - ${NOW} AS remaining FROM fencelock_leases WHERE key = ?`,
+      `SELECT owner, token, expires_at - ${NOW} AS remaining, ${OCCUPIED_UNTIL} - ${NOW} AS occupied
+       FROM fencelock_leases WHERE key = ?`,
     );
     const refresh = db.prepare<[bigint, string]>(
       `UPDATE fencelock_leases SET expires_at = ${NOW} + ? WHERE key = ?`,
     );
     const nextToken = prepareNextToken(db);
-    const grant = db.prepare<[string, string, bigint, bigint]>(
-      `INSERT OR REPLACE INTO fencelock_leases (key, owner, token, expires_at) VALUES (?, ?, ?, ${NOW} + ?)`,
+    const grant = db.prepare<[string, string, bigint, bigint, number]>(
+      `INSERT OR REPLACE INTO fencelock_leases (key, owner, token, expires_at, lock_delay_ms)
+       VALUES (?, ?, ?, ${NOW} + ?, ?)`,
     );
     const remove = db.prepare<[string]>(`DELETE FROM fencelock_leases WHERE key = ?`);
     const sweep = prepareSweep(db);
@@ -212,9 +238,11 @@ export class SqliteBackend implements Backend {
     const dequeue = db.prepare<[string, string]>(
       `DELETE FROM fencelock_waiters WHERE key = ? AND owner = ?`,
     );
-    // Live entries ahead of the owner's (all of them when it has none: it would join the tail).
+    // Whether the key is held (or in a lock-delay), and the live entries ahead of the owner's
+    // (all of them when it has none: it would join the tail).
     const standing = db.prepare<{ key: string; owner: string }, { held: bigint; ahead: bigint }>(
-      `SELECT (EXISTS (SELECT 1 FROM fencelock_leases WHERE key = $key AND expires_at > ${NOW})
+      `SELECT (EXISTS (SELECT 1 FROM fencelock_leases
+                       WHERE key = $key AND ${OCCUPIED_UNTIL} > ${NOW})
                OR EXISTS (SELECT 1 FROM fencelock_readers WHERE key = $key AND expires_at > ${NOW}))
               AS held,
               (SELECT count(*) FROM fencelock_waiters
@@ -260,6 +288,9 @@ export class SqliteBackend implements Backend {
         }
         return notGranted(request, row.remaining);
       }
+      // A grant that ended unreleased keeps the key from everyone (its own owner too) until its
+      // lock-delay ends; the attempt says how long that is, and a waiter keeps its place.
+      if (row && row.occupied > 0n) return notGranted(request, row.occupied);
       // Free of writers; readers granted past a writer whose row then expired (a downgrade)
       // still hold it (read in the same statement as the head of the line: the one check a
       // plain write lock pays, on a free key only).
@@ -274,7 +305,7 @@ export class SqliteBackend implements Backend {
       // this key's is replaced.
       sweep();
       const token = nextToken();
-      grant.run(request.key, request.owner, token, ttl);
+      grant.run(request.key, request.owner, token, ttl, request.lockDelayMs ?? 0);
       return { granted: true, token, ttlMs: request.ttlMs };
     };
     this.#attempt = db.transaction(attemptLock).immediate.bind(null);
@@ -327,9 +358,12 @@ export class SqliteBackend implements Backend {
       .transaction((lease: LeaseRef): ReleaseOutcome => {
         const row = read.get(lease.key);
         const state = holds(row, lease);
-        // An expired row of this owner is cleaned up too; the answer is still `not-held`. A live
-        // row with this owner but another token is not this lease's: it stays (`not-owner`).
-        if (state === 'yes' || (state === 'not-held' && row?.owner === lease.owner)) {
+        // An expired row of this owner is cleaned up too once past its lock-delay (a release that
+        // comes back after the grant ended does not clear the delay); the answer is still
+        // `not-held`. A live row with this owner but another token is not this lease's: it stays
+        // (`not-owner`).
+        const lapsed = state === 'not-held' && row?.owner === lease.owner && row.occupied <= 0n;
+        if (state === 'yes' || lapsed) {
           remove.run(lease.key);
           // Readers granted past this writer (a downgrade) keep the key held.
           readers.cover(lease.key);
@@ -343,7 +377,10 @@ export class SqliteBackend implements Backend {
 
     this.#abandon = db
       .transaction((request: AttemptRequest): void => {
-        if (read.get(request.key)?.owner === request.owner) {
+        // The owner's live row goes (its lock-delay with it), or its row past the delay; a row in
+        // its lock-delay stays.
+        const row = read.get(request.key);
+        if (row?.owner === request.owner && (row.remaining > 0n || row.occupied <= 0n)) {
           remove.run(request.key);
           readers.cover(request.key);
         }

@@ -14,6 +14,12 @@
  * the value goes with it. The counter is the file's, bumped by every grant of any key and never
  * reset, so a term is above every earlier leader's of the election, also after any idle time.
  * Waiting candidates watch `data_version` as a lock's waiters do (line-watch.ts).
+ *
+ * Lock-delay (`AttemptRequest.lockDelayMs`, Chubby's): a leadership granted with one stores it in
+ * the leader's row (`lock_delay_ms`); when the row expires unreleased it stays, held by nobody
+ * (`leader` answers null), and no candidate is elected until `lock_delay_ms` after its expiry (an
+ * attempt answers the time left as `holderTtlMs`; a waiting candidate keeps its place). A release
+ * or withdrawal that deletes the live row clears it; one that finds it expired leaves it.
  */
 import type Database from 'better-sqlite3';
 import type {
@@ -27,13 +33,15 @@ import type {
 } from '../../core/backend.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { type LineView, type Standing, watchLine } from './line-watch.js';
-import { NOW, prepareNextToken, prepareSweep } from './schema.js';
+import { NOW, OCCUPIED_UNTIL, prepareNextToken, prepareSweep } from './schema.js';
 
 /** The leader's row as a candidate or a renewal reads it (remaining: ms, engine clock). */
 interface LeaderRow {
   owner: string;
   token: bigint;
   remaining: bigint;
+  /** Time left until the election is free (the end of the lock-delay after the expiry), ms. */
+  occupied: bigint;
 }
 
 /** The leader's row as `leader` reads it: only a live one. */
@@ -62,7 +70,8 @@ export class Elections {
    */
   constructor(db: Database.Database, view: LineView) {
     const read = db.prepare<[string], LeaderRow>(
-      `SELECT owner, token, expires_at - ${NOW} AS remaining FROM fencelock_leaders WHERE key = ?`,
+      `SELECT owner, token, expires_at - ${NOW} AS remaining, ${OCCUPIED_UNTIL} - ${NOW} AS occupied
+       FROM fencelock_leaders WHERE key = ?`,
     );
     const elected = db.prepare<[string], ElectedRow>(
       `SELECT owner, token, value, expires_at - ${NOW} AS remaining FROM fencelock_leaders
@@ -71,9 +80,9 @@ export class Elections {
     const refresh = db.prepare<[bigint, string]>(
       `UPDATE fencelock_leaders SET expires_at = ${NOW} + ? WHERE key = ?`,
     );
-    const grant = db.prepare<[string, string, bigint, string, bigint]>(
-      `INSERT OR REPLACE INTO fencelock_leaders (key, owner, token, value, expires_at)
-       VALUES (?, ?, ?, ?, ${NOW} + ?)`,
+    const grant = db.prepare<[string, string, bigint, string, bigint, number]>(
+      `INSERT OR REPLACE INTO fencelock_leaders (key, owner, token, value, expires_at, lock_delay_ms)
+       VALUES (?, ?, ?, ?, ${NOW} + ?, ?)`,
     );
     const renewal = db.prepare<{ key: string; owner: string; token: bigint; ttlMs: bigint }>(
       `UPDATE fencelock_leaders SET expires_at = ${NOW} + $ttlMs
@@ -86,8 +95,11 @@ export class Elections {
     const removeTerm = db.prepare<[string, string, bigint]>(
       `DELETE FROM fencelock_leaders WHERE key = ? AND owner = ? AND token = ?`,
     );
+    // The owner's live row (its lock-delay with it), or its row past the delay; one in its
+    // lock-delay stays.
     const removeOwner = db.prepare<[string, string]>(
-      `DELETE FROM fencelock_leaders WHERE key = ? AND owner = ?`,
+      `DELETE FROM fencelock_leaders
+       WHERE key = ? AND owner = ? AND (expires_at > ${NOW} OR ${OCCUPIED_UNTIL} <= ${NOW})`,
     );
     const anyLeader = db.prepare<[string], { held: bigint }>(
       `SELECT EXISTS (SELECT 1 FROM fencelock_leaders WHERE key = ? AND expires_at > ${NOW}) AS held`,
@@ -110,10 +122,11 @@ export class Elections {
     const dequeue = db.prepare<[string, string]>(
       `DELETE FROM fencelock_candidates WHERE key = ? AND owner = ?`,
     );
-    // Whether a leader is live, and the live candidates ahead of the owner (all when it has none).
+    // Whether a leader is live (or its lock-delay runs), and the live candidates ahead of the
+    // owner (all when it has none).
     const standingRow = db.prepare<{ key: string; owner: string }, { held: bigint; ahead: bigint }>(
-      `SELECT EXISTS (SELECT 1 FROM fencelock_leaders WHERE key = $key AND expires_at > ${NOW})
-              AS held,
+      `SELECT EXISTS (SELECT 1 FROM fencelock_leaders
+                      WHERE key = $key AND ${OCCUPIED_UNTIL} > ${NOW}) AS held,
               (SELECT count(*) FROM fencelock_candidates
                WHERE key = $key AND expires_at > ${NOW} AND owner <> $owner
                  AND seq < coalesce((SELECT seq FROM fencelock_candidates
@@ -159,6 +172,9 @@ export class Elections {
           }
           return notGranted(request, row.remaining);
         }
+        // A leadership that ended unreleased keeps the election from everyone until its
+        // lock-delay ends; a waiting candidate keeps its place in line.
+        if (row !== undefined && row.occupied > 0n) return notGranted(request, row.occupied);
         // No leader: the head of the line goes first; a candidate behind it waits its turn.
         const first = head.get(key)!;
         if (first.owner !== null && first.owner !== owner) {
@@ -169,7 +185,7 @@ export class Elections {
         // lapsed leader row is replaced, its value with it.
         sweep();
         const term = nextToken();
-        grant.run(key, owner, term, request.election!.value, ttl);
+        grant.run(key, owner, term, request.election!.value, ttl, request.lockDelayMs ?? 0);
         return { granted: true, token: term, ttlMs: request.ttlMs };
       })
       .immediate.bind(null);
@@ -188,8 +204,14 @@ export class Elections {
       .transaction((lease: LeaseRef): ReleaseOutcome => {
         const { key, owner, fencingToken: token } = lease;
         const row = read.get(key);
-        // This term's row goes, also once lapsed (then the answer is not `released`).
-        if (row !== undefined && row.owner === owner && row.token === token) {
+        // This term's row goes, also once lapsed and past its lock-delay (then the answer is not
+        // `released`); a release that comes back in the delay does not clear it.
+        if (
+          row !== undefined &&
+          row.owner === owner &&
+          row.token === token &&
+          (row.remaining > 0n || row.occupied <= 0n)
+        ) {
           removeTerm.run(key, owner, token);
           if (row.remaining > 0n) return 'released';
         }

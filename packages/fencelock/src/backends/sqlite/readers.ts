@@ -11,7 +11,8 @@
  * leaves the writer's row in place and stretches its expiry over the readers'; the writer's
  * release puts the stand-in in its place (`cover`, the one statement the write path gains).
  *
- * A reader is granted when no writer holds the key and no live writer's entry stands ahead of it
+ * A reader is granted when no writer holds the key (nor keeps it in a lock-delay after its grant
+ * ended unreleased: the key's lock is granted to nobody then) and no live writer's entry stands ahead of it
  * in the line; a writer waits for everyone ahead (the lock's rule). A waiting reader joins the
  * tail before it looks ahead, so its place is kept; a single attempt never joins the line. A read
  * grant lapses at its expiry unless renewed: a crashed reader's grant ends by its TTL, and the
@@ -22,7 +23,7 @@ import type Database from 'better-sqlite3';
 import type { AttemptRequest, AttemptResult, LeaseRef } from '../../core/backend.js';
 import { LINE_RECHECK_MS, QUEUE_ENTRY_TTL_MS } from '../waiting-line.js';
 import { type LineView, type Standing, watchLine } from './line-watch.js';
-import { NOW, prepareNextToken, prepareSweep, READERS_OWNER } from './schema.js';
+import { NOW, OCCUPIED_UNTIL, prepareNextToken, prepareSweep, READERS_OWNER } from './schema.js';
 
 /** A downgrade refused, with the reader's entry withdrawn: another writer waits in the line. */
 export const DOWNGRADE_BLOCKED = Symbol('downgrade blocked');
@@ -35,9 +36,9 @@ interface ReaderRow {
 
 /** What a reader sees of its key (times in ms, engine clock). */
 interface ReaderLine {
-  /** 1 while a writer (not the readers' stand-in) holds the key. */
+  /** 1 while a writer (not the readers' stand-in) holds the key, or its lock-delay runs. */
   written: bigint;
-  /** Time left of that writer's row; null when none. */
+  /** Time left of that writer's row (until its lock-delay ends); null when none. */
   writerLeft: bigint | null;
   /** Live writers' entries ahead of the reader in the line (all of them when it has none). */
   writersAhead: bigint;
@@ -93,17 +94,19 @@ export class ReadGrants {
     const anyLive = db.prepare<[string], { held: bigint }>(
       `SELECT EXISTS (SELECT 1 FROM fencelock_readers WHERE key = ? AND expires_at > ${NOW}) AS held`,
     );
-    // The stand-in goes (and an expired writer's row with it) ...
+    // The stand-in goes (and an expired writer's row with it, once past its lock-delay) ...
     const uncover = db.prepare<{ key: string }>(
       `DELETE FROM fencelock_leases
-       WHERE key = $key AND (owner = '${READERS_OWNER}' OR expires_at <= ${NOW})`,
+       WHERE key = $key AND (owner = '${READERS_OWNER}' OR ${OCCUPIED_UNTIL} <= ${NOW})`,
     );
-    // ... and comes back over the live readers; a live writer's row (a downgrade) is stretched.
+    // ... and comes back over the live readers; a live writer's row (a downgrade) is stretched,
+    // an expired one in its lock-delay is left as it is (not brought back to life).
     const cover = db.prepare<{ key: string }>(
       `INSERT INTO fencelock_leases (key, owner, token, expires_at)
        SELECT $key, '${READERS_OWNER}', max(token), max(expires_at) FROM fencelock_readers
        WHERE key = $key AND expires_at > ${NOW} HAVING count(*) > 0
-       ON CONFLICT (key) DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)`,
+       ON CONFLICT (key) DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)
+       WHERE expires_at > ${NOW}`,
     );
     const enqueue = db.prepare<{ key: string; owner: string; entryTtlMs: number }>(
       `INSERT INTO fencelock_waiters (key, owner, seq, expires_at, reads)
@@ -122,8 +125,9 @@ export class ReadGrants {
     const line = db.prepare<{ key: string; owner: string }, ReaderLine>(
       `SELECT writer.n AS written, writer.left AS writerLeft,
               ahead.n AS writersAhead, ahead.firstLeft AS aheadLeft
-       FROM (SELECT count(*) AS n, max(expires_at) - ${NOW} AS left FROM fencelock_leases
-             WHERE key = $key AND owner <> '${READERS_OWNER}' AND expires_at > ${NOW}) AS writer,
+       FROM (SELECT count(*) AS n, max(${OCCUPIED_UNTIL}) - ${NOW} AS left FROM fencelock_leases
+             WHERE key = $key AND owner <> '${READERS_OWNER}'
+               AND ${OCCUPIED_UNTIL} > ${NOW}) AS writer,
             (SELECT count(*) AS n, min(expires_at) - ${NOW} AS firstLeft FROM fencelock_waiters
              WHERE key = $key AND reads = 0 AND expires_at > ${NOW} AND owner <> $owner
                AND seq < coalesce((SELECT seq FROM fencelock_waiters

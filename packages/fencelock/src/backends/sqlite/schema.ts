@@ -37,13 +37,24 @@ export const NOW = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`;
  * idle election, and its next term is still above every earlier one (the counter is the file's).
  * Files of earlier versions get these tables when a process of this version opens them (nothing
  * else of them changes); an earlier version ignores them.
+ *
+ * Lock-delay (`AttemptRequest.lockDelayMs`): the rows of exclusive grants (`fencelock_leases`,
+ * `fencelock_leaders`) carry the grant's delay in `lock_delay_ms` (0: none). The row's expiry is
+ * the end of the grant (a renewal moves it); a row that expired unreleased stays in place, held
+ * by nobody, until `expires_at + lock_delay_ms` (`OCCUPIED_UNTIL`), and the key (the election) is
+ * granted to nobody until then. A release that deletes the live row clears it; the sweep deletes
+ * the row once that time has passed. Files of earlier versions get the column (0 in every row
+ * already there, and in the rows an earlier version still writes) when a process of this version
+ * opens them; an earlier version on the same file ignores the delays (it sweeps and replaces any
+ * expired row).
  */
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS fencelock_leases (
   key        TEXT PRIMARY KEY,
   owner      TEXT NOT NULL,
   token      INTEGER NOT NULL,
-  expires_at INTEGER NOT NULL  -- engine clock, ms since the epoch
+  expires_at INTEGER NOT NULL,  -- engine clock, ms since the epoch
+  lock_delay_ms INTEGER NOT NULL DEFAULT 0  -- held by nobody until expires_at + this, if unreleased
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS fencelock_leases_expires_at ON fencelock_leases (expires_at);
 CREATE TABLE IF NOT EXISTS fencelock_token (
@@ -94,7 +105,8 @@ CREATE TABLE IF NOT EXISTS fencelock_leaders (
   owner      TEXT NOT NULL,
   token      INTEGER NOT NULL,  -- the leader's term
   value      TEXT NOT NULL,     -- what the leader campaigned with or last proclaimed
-  expires_at INTEGER NOT NULL   -- engine clock, ms since the epoch
+  expires_at INTEGER NOT NULL,  -- engine clock, ms since the epoch
+  lock_delay_ms INTEGER NOT NULL DEFAULT 0  -- led by nobody until expires_at + this, if unreleased
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS fencelock_leaders_expires_at ON fencelock_leaders (expires_at);
 CREATE TABLE IF NOT EXISTS fencelock_candidates (
@@ -122,15 +134,37 @@ export const READERS_OWNER = '';
  */
 const ADD_LINE_MODES = `ALTER TABLE fencelock_waiters ADD COLUMN reads INTEGER NOT NULL DEFAULT 0;`;
 
-/** The tables whose rows expire (each has an `expires_at` index), and their primary keys. */
+/**
+ * Files of versions before lock-delays: the rows of exclusive grants get `lock_delay_ms` (0 in
+ * the rows already there). SQLite adds a column with a constant default without rewriting rows.
+ */
+const ADD_LOCK_DELAYS = ['fencelock_leases', 'fencelock_leaders'].map((table) => ({
+  table,
+  sql: `ALTER TABLE ${table} ADD COLUMN lock_delay_ms INTEGER NOT NULL DEFAULT 0;`,
+}));
+
+/**
+ * Until when a row of `fencelock_leases` or `fencelock_leaders` keeps its key (its election) from
+ * others, ms on the engine clock: its expiry while the grant lives, then the end of its
+ * lock-delay (the expiry itself when it has none). A row is live while `expires_at > NOW`, and in
+ * its lock-delay while `expires_at <= NOW < OCCUPIED_UNTIL`.
+ */
+export const OCCUPIED_UNTIL = 'expires_at + lock_delay_ms';
+
+/**
+ * The tables whose rows expire (each has an `expires_at` index), their primary keys, and when a
+ * row may be deleted (`gone`: past its lock-delay for the exclusive grants' tables). The
+ * condition keeps `expires_at <= NOW` first so that the expiry index bounds the scan: rows in
+ * their lock-delay (at most `MAX_LOCK_DELAY_MS` past their expiry) are passed over.
+ */
 const EXPIRING_TABLES = [
-  { table: 'fencelock_leases', primaryKey: 'key' },
-  { table: 'fencelock_waiters', primaryKey: 'key, owner' },
-  { table: 'fencelock_permits', primaryKey: 'key, owner' },
-  { table: 'fencelock_permit_waiters', primaryKey: 'key, owner' },
-  { table: 'fencelock_readers', primaryKey: 'key, owner' },
-  { table: 'fencelock_leaders', primaryKey: 'key' },
-  { table: 'fencelock_candidates', primaryKey: 'key, owner' },
+  { table: 'fencelock_leases', primaryKey: 'key', gone: `${OCCUPIED_UNTIL} <= ${NOW}` },
+  { table: 'fencelock_waiters', primaryKey: 'key, owner', gone: '1' },
+  { table: 'fencelock_permits', primaryKey: 'key, owner', gone: '1' },
+  { table: 'fencelock_permit_waiters', primaryKey: 'key, owner', gone: '1' },
+  { table: 'fencelock_readers', primaryKey: 'key, owner', gone: '1' },
+  { table: 'fencelock_leaders', primaryKey: 'key', gone: `${OCCUPIED_UNTIL} <= ${NOW}` },
+  { table: 'fencelock_candidates', primaryKey: 'key, owner', gone: '1' },
 ] as const;
 
 /**
@@ -190,8 +224,9 @@ export function initialize(db: Database.Database, config: SqliteUrlConfig): void
 }
 
 /**
- * Create what is missing, move a file of the per-key-counter layout to the global counter, and
- * delete every expired lease row: one IMMEDIATE transaction (the caller's), so two processes
+ * Create what is missing, move a file of the per-key-counter layout to the global counter, add
+ * the columns of later versions (line modes, lock-delays), and delete every expired row (a row of
+ * an exclusive grant once past its lock-delay): one IMMEDIATE transaction (the caller's), so two processes
  * opening the file at once do it one after the other, and the second finds nothing to move.
  */
 function setUpSchema(db: Database.Database): void {
@@ -205,8 +240,14 @@ function setUpSchema(db: Database.Database): void {
     .prepare(`SELECT 1 FROM pragma_table_info('fencelock_waiters') WHERE name = 'reads'`)
     .get();
   if (lineModes === undefined) db.exec(ADD_LINE_MODES);
-  for (const { table } of EXPIRING_TABLES) {
-    db.prepare(`DELETE FROM ${table} WHERE expires_at <= ${NOW}`).run();
+  for (const { table, sql } of ADD_LOCK_DELAYS) {
+    const delays = db
+      .prepare(`SELECT 1 FROM pragma_table_info('${table}') WHERE name = 'lock_delay_ms'`)
+      .get();
+    if (delays === undefined) db.exec(sql);
+  }
+  for (const { table, gone } of EXPIRING_TABLES) {
+    db.prepare(`DELETE FROM ${table} WHERE expires_at <= ${NOW} AND ${gone}`).run();
   }
 }
 
@@ -225,16 +266,18 @@ export function prepareNextToken(db: Database.Database): () => bigint {
 /**
  * Prepare the sweep a grant runs (lock, permit or leader): it deletes up to `SWEEP_LIMIT` expired
  * rows of each table (holders and waiters that vanished), oldest expiry first, so no table keeps
- * rows of idle keys for long while any key is granted. Lapsed read grants only with `withReaders` (read
+ * rows of idle keys for long while any key is granted. A row of an exclusive grant that expired
+ * unreleased stays until its lock-delay ended (`OCCUPIED_UNTIL`). Lapsed read grants only with `withReaders` (read
  * grants sweep them, so a plain write lock pays nothing for read locks here; a lapsed read grant
  * is never counted, and its stand-in row in `fencelock_leases` goes with every sweep).
  */
 export function prepareSweep(db: Database.Database, withReaders = false): () => void {
   const tables = EXPIRING_TABLES.filter((t) => withReaders || t.table !== 'fencelock_readers');
-  const sweeps = tables.map(({ table, primaryKey }) =>
+  const sweeps = tables.map(({ table, primaryKey, gone }) =>
     db.prepare(
       `DELETE FROM ${table} WHERE (${primaryKey}) IN (
-         SELECT ${primaryKey} FROM ${table} WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT ${SWEEP_LIMIT}
+         SELECT ${primaryKey} FROM ${table} WHERE expires_at <= ${NOW} AND ${gone}
+         ORDER BY expires_at LIMIT ${SWEEP_LIMIT}
        )`,
     ),
   );

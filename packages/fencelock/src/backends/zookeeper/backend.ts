@@ -60,6 +60,22 @@
  *   election's node and a data watch on the leader's node, each set again after it fires.
  * - `list` and `inspect` read only the locks' and semaphores' nodes: elections are not listed.
  *
+ * Lock-delay (`request.lockDelayMs`, Chubby's lock-delay, Consul's session `LockDelay`;
+ * lock-delay.ts): a write grant or a leadership made with a delay D creates a PERSISTENT marker
+ * `_d_<holder node name>` (data D) beside its node. A release or withdrawal that deletes the live
+ * node deletes the marker (and an end stamp made in between); a grant that ends otherwise (its
+ * session expired or was closed, its own TTL ran out, its node was taken away) leaves it. The
+ * end is stamped by a child `end` of the marker, made by the first process that sees the node
+ * gone (the holder's backend at the lease's TTL, or the waiter woken by the node's deletion, or
+ * the next contender), so its ctime is no earlier than the end. The contender first in line
+ * writes the stamp to read the ensemble's clock (mtime − ctime, same leader epoch) and is granted
+ * only once D has passed since the stamp; until then it answers `held` with the delay left,
+ * keeps its place in line, and waits for the stamp's deletion or the delay's end. Then it
+ * deletes the stamp and the marker. `inspect`, `list` and `leader` show no holder while a marker
+ * of a gone node is there. A backend whose lease ended at its TTL deletes the marker itself once
+ * the delay is over; a marker of a process that died stays until the key's next contender (the
+ * servers of scripts/services.sh do not enable TTL nodes).
+ *
  * Listing (`list`, listing.ts): a page reads the children of `/<namespace>/locks` (then of
  * `/<namespace>/semaphores`) after a `sync`, keeps the key nodes under the prefix after the
  * cursor, and reads the line of at most `pageSize` of them, one `getChildren` each (the line at
@@ -102,6 +118,15 @@ import {
   parseCandidates,
 } from './election.js';
 import { listPage } from './listing.js';
+import {
+  decodeDelay,
+  delayInForce,
+  END_NODE,
+  encodeDelay,
+  endedMarkers,
+  markerNameOf,
+  stampAgeMs,
+} from './lock-delay.js';
 import { nodeNameOf, parseChildren } from './names.js';
 import {
   otherCountInUse,
@@ -152,6 +177,8 @@ interface Contender {
    * appear), so `proclaim` needs no read of the line.
    */
   granted: boolean;
+  /** The path of the grant's lock-delay marker (lock-delay.ts), once made; else undefined. */
+  delayMarker: string | undefined;
 }
 
 /** A node to delete once the ensemble can be reached again (Curator's guaranteed delete). */
@@ -161,7 +188,12 @@ interface Doomed {
   readonly owner: string;
   /** The node's path; undefined when its create reply was lost (found by its protected name). */
   readonly path: string | undefined;
+  /** The path of the grant's lock-delay marker, cleared once the node is deleted. */
+  readonly marker?: string | undefined;
 }
+
+/** How long after a lock-delay's end its marker is checked for deletion (`#stampEnd`), ms. */
+const SETTLE_SLACK_MS = 250;
 
 /** First retry of a guaranteed delete that failed while the connection seemed up, ms. */
 const DELETE_RETRY_MS = 500;
@@ -191,7 +223,7 @@ export class ZookeeperBackend implements Backend {
     attemptAll: false,
     list: true,
     election: true,
-    lockDelay: false,
+    lockDelay: true,
   });
   readonly #native: NativeZooKeeperClass;
   readonly #settings: ZookeeperBackendSettings;
@@ -204,6 +236,8 @@ export class ZookeeperBackend implements Backend {
   readonly #electionWatches = new Set<ElectionWatcher>();
   /** Deletes of our own nodes that could not reach the ensemble yet, retried until done. */
   readonly #doomed = new Set<Doomed>();
+  /** Clean-ups of lock-delay markers whose grant this backend ended at its TTL (lock-delay.ts). */
+  readonly #settles = new Set<NodeJS.Timeout>();
   /** Background retries of `#doomed`, per session. */
   readonly #retries = new Map<ZkSession, NodeJS.Timeout>();
   readonly #retryDelays = new Map<ZkSession, number>();
@@ -313,9 +347,13 @@ export class ZookeeperBackend implements Backend {
       // In the background, guaranteed: the error reaches the caller without waiting for the
       // ensemble, and a delete that cannot reach it now is retried.
       if (this.#contenders.get(request.owner) === contender) this.#forget(request.owner);
-      void this.#deleteOwn(contender.session, dir, request.owner, contender.path).catch(
-        () => undefined,
-      );
+      void this.#deleteOwn(
+        contender.session,
+        dir,
+        request.owner,
+        contender.path,
+        contender.delayMarker,
+      ).catch(() => undefined);
       throw error;
     }
   }
@@ -343,7 +381,11 @@ export class ZookeeperBackend implements Backend {
     return names;
   }
 
-  /** Read a lock's line: granted, or what to wait on (its predecessor). */
+  /**
+   * Read a lock's (or an election's) line: granted, or what to wait on (its predecessor). A
+   * contender first in line is granted only when no lock-delay runs (`#delayGate`), and a grant
+   * with `request.lockDelayMs` makes its marker before it is answered (lock-delay.ts).
+   */
   async #check(contender: Contender, dir: string, request: AttemptRequest): Promise<AttemptResult> {
     const { session } = contender;
     const names = await this.#readLine(contender, dir);
@@ -351,7 +393,15 @@ export class ZookeeperBackend implements Backend {
     const entries = request.election === undefined ? parseChildren(names) : parseCandidates(names);
     const mine = entries.find((e) => e.name === contender.name)!;
     const verdict = queueVerdict(entries, mine, request.heldWriter);
-    if (verdict.outcome === 'granted') return this.#grant(contender, request);
+    if (verdict.outcome === 'granted') {
+      const delayed = await this.#delayGate(session, dir, names);
+      if (delayed !== undefined) return delayed;
+      const { lockDelayMs = 0 } = request;
+      if (lockDelayMs > 0 && contender.delayMarker === undefined) {
+        await this.#markDelay(contender, dir, lockDelayMs);
+      }
+      return this.#grant(contender, request);
+    }
     if (verdict.outcome === 'downgrade-blocked') {
       await this.abandon(request);
       throw downgradeBlocked(request.key);
@@ -364,6 +414,143 @@ export class ZookeeperBackend implements Backend {
       waitForChange: (signal, maxMs) =>
         session.waitForDelete(predecessorPath, signal, maxMs).catch(() => undefined),
     };
+  }
+
+  /**
+   * The lock-delay gate of a contender the line would grant (lock-delay.ts): for each marker in
+   * `names` whose holder node is gone, its delay left (stamping the end first when nobody has);
+   * a delay over is cleared (stamp and marker deleted). Undefined when nothing delays the grant,
+   * else the answer `held` with the longest delay left as `holderTtlMs`, the contender's node kept
+   * in line, and a wait for that stamp's deletion (a release that raced the stamp clears it) or
+   * for the delay left, whichever comes first.
+   * @throws BackendError when the ensemble cannot answer.
+   */
+  async #delayGate(
+    session: ZkSession,
+    dir: string,
+    names: readonly string[],
+  ): Promise<AttemptResult | undefined> {
+    let longest = 0;
+    let endPath = '';
+    for (const marker of endedMarkers(names)) {
+      const path = `${dir}/${marker}`;
+      const left = await this.#delayLeft(session, path);
+      if (left > longest) {
+        longest = left;
+        endPath = `${path}/${END_NODE}`;
+      }
+    }
+    if (longest <= 0) return undefined;
+    // Judged at the stamp's write, before this answer: what is left now is no more.
+    const leftMs = Math.max(1, Math.floor(longest));
+    return {
+      granted: false,
+      queued: true,
+      holderTtlMs: leftMs,
+      recheckAfterMs: leftMs,
+      waitForChange: (signal, maxMs) =>
+        session.waitForDelete(endPath, signal, Math.min(maxMs, leftMs)).catch(() => undefined),
+    };
+  }
+
+  /**
+   * The delay left of the ended grant whose marker is `markerPath`, ms, on the ensemble's clock:
+   * the marker's delay less the age of its end stamp (made now when missing, made again when its
+   * age cannot be judged; lock-delay.ts). At 0 or less, the stamp and the marker are deleted
+   * first. 0 when the marker is gone (a release cleared it).
+   * @throws BackendError when the ensemble cannot answer.
+   */
+  async #delayLeft(session: ZkSession, markerPath: string): Promise<number> {
+    const marker = await this.#call('acquire', () => session.read(markerPath));
+    if (marker === undefined) return 0;
+    const delayMs = decodeDelay(marker.data);
+    const endPath = `${markerPath}/${END_NODE}`;
+    for (let tries = 0; tries < 3; tries++) {
+      try {
+        await session.create(endPath, marker.data, CREATE_MODE.persistent);
+      } catch (error) {
+        const code = zkCode(error);
+        if (code === ZCODE.noNode) return 0;
+        if (code !== ZCODE.nodeExists) throw await this.#wrap('acquire', error);
+      }
+      let stat: NodeStat;
+      try {
+        // The write's mtime is the ensemble's now; the stamp's ctime its end.
+        stat = await session.setData(endPath, marker.data, -1);
+      } catch (error) {
+        if (zkCode(error) === ZCODE.noNode) continue;
+        throw await this.#wrap('acquire', error);
+      }
+      const ageMs = stampAgeMs(stat);
+      if (ageMs === undefined) {
+        // Stamped under another leader (or its clock went back): count afresh from now.
+        await this.#call('acquire', () => session.delete(endPath, -1));
+        continue;
+      }
+      if (ageMs < delayMs) return delayMs - ageMs;
+      await this.#call('acquire', () => this.#clearMarker(session, markerPath));
+      return 0;
+    }
+    return delayMs;
+  }
+
+  /** Delete a lock-delay marker and its end stamp (a stamp made in between is deleted too). */
+  async #clearMarker(session: ZkSession, markerPath: string): Promise<void> {
+    for (let tries = 0; ; tries++) {
+      await session.delete(`${markerPath}/${END_NODE}`, -1);
+      try {
+        await session.delete(markerPath, -1);
+        return;
+      } catch (error) {
+        if (zkCode(error) !== ZCODE.notEmpty || tries >= 3) throw error;
+      }
+    }
+  }
+
+  /**
+   * Record a grant's lock-delay: its marker, `_d_<node name>` with the delay as data (persistent:
+   * it outlives the session; lock-delay.ts). Made before the grant is answered.
+   * @throws BackendError when the ensemble cannot answer.
+   */
+  async #markDelay(contender: Contender, dir: string, delayMs: number): Promise<void> {
+    const path = `${dir}/${markerNameOf(contender.name)}`;
+    try {
+      await contender.session.create(path, encodeDelay(delayMs), CREATE_MODE.persistent);
+    } catch (error) {
+      // Made by an attempt whose reply was lost: the same grant's.
+      if (zkCode(error) !== ZCODE.nodeExists) throw await this.#wrap('acquire', error);
+    }
+    contender.delayMarker = path;
+  }
+
+  /**
+   * After this backend ended a grant with a lock-delay at its TTL (deleted its live node): stamp
+   * the end at once, and delete the marker once its delay is over (while the session lives and
+   * the backend is open), so an ended grant nobody contends for leaves nothing behind.
+   */
+  #stampEnd(session: ZkSession, markerPath: string): void {
+    const settle = (afterMs: number) => {
+      const timer = setTimeout(() => {
+        this.#settles.delete(timer);
+        if (this.#closed || !session.alive) return;
+        this.#delayLeft(session, markerPath).then(
+          (left) => left > 0 && settle(left + SETTLE_SLACK_MS),
+          () => undefined,
+        );
+      }, afterMs);
+      timer.unref();
+      this.#settles.add(timer);
+    };
+    session.create(`${markerPath}/${END_NODE}`, '', CREATE_MODE.persistent).then(
+      () => undefined,
+      () => undefined,
+    );
+    void session.read(markerPath).then(
+      (marker) => {
+        if (marker !== undefined) settle(decodeDelay(marker.data) + SETTLE_SLACK_MS);
+      },
+      () => undefined,
+    );
   }
 
   /**
@@ -521,11 +708,23 @@ export class ZookeeperBackend implements Backend {
       // Deleted in the background once the ensemble answers (on reconnection, or by the retry).
       known?.lost.abort(error);
       this.#forget(lease.owner);
-      this.#doom({ session, dir, owner: lease.owner, path });
+      this.#doom({ session, dir, owner: lease.owner, path, marker: known?.delayMarker });
       throw error;
     }
     this.#forget(lease.owner);
-    if (deleted) return 'released';
+    if (deleted) {
+      // The live grant is released: its lock-delay with it. A grant made by another process (an
+      // owner-addressed one) may have a marker this backend does not know of.
+      const marker =
+        known === undefined && lease.permits === undefined
+          ? `${dir}/${markerNameOf(path.slice(dir.length + 1))}`
+          : known?.delayMarker;
+      if (marker !== undefined) {
+        // Left in force (the conservative side) when the ensemble cannot be reached.
+        await this.#clearMarker(session, marker).catch(() => undefined);
+      }
+      return 'released';
+    }
     return this.#othersOrNobody(dir, lease.permits, lease.election);
   }
 
@@ -535,7 +734,7 @@ export class ZookeeperBackend implements Backend {
     const known = this.#contenders.get(request.owner);
     const session = known?.session.alive ? known.session : await this.session(DEFAULTS.ttlMs);
     this.#forget(request.owner);
-    await this.#deleteOwn(session, dir, request.owner, known?.path);
+    await this.#deleteOwn(session, dir, request.owner, known?.path, known?.delayMarker);
   }
 
   /**
@@ -626,7 +825,8 @@ export class ZookeeperBackend implements Backend {
         Promise.all([session.sync(dir), session.children(dir)]),
       );
       const head = parseCandidates(names)[0];
-      if (head === undefined) return null;
+      // In a lock-delay after a leadership that ended without a resignation, nobody leads.
+      if (head === undefined || delayInForce(names)) return null;
       const path = `${dir}/${head.name}`;
       const read = await this.#call('leader', () => session.read(path));
       if (read === undefined) continue;
@@ -671,11 +871,18 @@ export class ZookeeperBackend implements Backend {
   async inspect(key: string): Promise<LockInfo> {
     const dir = this.dirOf(key);
     const session = await this.session(DEFAULTS.ttlMs);
-    const entries = parseChildren(await this.#call('inspect', () => session.children(dir)));
+    const names = await this.#call('inspect', () => session.children(dir));
+    const entries = parseChildren(names);
     const first = entries[0];
     const last = entries.at(-1);
     if (first === undefined || last === undefined)
       return { key, holder: null, lastFencingToken: 0n };
+    if (delayInForce(names)) {
+      // In a lock-delay: nobody holds the key; the first in line waits for the delay's end.
+      const tail = await this.#call('inspect', () => session.stat(`${dir}/${last.name}`));
+      if (tail === undefined) return this.inspect(key);
+      return { key, holder: null, lastFencingToken: BigInt(tail.czxid) };
+    }
     const [head, tail] = await Promise.all([
       this.#call('inspect', () => session.read(`${dir}/${first.name}`)),
       last === first ? undefined : this.#call('inspect', () => session.stat(`${dir}/${last.name}`)),
@@ -741,6 +948,8 @@ export class ZookeeperBackend implements Backend {
     for (const watcher of [...this.#electionWatches]) watcher.stop();
     for (const contender of this.#contenders.values()) clearTimeout(contender.expiry);
     this.#contenders.clear();
+    for (const timer of this.#settles) clearTimeout(timer);
+    this.#settles.clear();
     for (const timer of this.#retries.values()) clearTimeout(timer);
     this.#retries.clear();
     this.#retryDelays.clear();
@@ -836,6 +1045,7 @@ export class ZookeeperBackend implements Backend {
       announced: false,
       value: request.election?.value,
       granted: false,
+      delayMarker: undefined,
     };
     this.#contenders.set(request.owner, contender);
     return contender;
@@ -892,7 +1102,12 @@ export class ZookeeperBackend implements Backend {
     contender.expiry = setTimeout(() => {
       if (this.#contenders.get(contender.owner) !== contender) return;
       this.#forget(contender.owner);
-      contender.session.delete(contender.path, contender.version).catch(() => undefined);
+      const { session, delayMarker } = contender;
+      session.delete(contender.path, contender.version).then(
+        // Ended without a release: a lock-delay counts from here.
+        (deleted) => deleted && delayMarker !== undefined && this.#stampEnd(session, delayMarker),
+        () => undefined,
+      );
     }, contender.ttlMs);
     contender.expiresAt = monotonicNow() + contender.ttlMs;
     contender.expiry.unref();
@@ -912,7 +1127,9 @@ export class ZookeeperBackend implements Backend {
       if (doomed.session !== session || !this.#doomed.has(doomed)) continue;
       this.#doomed.delete(doomed);
       // Kept again (by #deleteOwn) when the ensemble still cannot be reached.
-      await this.#deleteOwn(session, doomed.dir, doomed.owner, doomed.path).catch(() => undefined);
+      await this.#deleteOwn(session, doomed.dir, doomed.owner, doomed.path, doomed.marker).catch(
+        () => undefined,
+      );
     }
   }
 
@@ -927,6 +1144,7 @@ export class ZookeeperBackend implements Backend {
     dir: string,
     owner: string,
     path: string | undefined,
+    marker?: string,
   ): Promise<void> {
     if (!session.alive) return;
     const live = () => this.#contenders.get(owner)?.path;
@@ -936,14 +1154,22 @@ export class ZookeeperBackend implements Backend {
         for (const name of names) {
           const found = `${dir}/${name}`;
           if (name.startsWith(`_c_${owner}-`) && found !== live()) {
-            await this.#call('abandon', () => session.delete(found, -1));
+            const deleted = await this.#call('abandon', () => session.delete(found, -1));
+            // A live grant withdrawn: its lock-delay goes with it.
+            const itsMarker = markerNameOf(name);
+            if (deleted && names.includes(itsMarker)) {
+              await this.#call('abandon', () => this.#clearMarker(session, `${dir}/${itsMarker}`));
+            }
           }
         }
       } else if (path !== live()) {
-        await this.#call('abandon', () => session.delete(path, -1));
+        const deleted = await this.#call('abandon', () => session.delete(path, -1));
+        if (deleted && marker !== undefined) {
+          await this.#call('abandon', () => this.#clearMarker(session, marker));
+        }
       }
     } catch (error) {
-      if (!this.#closed) this.#doom({ session, dir, owner, path });
+      if (!this.#closed) this.#doom({ session, dir, owner, path, marker });
       throw error;
     }
   }

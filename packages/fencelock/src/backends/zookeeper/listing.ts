@@ -28,6 +28,7 @@
  */
 import type { ListedHolder, ListedLock, ListPage, ListRequest } from '../../core/backend.js';
 import { InvalidArgumentError } from '../../errors.js';
+import { delayInForce } from './lock-delay.js';
 import { keyOfNodeName, nodeNameOf, parseChildren } from './names.js';
 import { parsePermitLine } from './permit-line.js';
 import type { ZkSession } from './session.js';
@@ -124,9 +125,12 @@ interface Line {
 
 /**
  * A lock's line: the first node when it is a writer's, else the readers ahead of the first
- * writer (a writer holds when no node is ahead of it, a reader when no writer's is).
+ * writer (a writer holds when no node is ahead of it, a reader when no writer's is); nobody while
+ * a lock-delay's marker shows an ended grant (lock-delay.ts).
  */
 function lockLine(names: readonly string[]): Line | undefined {
+  // In a lock-delay (a grant that ended without a release), nobody holds the key.
+  if (delayInForce(names)) return undefined;
   const entries = parseChildren(names);
   const first = entries[0];
   if (first === undefined) return undefined;

@@ -54,6 +54,12 @@ export interface NodeStat {
   readonly version: number;
   /** Session id (hex) of an ephemeral node's owner, `'0'` for others. */
   readonly ephemeralOwner: string;
+  /** Zxid of the last data write, as a JS number (lock-delay.ts). */
+  readonly mzxid?: number;
+  /** The leader's wall-clock time of the create (the binding's `Date`; lock-delay.ts). */
+  readonly ctime?: Date | number;
+  /** The leader's wall-clock time of the last data write (the binding's `Date`). */
+  readonly mtime?: Date | number;
 }
 
 export type Callback<T> = (rc: number, error: string, value: T) => void;

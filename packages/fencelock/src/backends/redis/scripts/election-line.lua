@@ -11,12 +11,17 @@
 --            it asked for (a hand-over grants it that); "<owner>:value" -> its value
 --   channel  the election's channel: a hand-over publishes "<owner>:<term>:<first TTL>" (the
 --            release-waiters format), every other change of the leader or its value "*"
+--   delay    the leadership's lock-delay D (ms), with a PX expiry of the grant's remaining TTL +
+--            D, as a lock's delay key (lock-line.lua): written with the grant, extended by its
+--            renewals, deleted by a resignation of the live grant; while it outlives the leader
+--            key nobody is granted. "<owner>:delay" in waiters: a waiting candidate's D.
 
--- The keys of an election as its scripts receive them, five from KEYS[first] on.
+-- The keys of an election as its scripts receive them, six from KEYS[first] on (a caller that
+-- passes five, written before lock-delay, leaves `delay` nil: no delay checked or recorded).
 local function electionKeysAt(first)
   return {
     leader = KEYS[first], term = KEYS[first + 1], queue = KEYS[first + 2],
-    waiters = KEYS[first + 3], channel = KEYS[first + 4],
+    waiters = KEYS[first + 3], channel = KEYS[first + 4], delay = KEYS[first + 5],
   }
 end
 
@@ -39,7 +44,8 @@ end
 
 -- Take `owner`'s entry, with its value, out of the line (no-op when it has none).
 local function dropCandidate(e, owner)
-  if redis.call('HDEL', e.waiters, owner, owner .. ':ttl', owner .. ':value') > 0 then
+  local fields = {owner, owner .. ':ttl', owner .. ':value', owner .. ':delay'}
+  if redis.call('HDEL', e.waiters, unpack(fields)) > 0 then
     redis.call('LREM', e.queue, 1, owner)
   end
 end
@@ -53,41 +59,50 @@ local function headCandidate(e)
     local left = tonumber(redis.call('HGET', e.waiters, first) or '0') - nowMs()
     if left > 0 then return first, left end
     redis.call('LPOP', e.queue)
-    redis.call('HDEL', e.waiters, first, first .. ':ttl', first .. ':value')
+    redis.call('HDEL', e.waiters, first, first .. ':ttl', first .. ':value', first .. ':delay')
   end
 end
 
--- Join the tail of the line, or keep one's place and refresh the entry (its TTL and value); both
--- keys outlive the newest entry. waiterTtlMs 0: a single attempt, never queued.
-local function joinLine(e, owner, ttlMs, value, waiterTtlMs)
+-- Join the tail of the line, or keep one's place and refresh the entry (its TTL, value and
+-- lock-delay); both keys outlive the newest entry. waiterTtlMs 0: a single attempt, never queued.
+local function joinLine(e, owner, ttlMs, value, waiterTtlMs, delayMs)
   if waiterTtlMs <= 0 then return end
   if redis.call('HSET', e.waiters, owner, nowMs() + waiterTtlMs) == 1 then
     redis.call('RPUSH', e.queue, owner)
   end
   redis.call('HSET', e.waiters, owner .. ':ttl', ttlMs, owner .. ':value', value)
+  if (tonumber(delayMs or '0') or 0) > 0 then
+    redis.call('HSET', e.waiters, owner .. ':delay', delayMs)
+  end
   if redis.call('PTTL', e.queue) < waiterTtlMs then redis.call('PEXPIRE', e.queue, waiterTtlMs) end
   if redis.call('PTTL', e.waiters) < waiterTtlMs then redis.call('PEXPIRE', e.waiters, waiterTtlMs) end
 end
 
--- Make `owner` the leader with a new term for ttlMs, publishing `value`; returns the term.
-local function grantLeader(e, owner, ttlMs, value)
+-- Make `owner` the leader with a new term for ttlMs, publishing `value`, with its lock-delay
+-- (delayMs > 0, holdDelay); returns the term.
+local function grantLeader(e, owner, ttlMs, value, delayMs)
   dropCandidate(e, owner)
   local term = nextTerm(e.term)
   redis.call('SET', e.leader, owner .. ':' .. term .. ':' .. value, 'PX', ttlMs)
+  if (tonumber(delayMs or '0') or 0) > 0 then holdDelay(e.delay, ttlMs, delayMs) end
   return term
 end
 
--- The election has no leader now: grant the head of the line (if any) with its value for a first
--- TTL of min(its ttlMs, capMs) and publish "<owner>:<term>:<first TTL>" (the waiter holds it on
--- receipt and renews it to its full TTL, as a lock's line-handoff.lua); else publish "*".
+-- The election has no leader now: grant the head of the line (if any) with its value and
+-- lock-delay for a first TTL of min(its ttlMs, capMs) and publish "<owner>:<term>:<first TTL>"
+-- (the waiter holds it on receipt and renews it to its full TTL, as a lock's line-handoff.lua);
+-- else, or while the election is in the lock-delay of a leadership that ended without a
+-- resignation (nobody is granted before it ends; the candidates attempt again then), publish "*".
 local function handOver(e, capMs)
-  local first = headCandidate(e)
+  local first
+  if delayLeft(e.delay) == 0 then first = headCandidate(e) end
   if first then
-    local fields = redis.call('HMGET', e.waiters, first .. ':ttl', first .. ':value')
+    local fields =
+      redis.call('HMGET', e.waiters, first .. ':ttl', first .. ':value', first .. ':delay')
     local ttlMs = tonumber(fields[1] or '0')
     if ttlMs > 0 and fields[2] then
       local firstTtlMs = string.format('%d', math.min(ttlMs, capMs))
-      local term = grantLeader(e, first, firstTtlMs, fields[2])
+      local term = grantLeader(e, first, firstTtlMs, fields[2], fields[3])
       redis.call('PUBLISH', e.channel, first .. ':' .. term .. ':' .. firstTtlMs)
       return
     end

@@ -14,7 +14,13 @@
 -- - The head is a reader: the readers at the head of the line, up to the first writer, are each
 --   woken by their owner id (a bare id: the waiter attempts at once, read-acquire.lua grants it);
 --   nobody behind that writer wakes (no herd).
+-- - The key is in a lock-delay (a writer's grant ended without a release; a live release deletes
+--   the delay key before it hands on): nothing; the line keeps its order and the waiters, told
+--   the delay left by their attempts, attempt again when it ends (the head is granted then).
+-- A handed writer's grant records the lock-delay its entry carries ("<head>:delay"), for its
+-- first TTL (its confirming renewal extends it with the grant).
 local function handOff(keys, capMs, fenceGraceMs)
+  if delayLeft(keys.delay) > 0 then return end
   local first, _, reads = headOfLine(keys.queue, keys.waiters)
   if not first then return end
   if reads then
@@ -26,7 +32,8 @@ local function handOff(keys, capMs, fenceGraceMs)
     return
   end
   if liveReaders(keys.readers, keys.readerTokens) > 0 then return end
-  local ttlMs = tonumber(redis.call('HGET', keys.waiters, first .. ':ttl') or '0')
+  local entry = redis.call('HMGET', keys.waiters, first .. ':ttl', first .. ':delay')
+  local ttlMs = tonumber(entry[1] or '0')
   if ttlMs <= 0 then
     redis.call('PUBLISH', keys.channel, first)
     return
@@ -35,5 +42,6 @@ local function handOff(keys, capMs, fenceGraceMs)
   local token = nextToken(keys.fence, string.format('%d', ttlMs + fenceGraceMs))
   local firstTtlMs = string.format('%d', math.min(ttlMs, capMs))
   redis.call('SET', keys.lock, first .. ':' .. token, 'PX', firstTtlMs)
+  if entry[2] then holdDelay(keys.delay, firstTtlMs, entry[2]) end
   redis.call('PUBLISH', keys.channel, first .. ':' .. token .. ':' .. firstTtlMs)
 end

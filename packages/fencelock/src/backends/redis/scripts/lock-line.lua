@@ -9,18 +9,27 @@
 --                 '1' for a waiting reader (no field: a writer). Owners are hex, so no clash.
 --   readers       sorted set: reading owner -> its grant's expiry (ms, Redis TIME)
 --   readerTokens  hash: reading owner -> its grant's fencing token
+--   delay         the lock-delay D (ms) of the writer's grant (Chubby's lock-delay), with a PX
+--                 expiry of the grant's remaining TTL + D: written with the grant, extended by
+--                 its renewals, deleted by a release of the live grant. Once the lock key has
+--                 expired without a release, this key outlives it by exactly D on the server's
+--                 clock, and the lock goes to nobody while it exists (delayLeft). Also
+--                 "<owner>:delay" in the waiters hash: the D a waiting writer asked for, which a
+--                 hand-over records with its grant.
 -- Readers share the key and a writer is alone (Curator's InterProcessReadWriteLock): a writer
 -- goes when nobody holds the key and it heads the line; a reader when no writer holds it (or only
 -- the caller's own, a downgrade) and no live writer's entry is ahead of its own. The readers'
 -- keys expire with their latest grant, the line's with its newest entry: nothing stays once the
 -- lock is idle.
 
--- The keys of a lock as the granting scripts receive them, six from KEYS[first] on (scripts.ts's
--- QueueKeys order): lock, fence, queue, waiters, readers, readerTokens.
+-- The keys of a lock as the granting scripts receive them, seven from KEYS[first] on (scripts.ts's
+-- QueueKeys order): lock, fence, queue, waiters, readers, readerTokens, delay. A caller that
+-- passes six (written before lock-delay) leaves `delay` nil: no delay is checked or recorded.
 local function grantKeysAt(first)
   return {
     lock = KEYS[first], fence = KEYS[first + 1], queue = KEYS[first + 2],
     waiters = KEYS[first + 3], readers = KEYS[first + 4], readerTokens = KEYS[first + 5],
+    delay = KEYS[first + 6],
   }
 end
 
@@ -48,6 +57,30 @@ local function nextToken(fenceKey, fenceTtlMs)
   return token
 end
 
+-- Lock-delay (Chubby's, Burrows OSDI 2006 section 2.4; Consul's session LockDelay). The ms an
+-- object (a lock, an election) must still go to nobody after a grant that ended without a
+-- release: the PTTL of its delay key, 0 when none (or no delay key passed). Only asked while
+-- nobody holds the object: while its grant lives the key just rides along with it.
+local function delayLeft(delayKey)
+  if not delayKey then return 0 end
+  return math.max(redis.call('PTTL', delayKey), 0)
+end
+
+-- Record the delay of a grant just made or refreshed for ttlMs: delayMs > 0 sets the delay key to
+-- D = delayMs with a PX of ttlMs + D (its lock key's PX was set to ttlMs in this script, on the
+-- same clock: the delay key outlives it by exactly D); otherwise a delay key already there (the
+-- same holder's earlier grant, renewed or asked again) is extended by the D it stores.
+local function holdDelay(delayKey, ttlMs, delayMs)
+  if not delayKey then return end
+  local d = tonumber(delayMs or '0') or 0
+  if d <= 0 then
+    d = tonumber(redis.call('GET', delayKey) or '0')
+    if d <= 0 then return end
+  end
+  local px = string.format('%d', tonumber(ttlMs) + d)
+  redis.call('SET', delayKey, string.format('%d', d), 'PX', px)
+end
+
 -- Drop the readers whose time ran out (crashed or cut off); returns how many hold the key now
 -- and the ms until the last of them ends (0, 0 when none). One EXISTS when nobody reads: the
 -- readers' keys expire with their latest grant, so no key means no live reader.
@@ -65,7 +98,8 @@ end
 
 -- Take `owner`'s entry out of the line (no-op when it has none).
 local function leaveLine(queueKey, waitersKey, owner)
-  if redis.call('HDEL', waitersKey, owner, owner .. ':ttl', owner .. ':read') > 0 then
+  local fields = {owner, owner .. ':ttl', owner .. ':read', owner .. ':delay'}
+  if redis.call('HDEL', waitersKey, unpack(fields)) > 0 then
     redis.call('LREM', queueKey, 1, owner)
   end
 end
@@ -84,7 +118,7 @@ local function walkLine(queueKey, waitersKey, step, visit)
       local left = tonumber(fields[1] or '0') - nowMs()
       if left <= 0 then
         redis.call('LREM', queueKey, 1, entry)
-        redis.call('HDEL', waitersKey, entry, entry .. ':ttl', entry .. ':read')
+        redis.call('HDEL', waitersKey, entry, entry .. ':ttl', entry .. ':read', entry .. ':delay')
         dropped = dropped + 1
       elseif visit(entry, left, fields[2] == '1') then
         return
@@ -104,10 +138,10 @@ local function headOfLine(queueKey, waitersKey)
   return first, firstLeft, firstReads
 end
 
--- Join the tail, or keep one's place and refresh the entry (and, for a writer, the TTL a handed
--- grant is made for); both keys outlive the newest entry. waiterTtlMs 0: a single attempt,
--- never queued.
-local function enqueue(queueKey, waitersKey, owner, ttlMs, waiterTtlMs, reads)
+-- Join the tail, or keep one's place and refresh the entry (and, for a writer, the TTL and the
+-- lock-delay a handed grant is made with); both keys outlive the newest entry. waiterTtlMs 0: a
+-- single attempt, never queued.
+local function enqueue(queueKey, waitersKey, owner, ttlMs, waiterTtlMs, reads, delayMs)
   if waiterTtlMs <= 0 then return end
   if redis.call('HSET', waitersKey, owner, nowMs() + waiterTtlMs) == 1 then
     redis.call('RPUSH', queueKey, owner)
@@ -116,6 +150,9 @@ local function enqueue(queueKey, waitersKey, owner, ttlMs, waiterTtlMs, reads)
     redis.call('HSET', waitersKey, owner .. ':read', '1')
   else
     redis.call('HSET', waitersKey, owner .. ':ttl', ttlMs)
+    if (tonumber(delayMs or '0') or 0) > 0 then
+      redis.call('HSET', waitersKey, owner .. ':delay', delayMs)
+    end
   end
   if redis.call('PTTL', queueKey) < waiterTtlMs then redis.call('PEXPIRE', queueKey, waiterTtlMs) end
   if redis.call('PTTL', waitersKey) < waiterTtlMs then redis.call('PEXPIRE', waitersKey, waiterTtlMs) end

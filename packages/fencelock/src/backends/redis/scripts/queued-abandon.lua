@@ -5,6 +5,7 @@
 -- behind it may go now), the key is handed on (handOff, line-handoff.lua, which precedes this
 -- script after lock-line.lua). A grant handed to this owner while it was giving up is deleted
 -- and handed on the same way.
+-- Deleting this owner's live writer grant deletes its lock-delay too, as a release does.
 -- Returns 1 deleted a grant of this owner, 0 nothing of this owner's held the key (or keepGrant).
 local keys = {
   lock = KEYS[1],
@@ -14,6 +15,7 @@ local keys = {
   waiters = KEYS[5],
   readers = KEYS[6],
   readerTokens = KEYS[7],
+  delay = KEYS[8],          -- the writer's lock-delay (absent from older callers: none)
 }
 local owner = ARGV[1]
 local keepGrant = ARGV[2] == '1'        -- '1': leave the line only, never delete a grant
@@ -27,6 +29,7 @@ if not keepGrant then
     local sep = string.find(current, ':', 1, true)
     if string.sub(current, 1, sep - 1) == owner then
       redis.call('DEL', keys.lock)
+      if keys.delay then redis.call('DEL', keys.delay) end
       current = false
       deleted = 1
     end

@@ -6,6 +6,9 @@
 --   nobody else wakes);
 -- - a reader's release (its owner and token among the readers): the last reader's release hands
 --   the key on the same way (to the writer at the head of the line).
+-- The writer's release of its live grant deletes its lock-delay (lock-line.lua's delay key: a
+-- release ends the grant with no delay); a release that finds the grant gone (its TTL ran out)
+-- leaves the delay running, and the hand-over waits for it.
 -- Returns 1 released; 0 not held (no writer and no live reader); -1 this owner and token hold
 -- nothing while someone holds the key (nothing is deleted).
 local keys = {
@@ -16,6 +19,7 @@ local keys = {
   waiters = KEYS[5],        -- hash: entry expiry (ms), ttlMs and mode per owner
   readers = KEYS[6],        -- sorted set: reading owner -> grant expiry (ms)
   readerTokens = KEYS[7],   -- hash: reading owner -> its token
+  delay = KEYS[8],          -- the writer's lock-delay (absent from older callers: none)
 }
 local owner, token = ARGV[1], ARGV[2]
 local capMs = tonumber(ARGV[3])         -- longest first TTL of a handed grant, ms
@@ -24,6 +28,7 @@ local fenceGraceMs = tonumber(ARGV[4])  -- the fence counter outlives a grant's 
 local current = redis.call('GET', keys.lock)
 if current == owner .. ':' .. token then
   redis.call('DEL', keys.lock)
+  if keys.delay then redis.call('DEL', keys.delay) end
   handOff(keys, capMs, fenceGraceMs)
   return 1
 end

@@ -10,9 +10,11 @@
 -- A downgrade (heldWriter: the caller holds the write lock) passes that writer; any other writer
 -- holding the key or waiting in line would wait for the caller (or be let in beside the reader),
 -- so the attempt is refused: nothing of it stays, and the backend throws downgradeBlocked.
+-- A writer's lock-delay (lock-line.lua's delay key) keeps readers out too, until it ends.
 -- Returns {1, token} granted; {0, ms} not granted, where ms bounds how long nothing may change
--- (the writer's PTTL, or the first writer's entry time left); {-2} a downgrade blocked.
-local k = grantKeysAt(1)      -- lock, fence, queue, waiters, readers, readerTokens (lock-line.lua)
+-- (the writer's PTTL, the lock-delay left, or the first writer's entry time left); {-2} a
+-- downgrade blocked.
+local k = grantKeysAt(1)      -- lock, fence, queue, waiters, readers, readerTokens, delay
 local owner = ARGV[1]         -- contender id (hex, no ':')
 local ttlMs = ARGV[2]         -- lease length in whole milliseconds
 local waiterTtlMs = tonumber(ARGV[3]) -- entry lifetime; 0: a single attempt, never queued

@@ -39,8 +39,9 @@ end
 -- caller's own, `heldWriter`, a downgrade; and no live writer's entry is ahead of its own):
 -- - 'again', token: it reads the key already (its earlier reply was lost);
 -- - 'free';
--- - 'busy', ms: not now; ms bounds how long nothing may change (the writer's PTTL, or the first
---   writer's entry time left).
+-- - 'busy', ms: not now; ms bounds how long nothing may change (the writer's PTTL, the lock-delay
+--   left after a writer's grant that ended without a release, or the first writer's entry time
+--   left).
 -- Writes nothing but the clean-up of entries whose time ran out. `k` is a lock's keys
 -- (grantKeysAt).
 local function readVerdict(k, owner, heldWriter)
@@ -51,6 +52,11 @@ local function readVerdict(k, owner, heldWriter)
   local current = redis.call('GET', k.lock)
   if current and string.sub(current, 1, string.find(current, ':', 1, true) - 1) ~= heldWriter then
     return 'busy', redis.call('PTTL', k.lock)
+  end
+  -- No writer holds the key, but the last one's grant ended without a release: its lock-delay.
+  if not current then
+    local delayed = delayLeft(k.delay)
+    if delayed > 0 then return 'busy', delayed end
   end
   local writer, writerLeft = writerAhead(k.queue, k.waiters, owner)
   if writer then return 'busy', writerLeft end

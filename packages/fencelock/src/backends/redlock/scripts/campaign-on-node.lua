@@ -11,8 +11,13 @@
 -- counter (restarted empty, or from an older snapshot) or its clock stepped back, as long as not
 -- both at once. Nodes that read the same millisecond on a fresh counter agree; others take the
 -- settle round (settle-term-on-node.lua).
--- Returns {1, term} when granted; {0, ms} when not: the leader's PTTL, or the remaining entry
--- time of the head of the line when the election is free but another candidate is first.
+-- Lock-delay (line.lua: recordDelay, delayLeft), as grant-on-node.lua keeps it: with `delayKey`,
+-- a free election whose last leadership ended without a resignation less than its D ago is
+-- granted to nobody, the head of the line included; a grant with `lockDelayMs` > 0 records its
+-- delay beside it, and the leader asking again moves it with the grant.
+-- Returns {1, term} when granted; {0, ms} when not: the leader's PTTL, the delay left, or the
+-- remaining entry time of the head of the line when the election is free but another candidate
+-- is first.
 local leaderKey = KEYS[1]  -- hash: owner, term, value; PX = the grant's TTL
 local termKey = KEYS[2]    -- the election's last term on this node; no expiry
 local queueKey = KEYS[3]   -- sorted set: waiting candidates by ticket
@@ -23,6 +28,8 @@ local ttlMs = ARGV[2]      -- grant length in whole milliseconds
 local ticket = ARGV[3]     -- µs the candidate started waiting, on its clock; '0': single attempt
 local waiterTtlMs = tonumber(ARGV[4]) -- entry lifetime past this attempt, ms
 local value = ARGV[5]      -- the candidate's value
+local delayKey = KEYS[6]   -- "<owner>:<D>" with PX = grant's TTL + D (line.lua); nil: no delay
+local lockDelayMs = ARGV[6] or '0' -- this grant's lock-delay, ms; '0': none
 
 local function enqueue()
   if ticket ~= '0' then joinLine(queueKey, waitersKey, owner, ticket, waiterTtlMs, false) end
@@ -32,10 +39,18 @@ local holder, held = leaderOf(leaderKey)
 if holder then
   if holder == owner then
     redis.call('PEXPIRE', leaderKey, ttlMs)
+    moveDelay(delayKey, owner, ttlMs, lockDelayMs)
     return {1, held}
   end
   enqueue()
   return {0, redis.call('PTTL', leaderKey)}
+end
+
+-- The last leadership ended without a resignation less than its delay ago: nobody goes yet.
+local delayed = delayLeft(delayKey)
+if delayed > 0 then
+  enqueue()
+  return {0, delayed}
 end
 
 -- Free: the head of the line goes first (a candidate this node lacked takes its place by ticket).
@@ -54,5 +69,6 @@ local term = string.format('%d', math.max(tonumber(redis.call('GET', termKey) or
 redis.call('SET', termKey, term)
 redis.call('HSET', leaderKey, 'owner', owner, 'term', term, 'value', value)
 redis.call('PEXPIRE', leaderKey, ttlMs)
+recordDelay(delayKey, owner, ttlMs, lockDelayMs)
 changed(changedChannel, 'granted')
 return {1, term}

@@ -16,6 +16,10 @@
 -- live reader has left, or the remaining entry time of the head of the line when the key is free
 -- but another waiter is first. Live readers (read-grant-on-node.lua) keep a writer out: the one
 -- check a plain write lock pays for them is an EXISTS of the readers' key (liveReaders).
+-- Lock-delay (line.lua: recordDelay, delayLeft): with `delayKey`, a free key whose last grant
+-- ended without a release less than its D ago is granted to nobody, the head of the line
+-- included ({0, delay left}; a waiter keeps its place); a grant with `lockDelayMs` > 0 records
+-- its delay beside it, and the holder asking again moves it with the grant.
 local lockKey = KEYS[1]    -- holds "<owner>:<token>" with a PX expiry
 local fenceKey = KEYS[2]   -- the key's last token on this node; expires fenceTtlMs after a grant
 local queueKey = KEYS[3]   -- sorted set: waiting owners by ticket
@@ -27,6 +31,8 @@ local ttlMs = ARGV[2]      -- lease length in whole milliseconds
 local fenceTtlMs = ARGV[3] -- lifetime of the fence counter, ms (longer than ttlMs)
 local ticket = ARGV[4]     -- µs the contender started waiting, on its clock; '0': single attempt
 local waiterTtlMs = tonumber(ARGV[5]) -- entry lifetime past this attempt, ms
+local delayKey = KEYS[7]   -- "<owner>:<D>" with PX = grant's TTL + D (line.lua); nil: no delay
+local lockDelayMs = ARGV[6] or '0' -- this grant's lock-delay, ms; '0': none
 
 -- A waiting contender joins the line, or keeps its place; a single attempt never does.
 local function enqueue()
@@ -39,10 +45,18 @@ if current then
   if string.sub(current, 1, sep - 1) == owner then
     -- The same owner asks again (its earlier reply was lost): refresh and answer again.
     redis.call('PEXPIRE', lockKey, ttlMs)
+    moveDelay(delayKey, owner, ttlMs, lockDelayMs)
     return {1, string.sub(current, sep + 1)}
   end
   enqueue()
   return {0, redis.call('PTTL', lockKey)}
+end
+
+-- The last grant ended without a release less than its delay ago: nobody goes until it ends.
+local delayed = delayLeft(delayKey)
+if delayed > 0 then
+  enqueue()
+  return {0, delayed}
 end
 
 -- Readers hold the key: wait until the last of them is gone.
@@ -68,4 +82,5 @@ end
 -- Issue the token and set the key in the same script, so no grant goes without a token.
 local token = issueToken(fenceKey, fenceTtlMs)
 redis.call('SET', lockKey, owner .. ':' .. token, 'NX', 'PX', ttlMs)
+recordDelay(delayKey, owner, ttlMs, lockDelayMs)
 return {1, token}

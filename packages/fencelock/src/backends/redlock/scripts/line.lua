@@ -148,3 +148,48 @@ local function issueToken(fenceKey, fenceTtlMs)
   redis.call('SET', fenceKey, token, 'PX', fenceTtlMs)
   return token
 end
+
+-- Lock-delay (Chubby's, Burrows OSDI 2006 §2.4; Consul's session LockDelay): an exclusive grant
+-- made with a delay of D ms keeps a key beside it (the lock's, or the election's, `delay`)
+-- holding "<owner>:<D>" whose PX is the grant's TTL + D, set in the same script as the grant and
+-- moved with it by every renewal and repeated attempt of its holder, so that on this node it
+-- outlives the grant by exactly D (one clock, one instant). A release or withdrawal that deletes
+-- the live grant deletes it too; when the grant ends otherwise (its TTL ran out, or it was taken
+-- away) it stays, and while it lives with no grant beside it nobody is granted the object here,
+-- the head of the line included. It expires by itself. A script given no delay key (nil) keeps
+-- no delay.
+
+-- Record `owner`'s delay of `delayMs` (none when 0) beside its grant of `ttlMs` from now.
+local function recordDelay(delayKey, owner, ttlMs, delayMs)
+  local d = tonumber(delayMs or '0') or 0
+  if not delayKey or d <= 0 then return end
+  redis.call('SET', delayKey, owner .. ':' .. string.format('%d', d), 'PX', tonumber(ttlMs) + d)
+end
+
+-- `owner`'s grant now lives `ttlMs` from now (renewed, or asked again): its delay, if any, ends
+-- its D past that. A repeated attempt carrying a delay (`delayMs` > 0) records that one.
+local function moveDelay(delayKey, owner, ttlMs, delayMs)
+  if not delayKey then return end
+  if (tonumber(delayMs or '0') or 0) > 0 then return recordDelay(delayKey, owner, ttlMs, delayMs) end
+  local value = redis.call('GET', delayKey)
+  if not value then return end
+  local sep = string.find(value, ':', 1, true)
+  if string.sub(value, 1, sep - 1) ~= owner then return end
+  redis.call('PEXPIRE', delayKey, tonumber(ttlMs) + tonumber(string.sub(value, sep + 1)))
+end
+
+-- `owner`'s live grant was deleted by its release or withdrawal: no delay follows it.
+local function clearDelay(delayKey, owner)
+  if not delayKey then return end
+  local value = redis.call('GET', delayKey)
+  if value and string.sub(value, 1, #owner + 1) == owner .. ':' then redis.call('DEL', delayKey) end
+end
+
+-- Ms of a delay left here (0: none). Asked only where no grant holds the object: a delay key then
+-- belongs to a grant that ended without a release.
+local function delayLeft(delayKey)
+  if not delayKey then return 0 end
+  local left = redis.call('PTTL', delayKey)
+  if left > 0 then return left end
+  return 0
+end

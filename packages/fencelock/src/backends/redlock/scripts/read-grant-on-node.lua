@@ -11,8 +11,12 @@
 -- A downgrade (heldWriter: the caller holds the write lock) passes that writer (its key and its
 -- entry); any other writer holding the key or waiting in line would wait for the caller, or be
 -- let in beside the reader, so the attempt is refused: nothing of it stays here.
+-- A writer's lock-delay (line.lua: delayLeft) keeps readers out too: where no writer holds the
+-- key and a delay is left (the last write grant ended without a release less than its D ago),
+-- nobody reads until it ends.
 -- Returns {1, token} granted; {0, ms} not granted, where ms bounds how long nothing may change
--- (the writer's PTTL, or the first writer's entry time left); {-2} a downgrade blocked.
+-- (the writer's PTTL, the delay left, or the first writer's entry time left); {-2} a downgrade
+-- blocked.
 local lockKey = KEYS[1]    -- the writer's "<owner>:<token>" with a PX expiry
 local fenceKey = KEYS[2]   -- the key's last token on this node (writers' and readers')
 local queueKey = KEYS[3]   -- sorted set: waiting owners by ticket
@@ -25,6 +29,7 @@ local fenceTtlMs = ARGV[3] -- lifetime of the fence counter, ms (longer than ttl
 local ticket = ARGV[4]     -- µs the contender started waiting, on its clock; '0': single attempt
 local waiterTtlMs = tonumber(ARGV[5]) -- entry lifetime past this attempt, ms
 local heldWriter = ARGV[6] -- owner of the caller's write lock (a downgrade), or ''
+local delayKey = KEYS[7]   -- a writer's lock-delay (line.lua); nil: none kept
 
 -- The same reader asks again (its earlier reply was lost): refresh and answer again.
 local mine = redis.call('HGET', tokensKey, owner)
@@ -49,6 +54,12 @@ end
 local current = redis.call('GET', lockKey)
 if current and string.sub(current, 1, string.find(current, ':', 1, true) - 1) ~= heldWriter then
   return notYet(redis.call('PTTL', lockKey))
+end
+-- No writer: a delay left by one that ended without a release keeps every reader out (a
+-- downgrade's writer is gone then, so nothing of it blocks itself: it waits as any reader).
+if not current then
+  local delayed = delayLeft(delayKey)
+  if delayed > 0 then return {0, delayed} end
 end
 -- The first live writer's entry ahead of this reader's (the whole line when it has none).
 local writer, writerLeft

@@ -7,6 +7,8 @@
 -- a writer's entry removed) and no writer holds the key, the front of the line is woken
 -- (wakeFront, line.lua, which precedes this script; only readers while readers hold the key),
 -- except this owner: it attempts again after its own wait.
+-- Deleting this owner's live writer grant deletes its lock-delay too (clearDelay, line.lua), as a
+-- release does; a grant already gone here leaves any delay alone.
 -- Returns 1 deleted this owner's grant, 0 nothing of this owner's held the key (or keepGrant).
 local lockKey = KEYS[1]
 local queueKey = KEYS[2]
@@ -20,6 +22,7 @@ local keepPlace = ARGV[3] == '1'
 local ticket = ARGV[4]                 -- with keepPlace: the owner's ticket
 local waiterTtlMs = tonumber(ARGV[5])  -- with keepPlace: entry lifetime from now, ms
 local reads = ARGV[6] == '1'           -- with keepPlace: the owner waits to read
+local delayKey = KEYS[7]               -- the writer's lock-delay (line.lua); nil: none kept
 
 local deleted = 0
 local current = redis.call('GET', lockKey)
@@ -28,6 +31,7 @@ if not keepGrant then
     local sep = string.find(current, ':', 1, true)
     if string.sub(current, 1, sep - 1) == owner then
       redis.call('DEL', lockKey)
+      clearDelay(delayKey, owner)
       current = false
       deleted = 1
     end
