@@ -189,7 +189,7 @@ describe.each(STORES)('fencelock run on $name', ({ make }) => {
     ]);
     const holderToken = BigInt(tokenOf(await lineStartingWith(log, 'start A')));
 
-    for (const waitMs of ['300', '0']) {
+    for (const waitMs of ['1500', '0']) {
       const late = await runCli([
         'run',
         key,

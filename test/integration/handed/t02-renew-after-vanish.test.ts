@@ -170,15 +170,16 @@ describe('T02 step 3: watchdog vs a frozen event loop (redis)', () => {
         expect(info.holder).toBeNull();
         expect(info.lastFencingToken).toBe(BigInt(b.token));
 
-        // The watchdog stopped. Renew script calls carry 1 key (k's lock key) and A's owner id.
+        // The watchdog stopped. Renew script calls carry 2 keys (k's lock key and its lock-delay
+        // key) and A's owner id.
         const renewCommands = commands.filter(
-          (c) => c.args[2] === '1' && c.args[3] === lockKey && c.args[4] === lease.owner,
+          (c) => c.args[2] === '2' && c.args[3] === lockKey && c.args[5] === lease.owner,
         );
-        // The monitor works: it saw A's grant (6 keys: lock, fence counter, line, waiters,
-        // readers, readers' tokens; then A's owner id) and B's grant. (Release and abandon take
-        // 7 keys, the fence counter second too.)
+        // The monitor works: it saw A's grant (7 keys: lock, fence counter, line, waiters,
+        // readers, readers' tokens, lock-delay; then A's owner id) and B's grant. (Release and
+        // abandon take 8 keys, the fence counter second too.)
         const grantsA = commands.filter(
-          (c) => c.args[2] === '6' && c.args[4]?.endsWith(':fence') && c.args[9] === lease.owner,
+          (c) => c.args[2] === '7' && c.args[4]?.endsWith(':fence') && c.args[10] === lease.owner,
         );
         expect(grantsA).toHaveLength(1);
         expect(commands.length).toBeGreaterThan(renewCommands.length + 1);
