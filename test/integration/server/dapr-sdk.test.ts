@@ -8,8 +8,8 @@
 import { CommunicationProtocolEnum, DaprClient, LogLevel } from '@dapr/dapr';
 import { Settings } from '@dapr/dapr/utils/Settings.util.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REDIS_URL } from '../../helpers/engines.js';
-import { redisHarness, type StoreHarness, sqliteHarness } from '../handed/stores.js';
+import type { StoreHarness } from '../handed/stores.js';
+import { HARNESSED_STORES } from './harnessed-stores.js';
 import {
   BUILD_TIMEOUT_MS,
   buildCli,
@@ -37,17 +37,6 @@ const SUCCESS = 0;
 const LOCK_DOES_NOT_EXIST = 1;
 const LOCK_BELONGS_TO_OTHERS = 2;
 
-const STORES = [
-  { name: 'redis', make: () => ({ harness: redisHarness(), url: () => REDIS_URL }) },
-  {
-    name: 'sqlite',
-    make: () => {
-      const harness = sqliteHarness();
-      return { harness, url: () => `sqlite:${harness.db.name}` };
-    },
-  },
-] as const;
-
 const PROTOCOLS = [
   { protocol: 'HTTP', communicationProtocol: CommunicationProtocolEnum.HTTP },
   { protocol: 'gRPC', communicationProtocol: CommunicationProtocolEnum.GRPC },
@@ -67,7 +56,7 @@ async function startSidecar(storeUrl: string, env: NodeJS.ProcessEnv): Promise<S
   return { process, httpPort: new URL(process.url).port, grpcPort };
 }
 
-describe.each(STORES)('the Dapr JS SDK against fencelock serve ($name)', ({ make }) => {
+describe.each(HARNESSED_STORES)('the Dapr JS SDK against fencelock serve ($name)', ({ make }) => {
   let harness: StoreHarness;
   let withToken: Sidecar;
   let open: Sidecar;

@@ -8,10 +8,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ownerIdFor } from '../../../packages/cli/src/server/index.js';
 import { MAX_TIMER_MS } from '../../../packages/fencelock/src/index.js';
-import { REDIS_URL } from '../../helpers/engines.js';
 import { useNamespace as useEtcdNamespace } from '../etcd/support.js';
-import { redisHarness, type StoreHarness, sqliteHarness } from '../handed/stores.js';
+import type { StoreHarness } from '../handed/stores.js';
 import { useNamespace as useZkNamespace } from '../zookeeper/support.js';
+import { HARNESSED_STORES } from './harnessed-stores.js';
 import {
   BUILD_TIMEOUT_MS,
   buildCli,
@@ -25,18 +25,7 @@ import {
 beforeAll(buildCli, BUILD_TIMEOUT_MS);
 afterAll(dropRedisKeys);
 
-const STORES = [
-  { name: 'redis', make: () => ({ harness: redisHarness(), url: () => REDIS_URL }) },
-  {
-    name: 'sqlite',
-    make: () => {
-      const harness = sqliteHarness();
-      return { harness, url: () => `sqlite:${harness.db.name}` };
-    },
-  },
-] as const;
-
-describe.each(STORES)('Dapr lock API ($name)', ({ make }) => {
+describe.each(HARNESSED_STORES)('Dapr lock API ($name)', ({ make }) => {
   let harness: StoreHarness;
   let server: ServerProcess;
   let base: string;

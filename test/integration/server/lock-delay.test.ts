@@ -7,9 +7,9 @@
  */
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REDIS_URL } from '../../helpers/engines.js';
-import { redisHarness, type StoreHarness, sqliteHarness } from '../handed/stores.js';
+import type { StoreHarness } from '../handed/stores.js';
 import { failure, type GrpcClients, grpcClients, unary } from './grpc-support.js';
+import { HARNESSED_STORES } from './harnessed-stores.js';
 import {
   BUILD_TIMEOUT_MS,
   buildCli,
@@ -25,23 +25,12 @@ import {
 beforeAll(buildCli, BUILD_TIMEOUT_MS);
 afterAll(dropRedisKeys);
 
-const STORES = [
-  { name: 'redis', make: () => ({ harness: redisHarness(), url: () => REDIS_URL }) },
-  {
-    name: 'sqlite',
-    make: () => {
-      const harness = sqliteHarness();
-      return { harness, url: () => `sqlite:${harness.db.name}` };
-    },
-  },
-] as const;
-
 const TTL_MS = 400;
 const LOCK_DELAY_MS = 1_500;
 /** Timer and clock slack between this process and the store, ms. */
 const SLACK_MS = 50;
 
-describe.each(STORES)('lock-delay through the sidecar ($name)', ({ make }) => {
+describe.each(HARNESSED_STORES)('lock-delay through the sidecar ($name)', ({ make }) => {
   let harness: StoreHarness;
   let server: ServerProcess;
   let grpc: GrpcClients;

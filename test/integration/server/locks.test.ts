@@ -13,6 +13,7 @@ import { MAX_TIMER_MS, MIN_TTL_MS, ttlRule } from '../../../packages/fencelock/s
 import { REDIS_URL } from '../../helpers/engines.js';
 import { settledWithin } from '../../helpers/promises.js';
 import { redisHarness, type StoreHarness, sqliteHarness } from '../handed/stores.js';
+import { HARNESSED_STORES } from './harnessed-stores.js';
 import {
   BUILD_TIMEOUT_MS,
   buildCli,
@@ -29,18 +30,7 @@ import {
 beforeAll(buildCli, BUILD_TIMEOUT_MS);
 afterAll(dropRedisKeys);
 
-const STORES = [
-  { name: 'redis', make: () => ({ harness: redisHarness(), url: () => REDIS_URL }) },
-  {
-    name: 'sqlite',
-    make: () => {
-      const harness = sqliteHarness();
-      return { harness, url: () => `sqlite:${harness.db.name}` };
-    },
-  },
-] as const;
-
-describe.each(STORES)('/v1/locks ($name)', ({ make }) => {
+describe.each(HARNESSED_STORES)('/v1/locks ($name)', ({ make }) => {
   let harness: StoreHarness;
   let server: ServerProcess;
   let base: string;
