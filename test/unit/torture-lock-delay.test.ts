@@ -62,6 +62,21 @@ function history(next: number): ClientEvent[] {
   ];
 }
 
+/**
+ * The cell of one run on Redis with a 1 s TTL: the fault `mark` (of fault `faultId`), the next
+ * grant at `nextGrantAt`, every grant carrying `lockDelayMs`.
+ */
+function cellOf(
+  faultId: string,
+  nextGrantAt: number,
+  mark: FaultMark,
+  lockDelayMs: number,
+  primitive: 'lock' | 'election' = 'lock',
+) {
+  const runs = [run(history(nextGrantAt), [mark], lockDelayMs)];
+  return summarize('redis', fault(faultId), 1_000, runs, undefined, primitive, lockDelayMs);
+}
+
 function run(events: ClientEvent[], marks: FaultMark[], lockDelayMs: number, skipped?: string) {
   const verdict = checkRun(skipped === undefined ? events : [], [], 0n, marks, 1, lockDelayMs);
   const cellRun: CellRun = {
@@ -148,44 +163,20 @@ describe('torture checker, lock-delay', () => {
 
 describe('torture matrix, lock-delay cells', () => {
   it('a grant inside the delay fails the cell, lock or election; after it, the cell passes', () => {
-    const bad = summarize(
-      'redis',
-      fault('F1'),
-      1_000,
-      [run(history(1_500), [killed], D)],
-      undefined,
-      'lock',
-      D,
-    );
+    const bad = cellOf('F1', 1_500, killed, D, 'lock');
     expect([bad.verdict, bad.reasons]).toEqual([
       'fail',
       ['1 grants inside the lock-delay of 2000 ms'],
     ]);
     expect([bad.lockDelayMs, bad.delayFaults, bad.grantsInsideDelay]).toEqual([D, 1, 1]);
-    const election = summarize(
-      'redis',
-      fault('F1'),
-      1_000,
-      [run(history(1_500), [killed], D)],
-      undefined,
-      'election',
-      D,
-    );
+    const election = cellOf('F1', 1_500, killed, D, 'election');
     expect(election.verdict).toBe('fail');
-    const good = summarize(
-      'redis',
-      fault('F1'),
-      1_000,
-      [run(history(3_100), [killed], D)],
-      undefined,
-      'lock',
-      D,
-    );
+    const good = cellOf('F1', 3_100, killed, D, 'lock');
     expect([good.verdict, good.grantsInsideDelay, good.livenessP50Ms, good.livenessP50Ttl]).toEqual(
       ['pass', 0, 3_000, 3],
     );
     // The same history in a plain cell: no lock-delay fields (as before the option), and it passes.
-    const plain = summarize('redis', fault('F1'), 1_000, [run(history(1_500), [killed], 0)]);
+    const plain = cellOf('F1', 1_500, killed, 0);
     expect([plain.verdict, plain.lockDelayMs, plain.grantsInsideDelay]).toEqual([
       'pass',
       undefined,
@@ -212,33 +203,10 @@ describe('torture matrix, lock-delay cells', () => {
   });
 
   it('merge keeps lock-delay cells apart from the plain cells of one backend, fault and primitive', () => {
-    const plainLock = summarize('redis', fault('F1'), 1_000, [run(history(1_500), [killed], 0)]);
-    const plainElection = summarize(
-      'redis',
-      fault('F1'),
-      1_000,
-      [run(history(1_500), [killed], 0)],
-      undefined,
-      'election',
-    );
-    const delayLock = summarize(
-      'redis',
-      fault('F1'),
-      1_000,
-      [run(history(3_100), [killed], D)],
-      undefined,
-      'lock',
-      D,
-    );
-    const delayElection = summarize(
-      'redis',
-      fault('F1'),
-      1_000,
-      [run(history(3_100), [killed], D)],
-      undefined,
-      'election',
-      D,
-    );
+    const plainLock = cellOf('F1', 1_500, killed, 0);
+    const plainElection = cellOf('F1', 1_500, killed, 0, 'election');
+    const delayLock = cellOf('F1', 3_100, killed, D, 'lock');
+    const delayElection = cellOf('F1', 3_100, killed, D, 'election');
     const published = result('npm run torture -- --runs 1', plainLock, plainElection);
     const delays = result('npm run torture -- --lock-delay 2000', delayElection, delayLock);
     const merged = mergeResults([published, delays]);
@@ -257,38 +225,14 @@ describe('torture matrix, lock-delay cells', () => {
       'cell redis × F1 × election × lock-delay 2000 ms is in more than one part',
     );
     // Another delay is another cell.
-    const longer = summarize(
-      'redis',
-      fault('F1'),
-      1_000,
-      [run(history(5_100), [killed], 4_000)],
-      undefined,
-      'lock',
-      4_000,
-    );
+    const longer = cellOf('F1', 5_100, killed, 4_000, 'lock');
     expect(mergeResults([merged, result('x', longer)]).cells).toHaveLength(5);
   });
 
   it('the report lists lock-delay cells in their own table, not in the lock or election table', () => {
-    const plainLock = summarize('redis', fault('F1'), 1_000, [run(history(1_500), [killed], 0)]);
-    const delayLock = summarize(
-      'redis',
-      fault('F1'),
-      1_000,
-      [run(history(1_500), [killed], D)],
-      undefined,
-      'lock',
-      D,
-    );
-    const delayElection = summarize(
-      'redis',
-      fault('F2'),
-      1_000,
-      [run(history(3_100), [paused], D)],
-      undefined,
-      'election',
-      D,
-    );
+    const plainLock = cellOf('F1', 1_500, killed, 0);
+    const delayLock = cellOf('F1', 1_500, killed, D, 'lock');
+    const delayElection = cellOf('F2', 3_100, paused, D, 'election');
     const reason = 'the sqlite store keeps no lock-delay (capabilities.lockDelay is false)';
     const skipped = summarize(
       'sqlite',

@@ -56,7 +56,7 @@ type LockKeys = readonly [lockKey: string, fenceKey: string];
  * Keys or arguments `T`, optionally followed by `O`: the trailing lock-delay key and argument a
  * caller written before lock-delay leaves out (the script then neither checks nor records one).
  */
-type Optional<T extends readonly unknown[], O extends readonly unknown[]> =
+export type Optional<T extends readonly unknown[], O extends readonly unknown[]> =
   | T
   | readonly [...T, ...O];
 

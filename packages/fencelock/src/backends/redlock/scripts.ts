@@ -7,7 +7,7 @@
  * permit scripts (the withdrawal of a lost vote, the token's settling) begin with that backend's
  * `semaphore-line.lua`.
  */
-import { defineScript } from '../redis/scripts.js';
+import { defineScript, type Optional } from '../redis/scripts.js';
 
 /** This module's folder of scripts. */
 const SCRIPTS = new URL('./scripts/', import.meta.url);
@@ -23,44 +23,30 @@ type LockKeys = readonly [
  * A lock's keys on one node that the grant scripts touch (`readWriteLockKeys`), and its
  * lock-delay key (`RedlockLockKeys.delay`; without it a script keeps no delay).
  */
-type GrantKeys =
-  | readonly [
-      lockKey: string,
-      fenceKey: string,
-      queueKey: string,
-      waitersKey: string,
-      readersKey: string,
-      readerTokensKey: string,
-    ]
-  | readonly [
-      lockKey: string,
-      fenceKey: string,
-      queueKey: string,
-      waitersKey: string,
-      readersKey: string,
-      readerTokensKey: string,
-      delayKey: string,
-    ];
+type GrantKeys = Optional<
+  readonly [
+    lockKey: string,
+    fenceKey: string,
+    queueKey: string,
+    waitersKey: string,
+    readersKey: string,
+    readerTokensKey: string,
+  ],
+  readonly [delayKey: string]
+>;
 
 /** A lock's keys on one node that release and withdraw touch (the delay's as `GrantKeys`). */
-type LineKeys =
-  | readonly [
-      lockKey: string,
-      queueKey: string,
-      waitersKey: string,
-      channel: string,
-      readersKey: string,
-      readerTokensKey: string,
-    ]
-  | readonly [
-      lockKey: string,
-      queueKey: string,
-      waitersKey: string,
-      channel: string,
-      readersKey: string,
-      readerTokensKey: string,
-      delayKey: string,
-    ];
+type LineKeys = Optional<
+  readonly [
+    lockKey: string,
+    queueKey: string,
+    waitersKey: string,
+    channel: string,
+    readersKey: string,
+    readerTokensKey: string,
+  ],
+  readonly [delayKey: string]
+>;
 
 /** The fragment of shared functions the line's scripts begin with. */
 const LINE = ['line'];
@@ -81,15 +67,16 @@ const SEMAPHORE_LINE = ['../../redis/scripts/semaphore-line'];
  */
 export const grantOnNodeScript = defineScript<
   GrantKeys,
-  | readonly [owner: string, ttlMs: number, fenceTtlMs: number, ticket: string, waiterTtlMs: number]
-  | readonly [
+  Optional<
+    readonly [
       owner: string,
       ttlMs: number,
       fenceTtlMs: number,
       ticket: string,
       waiterTtlMs: number,
-      lockDelayMs: number,
     ],
+    readonly [lockDelayMs: number]
+  >,
   [1, string] | [0, number]
 >('grant-on-node', SCRIPTS, LINE);
 
@@ -215,40 +202,28 @@ export const settlePermitTokenScript = defineScript<
 const ELECTION_LINE = ['line', 'election-line'];
 
 /** An election's keys on one node that a campaign touches (`ElectionKeys`, election.ts). */
-type CampaignKeys =
-  | readonly [
-      leaderKey: string,
-      termKey: string,
-      queueKey: string,
-      waitersKey: string,
-      changedChannel: string,
-    ]
-  | readonly [
-      leaderKey: string,
-      termKey: string,
-      queueKey: string,
-      waitersKey: string,
-      changedChannel: string,
-      delayKey: string,
-    ];
+type CampaignKeys = Optional<
+  readonly [
+    leaderKey: string,
+    termKey: string,
+    queueKey: string,
+    waitersKey: string,
+    changedChannel: string,
+  ],
+  readonly [delayKey: string]
+>;
 
 /** An election's keys on one node that a resignation or a withdrawal touches. */
-type CandidateLineKeys =
-  | readonly [
-      leaderKey: string,
-      queueKey: string,
-      waitersKey: string,
-      channel: string,
-      changedChannel: string,
-    ]
-  | readonly [
-      leaderKey: string,
-      queueKey: string,
-      waitersKey: string,
-      channel: string,
-      changedChannel: string,
-      delayKey: string,
-    ];
+type CandidateLineKeys = Optional<
+  readonly [
+    leaderKey: string,
+    queueKey: string,
+    waitersKey: string,
+    channel: string,
+    changedChannel: string,
+  ],
+  readonly [delayKey: string]
+>;
 
 /**
  * Grant an election on one node, in the order of its line, storing the candidate's value with
@@ -259,15 +234,10 @@ type CandidateLineKeys =
  */
 export const campaignOnNodeScript = defineScript<
   CampaignKeys,
-  | readonly [owner: string, ttlMs: number, ticket: string, waiterTtlMs: number, value: string]
-  | readonly [
-      owner: string,
-      ttlMs: number,
-      ticket: string,
-      waiterTtlMs: number,
-      value: string,
-      lockDelayMs: number,
-    ],
+  Optional<
+    readonly [owner: string, ttlMs: number, ticket: string, waiterTtlMs: number, value: string],
+    readonly [lockDelayMs: number]
+  >,
   [1, string] | [0, number]
 >('campaign-on-node', SCRIPTS, ELECTION_LINE);
 
