@@ -120,14 +120,24 @@ describe.each(ALL_STORES)('T06 invalid ttlMs ($name)', ({ make }) => {
   );
 
   it('rounds 123.45 up to 124 ms: engine TTL in (0, 124]', async () => {
-    const k = uniqueKey('t06-round');
-    const lease = await locker.acquire(k, { ttlMs: 123.45, waitMs: 5000 });
-    const raw = await store.rawLease(k);
-    expect(lease.ttlMs).toBe(124);
-    expect(raw?.owner).toBe(lease.owner);
-    expect(raw!.ttlMs).toBeGreaterThan(0);
-    expect(raw!.ttlMs).toBeLessThanOrEqual(124);
-    await lease.release();
+    // A 124 ms grant can run out between the acquire and the read under a loaded machine (CI saw
+    // it through PgBouncer); such a round proves nothing either way, so it is tried again, up to
+    // five times. Any round that does see the grant must show the rounded TTL.
+    const seen: number[] = [];
+    for (let round = 0; round < 5 && seen.length === 0; round++) {
+      const k = uniqueKey('t06-round');
+      const lease = await locker.acquire(k, { ttlMs: 123.45, waitMs: 5000 });
+      const raw = await store.rawLease(k);
+      expect(lease.ttlMs).toBe(124);
+      if (raw !== null) {
+        expect(raw.owner).toBe(lease.owner);
+        seen.push(raw.ttlMs);
+      }
+      await lease.release();
+    }
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).toBeGreaterThan(0);
+    expect(seen[0]).toBeLessThanOrEqual(124);
   });
 });
 
