@@ -17,6 +17,7 @@ const GUIDE_ORDER = [
   'fencing',
   'cli',
   'sidecar',
+  'dashboard',
   'server',
   'metrics',
   'guarantees',

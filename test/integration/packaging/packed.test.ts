@@ -208,6 +208,41 @@ describe('the @fencelock/cli tarball', () => {
     expect(files).toContain('package/proto/fencelock/v1/locks.proto');
     expect(files).toContain('package/proto/dapr/runtime/v1/dapr_lock.proto');
     expect(files.filter((f) => /\/(torture|demos?|bench)\//.test(f))).toEqual([]);
+    for (const asset of ['index.html', 'app.js', 'app.css']) {
+      expect(files).toContain(`package/dist/server/dashboard/ui/${asset}`);
+    }
+  });
+
+  it('serves the dashboard from the installed package: its page, script and uPlot', async () => {
+    const child = spawn(bin(), ['serve', '--store', REDIS_URL, '--port', '0'], {
+      cwd: project,
+      env: { ...process.env, FENCELOCK_SERVER_TOKEN: '' },
+    });
+    try {
+      const dashboard = await new Promise<string>((resolve, reject) => {
+        let stderr = '';
+        child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+          stderr += chunk;
+          const m = /dashboard at (\S+)/.exec(stderr);
+          if (m) resolve(m[1]!);
+        });
+        child.once('exit', (code) => reject(new Error(`serve exited with ${code}\n${stderr}`)));
+      });
+      const expected: [string, string, string][] = [
+        ['', 'text/html', '<title>fencelock dashboard</title>'],
+        ['/assets/app.js', 'text/javascript', "new EventSource(`/ui/events"],
+        ['/vendor/uPlot.iife.min.js', 'text/javascript', 'uPlot'],
+        ['/vendor/uPlot.min.css', 'text/css', '.uplot'],
+      ];
+      for (const [path, type, text] of expected) {
+        const answer = await fetch(`${dashboard}${path}`);
+        expect(answer.status, path).toBe(200);
+        expect(answer.headers.get('content-type'), path).toContain(type);
+        expect(await answer.text(), path).toContain(text);
+      }
+    } finally {
+      child.kill('SIGTERM');
+    }
   });
 
   it('serves gRPC from the installed package (its shipped .proto files)', async () => {

@@ -23,6 +23,7 @@ import {
   buildCli,
   call,
   lockPath,
+  openEvents,
   type ServerProcess,
   serveStore,
   sleep,
@@ -46,57 +47,6 @@ async function until<T>(check: () => T | undefined, timeoutMs = 5_000, what = 'a
     if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await sleep(20);
   }
-}
-
-/** A Server-Sent Events stream read with fetch: the `data:` events as parsed JSON. */
-interface EventStream {
-  readonly response: Response;
-  // biome-ignore lint/suspicious/noExplicitAny: test assertions read arbitrary JSON fields
-  readonly events: any[];
-  /** Resolves once the server ended the stream (or the client closed it). */
-  readonly ended: Promise<void>;
-  /** Hang up. */
-  close(): Promise<void>;
-}
-
-async function openEvents(base: string, path: string): Promise<EventStream> {
-  const controller = new AbortController();
-  const response = await fetch(`${base}${path}`, { signal: controller.signal });
-  // biome-ignore lint/suspicious/noExplicitAny: see EventStream
-  const events: any[] = [];
-  if (response.body === null) throw new Error('no body');
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-  const ended = (async () => {
-    let buffer = '';
-    try {
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) return;
-        buffer += value;
-        for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          const data = block
-            .split('\n')
-            .filter((line) => line.startsWith('data: '))
-            .map((line) => line.slice('data: '.length))
-            .join('\n');
-          if (data !== '') events.push(JSON.parse(data));
-        }
-      }
-    } catch {
-      // hung up
-    }
-  })();
-  return {
-    response,
-    events,
-    ended,
-    close() {
-      controller.abort();
-      return ended;
-    },
-  };
 }
 
 /** A server stream of a gRPC client: its messages, and how it ended. */

@@ -99,7 +99,7 @@ describe('auth', () => {
 
   it('says nothing about a missing token when it has one', () => {
     expect(server.stderr()).toMatch(
-      /^fencelock serve: listening on http:\/\/127\.0\.0\.1:\d+ \(store redis, Dapr store name lockstore\)\n$/,
+      /^fencelock serve: listening on (http:\/\/127\.0\.0\.1:\d+) \(store redis, Dapr store name lockstore\)\nfencelock serve: dashboard at \1\/ui\n$/,
     );
   });
 

@@ -309,3 +309,69 @@ export function sampleValue(
   }
   return found[0]?.value;
 }
+
+/**
+ * A Server-Sent Events stream read with fetch: the `data:` of each event as parsed JSON, in
+ * `events`, and with its `event:` name (`message` when it has none) in `named`.
+ */
+export interface EventStream {
+  readonly response: Response;
+  // biome-ignore lint/suspicious/noExplicitAny: test assertions read arbitrary JSON fields
+  readonly events: any[];
+  // biome-ignore lint/suspicious/noExplicitAny: as `events`
+  readonly named: { readonly event: string; readonly data: any }[];
+  /** Resolves once the server ended the stream (or the client closed it). */
+  readonly ended: Promise<void>;
+  /** Hang up. */
+  close(): Promise<void>;
+}
+
+export async function openEvents(
+  base: string,
+  path: string,
+  headers: Record<string, string> = {},
+): Promise<EventStream> {
+  const controller = new AbortController();
+  const response = await fetch(`${base}${path}`, { signal: controller.signal, headers });
+  // biome-ignore lint/suspicious/noExplicitAny: see EventStream
+  const events: any[] = [];
+  const named: EventStream['named'] = [];
+  if (response.body === null) throw new Error('no body');
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  const ended = (async () => {
+    let buffer = '';
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        buffer += value;
+        for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
+          const block = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          const lines = block.split('\n');
+          const data = lines
+            .filter((line) => line.startsWith('data: '))
+            .map((line) => line.slice('data: '.length))
+            .join('\n');
+          if (data === '') continue;
+          const parsed = JSON.parse(data);
+          events.push(parsed);
+          const name = lines.find((line) => line.startsWith('event: '));
+          named.push({ event: name?.slice('event: '.length) ?? 'message', data: parsed });
+        }
+      }
+    } catch {
+      // hung up
+    }
+  })();
+  return {
+    response,
+    events,
+    named,
+    ended,
+    close() {
+      controller.abort();
+      return ended;
+    },
+  };
+}

@@ -3,7 +3,7 @@
  * It speaks Dapr's distributed-lock API (with the metadata and health routes Dapr's SDKs call),
  * fencelock's `/v1/locks` extensions (routes/locks.ts), leader elections under
  * `/v1/elections/{name}` (campaign, renew, proclaim, resign, the leader, and its changes as
- * Server-Sent Events: routes/elections.ts), `GET /healthz` and `GET /metrics` (Prometheus), and,
+ * Server-Sent Events: routes/elections.ts), `GET /healthz` and `GET /metrics` (Prometheus), a live dashboard at `/ui` (routes/dashboard.ts), and,
  * with `listenGrpc`, the same over gRPC (Dapr's runtime service and `fencelock.v1.Locks`, with
  * the elections as its Campaign, RenewLeadership, Proclaim, Resign, Leader and Observe methods,
  * see `grpc/server.ts`). It keeps no lock state of its own: every handler validates,
@@ -25,11 +25,13 @@ import {
   OPEN_PATHS,
 } from './auth.js';
 import { BODY_LIMIT_BYTES } from './body-limits.js';
+import { createDashboard } from './dashboard/dashboard.js';
 import { createGrpcServer, type GrpcServer } from './grpc/server.js';
 import { daprAnswer, fromFastifyError, HttpError, sendError, utf8Body } from './http-errors.js';
 import type { RouteContext } from './routes/context.js';
 import { DAPR_PATH_PREFIX, registerDaprRoutes } from './routes/dapr.js';
 import { DAPR_HEALTH_PATHS, notReady, registerDaprRuntimeRoutes } from './routes/dapr-runtime.js';
+import { dashboardAccess, registerDashboardRoutes } from './routes/dashboard.js';
 import { registerElectionRoutes } from './routes/elections.js';
 import { registerLockRoutes } from './routes/locks.js';
 import { registerOpsRoutes } from './routes/ops.js';
@@ -43,8 +45,9 @@ export interface SidecarOptions {
    */
   readonly store: string | Locker;
   /**
-   * Bearer token every request but `GET /healthz` must carry (`Authorization: Bearer <token>`),
-   * at least 16 characters. Without one, requests are not authenticated and `listen` accepts
+   * Bearer token every request but the health probes and the dashboard's page and sign-in
+   * (`dashboardAccess`) must carry (`Authorization: Bearer <token>`), at least 16 characters;
+   * the dashboard's data routes also take its session cookie. Without one, requests are not authenticated and `listen` accepts
    * loopback hosts only.
    */
   readonly token?: string;
@@ -260,10 +263,16 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     if (shutdown.signal.aborted) reply.header('connection', 'close');
   });
 
-  if (token !== undefined) {
-    const check = apiTokenChecker(token);
+  const dashboard = createDashboard(locker, shutdown.signal);
+  const check = token === undefined ? undefined : apiTokenChecker(token);
+  if (check !== undefined) {
     app.addHook('onRequest', async (request) => {
       if (request.method === 'GET' && OPEN_PATHS.has(request.url)) return;
+      const access = dashboardAccess(request.method, request.url);
+      if (access === 'open') return;
+      if (access === 'session-or-token' && dashboard.sessions.valid(request.headers.cookie)) {
+        return;
+      }
       const carried = {
         authorization: request.headers.authorization,
         daprApiToken: request.headers[DAPR_API_TOKEN_HEADER],
@@ -308,6 +317,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   registerLockRoutes(app, ctx);
   registerElectionRoutes(app, ctx);
   registerOpsRoutes(app, { registry, shutdown: shutdown.signal });
+  registerDashboardRoutes(app, ctx, dashboard, check);
 
   let closing: Promise<void> | undefined;
   let grpc: GrpcServer | undefined;
@@ -350,6 +360,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
           await Promise.all([app.close(), grpc?.close()]);
         } finally {
           clearTimeout(cutOff);
+          dashboard.close();
           metrics.unsubscribe();
           if (ownsLocker) await locker.close();
         }

@@ -38,6 +38,7 @@ export type SidecarErrorCode =
   | 'ERR_TRY_LOCK'
   | 'ERR_UNLOCK'
   | 'ERR_SHUTTING_DOWN'
+  | 'ERR_TOO_MANY_STREAMS'
   | 'ERR_HEALTH_NOT_READY'
   | 'ERR_INTERNAL';
 

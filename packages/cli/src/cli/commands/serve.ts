@@ -149,7 +149,8 @@ same store). On etcd and ZooKeeper they end with this sidecar's engine session.`
           : '';
       const grpcNote = grpcAddress === undefined ? '' : ` and gRPC on ${grpcAddress}`;
       process.stderr.write(
-        `${unauthenticated}fencelock serve: listening on ${url}${grpcNote} (store ${scheme}, Dapr store name ${raw.storeName})\n`,
+        `${unauthenticated}fencelock serve: listening on ${url}${grpcNote} (store ${scheme}, Dapr store name ${raw.storeName})\n` +
+          `fencelock serve: dashboard at ${url}/ui\n`,
       );
       await stopped;
       process.stderr.write('fencelock serve: stopped\n');

@@ -18,7 +18,7 @@
  * Campaign and proclaim take bodies up to `ELECTION_BODY_LIMIT_BYTES` (a 64 KiB value however
  * JSON escapes it).
  */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ELECTION_BODY_LIMIT_BYTES } from '../body-limits.js';
 import {
   campaign,
@@ -85,51 +85,65 @@ export function registerElectionRoutes(app: FastifyInstance, ctx: RouteContext):
   app.get<NameParams>(
     '/v1/elections/:name/observe',
     { schema: observeSchema },
-    async (request, reply) => {
-      const gone = new AbortController();
-      const onClose = () => gone.abort();
-      reply.raw.once('close', onClose);
-      const leaders = observeLeaders(ctx, { name: request.params.name, signal: gone.signal });
-      // The first answer before the stream: bad input, a store without elections or an engine
-      // that does not answer are the request's error (a JSON answer, as on every route).
-      let first: IteratorResult<unknown, void>;
-      try {
-        first = await leaders.next();
-        if (first.done) {
-          throw new HttpError(503, {
-            errorCode: 'ERR_SHUTTING_DOWN',
-            message: 'the sidecar is shutting down',
-          });
-        }
-      } catch (error) {
-        reply.raw.off('close', onClose);
-        throw error;
-      }
-      reply.hijack();
-      const stream = reply.raw;
-      stream.writeHead(200, {
-        'content-type': 'text/event-stream; charset=utf-8',
-        'cache-control': 'no-cache',
-        'x-accel-buffering': 'no',
-      });
-      const send = (data: unknown) => stream.write(`data: ${JSON.stringify(data)}\n\n`);
-      send(first.value);
-      const heartbeat = setInterval(() => stream.write(': heartbeat\n\n'), SSE_HEARTBEAT_MS);
-      try {
-        for (;;) {
-          const next = await leaders.next();
-          if (next.done) break;
-          send(next.value);
-        }
-      } catch (error) {
-        const { body } = ctx.answer(error, request);
-        stream.write(`event: error\ndata: ${JSON.stringify(body)}\n\n`);
-      } finally {
-        clearInterval(heartbeat);
-        reply.raw.off('close', onClose);
-        await leaders.return(undefined);
-        stream.end();
-      }
-    },
+    async (request, reply) => streamLeaderChanges(ctx, request, reply, request.params.name),
   );
+}
+
+/**
+ * Answer `request` with the leader changes of election `name` as Server-Sent Events: one `data:`
+ * line of `{ name, leader }` per change (the current leader first), a `: heartbeat` comment every
+ * `SSE_HEARTBEAT_MS`, an `event: error` with the error body if the engine fails; the watch ends
+ * when the caller disconnects or the sidecar shuts down. An error before the first answer (bad
+ * name, a store without elections, an engine that does not answer) is a JSON answer instead.
+ */
+export async function streamLeaderChanges(
+  ctx: RouteContext,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  name: string,
+): Promise<void> {
+  const gone = new AbortController();
+  const onClose = () => gone.abort();
+  reply.raw.once('close', onClose);
+  const leaders = observeLeaders(ctx, { name, signal: gone.signal });
+  // The first answer before the stream: bad input, a store without elections or an engine
+  // that does not answer are the request's error (a JSON answer, as on every route).
+  let first: IteratorResult<unknown, void>;
+  try {
+    first = await leaders.next();
+    if (first.done) {
+      throw new HttpError(503, {
+        errorCode: 'ERR_SHUTTING_DOWN',
+        message: 'the sidecar is shutting down',
+      });
+    }
+  } catch (error) {
+    reply.raw.off('close', onClose);
+    throw error;
+  }
+  reply.hijack();
+  const stream = reply.raw;
+  stream.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache',
+    'x-accel-buffering': 'no',
+  });
+  const send = (data: unknown) => stream.write(`data: ${JSON.stringify(data)}\n\n`);
+  send(first.value);
+  const heartbeat = setInterval(() => stream.write(': heartbeat\n\n'), SSE_HEARTBEAT_MS);
+  try {
+    for (;;) {
+      const next = await leaders.next();
+      if (next.done) break;
+      send(next.value);
+    }
+  } catch (error) {
+    const { body } = ctx.answer(error, request);
+    stream.write(`event: error\ndata: ${JSON.stringify(body)}\n\n`);
+  } finally {
+    clearInterval(heartbeat);
+    reply.raw.off('close', onClose);
+    await leaders.return(undefined);
+    stream.end();
+  }
 }
