@@ -7,9 +7,9 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WATCH_INTERVAL_MS } from '../../../packages/cli/src/server/dashboard/lock-watch.js';
 import { HEALTH_PUSH_MS } from '../../../packages/cli/src/server/routes/dashboard.js';
-import { SSE_HEARTBEAT_MS } from '../../../packages/cli/src/server/routes/elections.js';
+import { SSE_HEARTBEAT_MS } from '../../../packages/cli/src/server/routes/event-stream.js';
 import { sqliteHarness } from '../handed/stores.js';
-import { openEvents, sleep, startInProcess, uniqueKey } from './support.js';
+import { openEvents, sleep, startInProcess, trackIntervals, uniqueKey } from './support.js';
 
 afterEach(() => {
   vi.restoreAllMocks();
@@ -17,20 +17,8 @@ afterEach(() => {
 
 describe('dashboard shutdown', () => {
   it('a page that leaves stops its listings and timers; close ends the rest', async () => {
-    // The streams' interval timers (health pushes, heartbeats) and which were cleared.
-    const timers: unknown[] = [];
-    const cleared = new Set<unknown>();
-    const { setInterval: realSet, clearInterval: realClear } = globalThis;
-    vi.spyOn(globalThis, 'setInterval').mockImplementation(((fn: () => void, ms?: number) => {
-      const timer = realSet(fn, ms);
-      if (ms === HEALTH_PUSH_MS || ms === SSE_HEARTBEAT_MS) timers.push(timer);
-      return timer;
-    }) as typeof setInterval);
-    vi.spyOn(globalThis, 'clearInterval').mockImplementation(((timer) => {
-      cleared.add(timer);
-      realClear(timer);
-    }) as typeof clearInterval);
-    const timersLeft = () => timers.filter((t) => !cleared.has(t)).length;
+    // The streams' interval timers (health pushes, heartbeats) still running.
+    const timersLeft = trackIntervals([HEALTH_PUSH_MS, SSE_HEARTBEAT_MS]);
 
     const harness = sqliteHarness();
     const { sidecar, url } = await startInProcess({ store: `sqlite:${harness.db.name}` });

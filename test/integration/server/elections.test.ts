@@ -13,7 +13,7 @@ import { type ClientReadableStream, Metadata, type ServiceError, status } from '
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ownerIdFor } from '../../../packages/cli/src/server/index.js';
 import { candidateIdFor } from '../../../packages/cli/src/server/owner.js';
-import { SSE_HEARTBEAT_MS } from '../../../packages/cli/src/server/routes/elections.js';
+import { SSE_HEARTBEAT_MS } from '../../../packages/cli/src/server/routes/event-stream.js';
 import type { ElectionWatch } from '../../../packages/fencelock/src/index.js';
 import { settledWithin } from '../../helpers/promises.js';
 import { sqliteHarness } from '../handed/stores.js';
@@ -28,6 +28,7 @@ import {
   serveStore,
   sleep,
   startInProcess,
+  trackIntervals,
   uniqueKey,
 } from './support.js';
 
@@ -619,20 +620,8 @@ describe('an observer that goes away stops its watch', () => {
           },
         };
       };
-      // The stream's heartbeat timers, and which of them were cleared.
-      const heartbeats: unknown[] = [];
-      const cleared = new Set<unknown>();
-      const { setInterval: realSet, clearInterval: realClear } = globalThis;
-      vi.spyOn(globalThis, 'setInterval').mockImplementation(((fn: () => void, ms?: number) => {
-        const timer = realSet(fn, ms);
-        if (ms === SSE_HEARTBEAT_MS) heartbeats.push(timer);
-        return timer;
-      }) as typeof setInterval);
-      vi.spyOn(globalThis, 'clearInterval').mockImplementation(((timer) => {
-        cleared.add(timer);
-        realClear(timer);
-      }) as typeof clearInterval);
-      const heartbeatsLeft = () => heartbeats.filter((t) => !cleared.has(t)).length;
+      // The streams' heartbeat timers still running.
+      const heartbeatsLeft = trackIntervals([SSE_HEARTBEAT_MS]);
 
       const name = uniqueKey('observer-leak');
       const stream = await openEvents(url, electionPath(name, 'observe'));

@@ -8,6 +8,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { vi } from 'vitest';
 import {
   createSidecar,
   type Sidecar,
@@ -374,4 +375,25 @@ export async function openEvents(
       return ended;
     },
   };
+}
+
+/**
+ * Track the interval timers started from now on with one of `periodsMs` (`setInterval` and
+ * `clearInterval` spied on until `vi.restoreAllMocks()`).
+ * @returns how many of them are still running.
+ */
+export function trackIntervals(periodsMs: readonly number[]): () => number {
+  const timers: unknown[] = [];
+  const cleared = new Set<unknown>();
+  const { setInterval: realSet, clearInterval: realClear } = globalThis;
+  vi.spyOn(globalThis, 'setInterval').mockImplementation(((fn: () => void, ms?: number) => {
+    const timer = realSet(fn, ms);
+    if (ms !== undefined && periodsMs.includes(ms)) timers.push(timer);
+    return timer;
+  }) as typeof setInterval);
+  vi.spyOn(globalThis, 'clearInterval').mockImplementation(((timer) => {
+    cleared.add(timer);
+    realClear(timer);
+  }) as typeof clearInterval);
+  return () => timers.filter((t) => !cleared.has(t)).length;
 }

@@ -35,7 +35,8 @@ import {
 import { BUCKET_MS, WINDOW_MS } from '../dashboard/health-timeline.js';
 import { fromLockError, HttpError } from '../http-errors.js';
 import type { RouteContext } from './context.js';
-import { SSE_HEARTBEAT_MS, streamLeaderChanges } from './elections.js';
+import { streamLeaderChanges } from './elections.js';
+import { openEventStream } from './event-stream.js';
 
 /** Interval of the `health` events, ms. */
 export const HEALTH_PUSH_MS = 1_000;
@@ -186,37 +187,29 @@ export function registerDashboardRoutes(
       const prefix = request.query.prefix ?? '';
       if (prefix !== '') checked(ctx, () => validateKey(prefix, 'prefix'));
       const counted = counting(dashboard.openStream(prefix));
-      reply.hijack();
-      const stream = reply.raw;
-      stream.writeHead(200, {
-        'content-type': 'text/event-stream; charset=utf-8',
-        'cache-control': 'no-cache',
-        'x-accel-buffering': 'no',
-      });
-      const send = (event: string, data: unknown) =>
-        stream.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
-      send('hello', {
+      const { stream, send, stopHeartbeat } = openEventStream(reply);
+      const hello = {
         store: ctx.locker.name,
         storeName: ctx.storeName,
         version: packageVersion(),
         prefix,
         bucketMs: BUCKET_MS,
         windowMs: WINDOW_MS,
-      });
-      const sendHealth = () => send('health', dashboard.timeline.series());
+      };
+      send(hello, 'hello');
+      const sendHealth = () => send(dashboard.timeline.series(), 'health');
       sendHealth();
       const stops = [
-        dashboard.watch.watch(prefix, (snapshot) => send('locks', snapshot)),
+        dashboard.watch.watch(prefix, (snapshot) => send(snapshot, 'locks')),
         dashboard.history.subscribe((key, entry) => {
-          if (key.startsWith(prefix)) send('history', { key, entry });
+          if (key.startsWith(prefix)) send({ key, entry }, 'history');
         }),
       ];
       const health = setInterval(sendHealth, HEALTH_PUSH_MS);
-      const heartbeat = setInterval(() => stream.write(': heartbeat\n\n'), SSE_HEARTBEAT_MS);
       const end = () => {
         counted();
         clearInterval(health);
-        clearInterval(heartbeat);
+        stopHeartbeat();
         for (const stop of stops) stop();
         ctx.shutdown.removeEventListener('abort', end);
         stream.end();

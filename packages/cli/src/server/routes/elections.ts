@@ -42,12 +42,10 @@ import {
   resignSchema,
 } from '../schemas.js';
 import type { RouteContext } from './context.js';
+import { openEventStream } from './event-stream.js';
 import { untilHungUp } from './locks.js';
 
 type NameParams = { Params: { name: string } };
-
-/** Interval of the comment lines that keep an idle event stream (and proxies on its way) open, ms. */
-export const SSE_HEARTBEAT_MS = 15_000;
 
 /** Register the `/v1/elections` routes (the operations are `election-operations.ts`). */
 export function registerElectionRoutes(app: FastifyInstance, ctx: RouteContext): void {
@@ -121,16 +119,8 @@ export async function streamLeaderChanges(
     reply.raw.off('close', onClose);
     throw error;
   }
-  reply.hijack();
-  const stream = reply.raw;
-  stream.writeHead(200, {
-    'content-type': 'text/event-stream; charset=utf-8',
-    'cache-control': 'no-cache',
-    'x-accel-buffering': 'no',
-  });
-  const send = (data: unknown) => stream.write(`data: ${JSON.stringify(data)}\n\n`);
+  const { stream, send, stopHeartbeat } = openEventStream(reply);
   send(first.value);
-  const heartbeat = setInterval(() => stream.write(': heartbeat\n\n'), SSE_HEARTBEAT_MS);
   try {
     for (;;) {
       const next = await leaders.next();
@@ -139,9 +129,9 @@ export async function streamLeaderChanges(
     }
   } catch (error) {
     const { body } = ctx.answer(error, request);
-    stream.write(`event: error\ndata: ${JSON.stringify(body)}\n\n`);
+    send(body, 'error');
   } finally {
-    clearInterval(heartbeat);
+    stopHeartbeat();
     reply.raw.off('close', onClose);
     await leaders.return(undefined);
     stream.end();
