@@ -3,7 +3,7 @@
  * `/ui/events` stream read as the page reads it. A lock acquired through the API appears in a
  * `locks` snapshot with its owner id, token and TTL, its grant in the `history` events and in
  * `GET /ui/api/history`, the grant in the `health` series of the store; once released it leaves
- * the snapshots. (The page itself is tested in Chromium on Redis and SQLite: dashboard.test.ts.)
+ * the snapshots. (The page itself is tested in Chromium over SQLite: dashboard.test.ts.)
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';

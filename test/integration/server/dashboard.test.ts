@@ -1,6 +1,6 @@
 /**
  * The dashboard at `/ui` of a real sidecar process (`fencelock serve`), in headless Chromium
- * (Debian's package, driven by playwright-core): sign-in with the API token and a session cookie
+ * (Debian's package, driven by playwright-core), over SQLite: sign-in with the API token and a session cookie
  * that opens the dashboard only, a lock acquired through the API showing up within a second and
  * leaving on release, a waiter in the detail view, the history with tokens, charts drawn from
  * the traffic, a followed election's leader changes, no console errors, and no accessibility
@@ -13,12 +13,11 @@ import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { launchChromium } from '../../helpers/docs-site.js';
-import { HARNESSED_STORES } from './harnessed-stores.js';
+import { sqliteHarness } from '../handed/stores.js';
 import {
   BUILD_TIMEOUT_MS,
   buildCli,
   call,
-  dropRedisKeys,
   type EventStream,
   lockPath,
   openEvents,
@@ -48,7 +47,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await browser?.close();
   if (dir) rmSync(dir, { recursive: true, force: true });
-  await dropRedisKeys();
 });
 
 /** A page that records the console errors and uncaught exceptions it meets. */
@@ -87,21 +85,20 @@ async function accessibilityViolations(page: Page): Promise<string[]> {
   });
 }
 
-describe.each(HARNESSED_STORES)('dashboard on $name', ({ make }) => {
+// The page on the embedded store; its data stream on every engine is dashboard-engines.test.ts.
+describe('dashboard in the browser (SQLite)', () => {
   let server: ServerProcess;
-  let storeUrl: string;
-  let close: () => Promise<void>;
+  let harness: ReturnType<typeof sqliteHarness>;
 
   beforeAll(async () => {
-    const store = make();
-    storeUrl = store.url();
-    close = () => store.harness.close();
-    server = await spawnServer(['--store', storeUrl, '--port', '0', '--token-file', tokenFile]);
+    harness = sqliteHarness();
+    const store = `sqlite:${harness.db.name}`;
+    server = await spawnServer(['--store', store, '--port', '0', '--token-file', tokenFile]);
   });
 
   afterAll(async () => {
     await server?.stop();
-    await close?.();
+    await harness?.close();
   });
 
   it('refuses its data without the token or a session; the cookie opens the dashboard only', async () => {
