@@ -230,7 +230,7 @@ describe('the @fencelock/cli tarball', () => {
       });
       const expected: [string, string, string][] = [
         ['', 'text/html', '<title>fencelock dashboard</title>'],
-        ['/assets/app.js', 'text/javascript', "new EventSource(`/ui/events"],
+        ['/assets/app.js', 'text/javascript', 'new EventSource(`/ui/events'],
         ['/vendor/uPlot.iife.min.js', 'text/javascript', 'uPlot'],
         ['/vendor/uPlot.min.css', 'text/css', '.uplot'],
       ];

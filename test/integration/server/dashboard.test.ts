@@ -22,6 +22,7 @@ import {
   lockPath,
   openEvents,
   type ServerProcess,
+  sleep,
   spawnServer,
   TOKEN,
   uniqueKey,
@@ -122,6 +123,13 @@ describe('dashboard in the browser (SQLite)', () => {
       /^fencelock_ui=[\w-]{43}; Max-Age=43200; Path=\/ui; HttpOnly; SameSite=Strict$/,
     );
     const cookie = setCookie.split(';')[0]!;
+    // Behind a TLS-terminating proxy the cookie is kept off plain HTTP.
+    const proxied = await fetch(`${server.url}/ui/session`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-forwarded-proto': 'https' },
+      body: JSON.stringify({ token: TOKEN }),
+    });
+    expect(proxied.headers.get('set-cookie')).toMatch(/; HttpOnly; Secure; SameSite=Strict$/);
     const withCookie = (path: string) =>
       fetch(`${server.url}${path}`, { headers: { cookie } }).then((r) => r.status);
     expect(await withCookie('/ui/api/history?key=k')).toBe(200);
@@ -176,6 +184,53 @@ describe('dashboard in the browser (SQLite)', () => {
     } finally {
       await Promise.all(streams.map((s) => s.close()));
     }
+  });
+
+  it('says why it cannot show a view, without retrying in a loop; odd addresses do not break it', async () => {
+    const { page } = await openPage();
+    const pageErrors: string[] = [];
+    page.on('pageerror', (error) => pageErrors.push(error.message));
+    let requests = 0;
+    page.on('request', () => requests++);
+    await signIn(page, server.url, TOKEN);
+    await expect.poll(() => page.locator('#status').textContent()).toBe('Live');
+
+    // A prefix the sidecar refuses (a NUL): its reason, once.
+    await page.goto(`${server.url}/ui?prefix=%00`);
+    await expect
+      .poll(() => page.locator('#status').textContent())
+      .toMatch(/^The sidecar refused this view: invalid prefix: /);
+    const refusedAt = requests;
+    await sleep(2_000);
+    expect(requests - refusedAt).toBe(0);
+
+    // A malformed lock address: the locks view.
+    await page.goto(`${server.url}/ui#/lock/%E0%A4`);
+    await expect.poll(() => page.locator('#locks-view').isVisible()).toBe(true);
+
+    // A lock outside the watched prefix: said so; one click watches it.
+    const key = uniqueKey('dash-outside');
+    const acquired = await call(server.url, lockPath(key, 'acquire'), {
+      token: TOKEN,
+      body: { owner: 'outside', ttlMs: 30_000 },
+    });
+    expect(acquired.status).toBe(200);
+    await page.goto(`${server.url}/ui?prefix=elsewhere:#/lock/${encodeURIComponent(key)}`);
+    await expect
+      .poll(() => page.locator('#lock-mode').textContent())
+      .toBe('unknown: the key is outside the watched prefix');
+    await page.getByRole('button', { name: 'Watch this key' }).click();
+    await expect.poll(() => page.locator('#lock-mode').textContent()).toBe('write');
+    expect(await page.locator('#holders-table tbody td').first().textContent()).toBe(
+      acquired.body.ownerId,
+    );
+    expect(new URL(page.url()).searchParams.get('prefix')).toBe(key);
+    expect(pageErrors).toEqual([]);
+    await call(server.url, lockPath(key, 'release'), {
+      token: TOKEN,
+      body: { owner: 'outside', fencingToken: acquired.body.fencingToken },
+    });
+    await page.context().close();
   });
 
   it('asks for the token in the browser and refuses a wrong one', async () => {

@@ -4,8 +4,14 @@
  * `WATCH_INTERVAL_MS` and hands each snapshot to the pages watching it. One read per prefix
  * however many pages watch it; none when nobody does. The changes between two snapshots go to
  * the lock history (grants made by any process, holders gone).
+ *
+ * A listing walks the store's pages from the start to the end (or to `MAX_WATCHED_KEYS` keys):
+ * a snapshot never leaves out a held key for lack of time. Where pages can come back short or
+ * empty (Redis scans the whole keyspace for a prefix), the walk reads at most
+ * `PAGES_PER_STEP` pages at a time and goes on from its cursor `STEP_PAUSE_MS` later, so one
+ * listing of a large keyspace is spread over steps instead of holding the store busy.
  */
-import type { Locker } from 'fencelock';
+import { type Locker, MAX_LIST_PAGE_SIZE } from 'fencelock';
 import { type ListedLockJson, listedLockJson } from '../../listed-lock-json.js';
 import type { LockHistory } from './lock-history.js';
 
@@ -13,8 +19,12 @@ import type { LockHistory } from './lock-history.js';
 export const WATCH_INTERVAL_MS = 500;
 /** Most keys in a snapshot; a listing with more is cut there and says so (`truncated`). */
 export const MAX_WATCHED_KEYS = 500;
-/** Keys asked per page of the store. */
-const PAGE_SIZE = 100;
+/** Keys asked per page of the store (the most `listPage` takes). */
+const PAGE_SIZE = MAX_LIST_PAGE_SIZE;
+/** Pages read in one step of a listing. */
+export const PAGES_PER_STEP = 10;
+/** Pause between two steps of one listing, ms. */
+export const STEP_PAUSE_MS = 20;
 
 /** A holder as the dashboard shows it. */
 export interface WatchedHolder {
@@ -60,6 +70,8 @@ interface Watch {
   seen: Map<string, SeenHolder>;
   last: LocksSnapshot | undefined;
   timer: NodeJS.Timeout | undefined;
+  /** The listing under way: the keys read so far and where it goes on. */
+  walk: { readonly locks: ListedLockJson[]; cursor: string | null } | undefined;
 }
 
 export class LockWatch {
@@ -92,7 +104,13 @@ export class LockWatch {
   watch(prefix: string, listener: Listener): () => void {
     let watch = this.#watches.get(prefix);
     if (watch === undefined) {
-      watch = { listeners: new Set(), seen: new Map(), last: undefined, timer: undefined };
+      watch = {
+        listeners: new Set(),
+        seen: new Map(),
+        last: undefined,
+        timer: undefined,
+        walk: undefined,
+      };
       this.#watches.set(prefix, watch);
       void this.#poll(prefix, watch);
     } else if (watch.last !== undefined) {
@@ -110,37 +128,52 @@ export class LockWatch {
 
   async #poll(prefix: string, watch: Watch): Promise<void> {
     if (this.#signal.aborted || this.#watches.get(prefix) !== watch) return;
-    let snapshot: LocksSnapshot;
+    let snapshot: LocksSnapshot | undefined;
     try {
-      snapshot = this.#snapshot(prefix, watch, await this.#read(prefix));
+      const read = await this.#step(prefix, watch);
+      if (read !== undefined) snapshot = this.#snapshot(prefix, watch, read);
     } catch (error) {
       if (this.#signal.aborted) return;
+      watch.walk = undefined;
       const message = error instanceof Error ? error.message : String(error);
       snapshot = { at: Date.now(), prefix, locks: [], truncated: false, error: message };
     }
     if (this.#watches.get(prefix) !== watch) return;
-    watch.last = snapshot;
-    for (const listener of watch.listeners) listener(snapshot);
-    watch.timer = setTimeout(() => void this.#poll(prefix, watch), WATCH_INTERVAL_MS);
+    if (snapshot !== undefined) {
+      watch.last = snapshot;
+      for (const listener of watch.listeners) listener(snapshot);
+    }
+    const pause = snapshot === undefined ? STEP_PAUSE_MS : WATCH_INTERVAL_MS;
+    watch.timer = setTimeout(() => void this.#poll(prefix, watch), pause);
   }
 
-  async #read(prefix: string): Promise<{ locks: ListedLockJson[]; truncated: boolean }> {
-    const locks: ListedLockJson[] = [];
-    let cursor: string | null = null;
-    // Bounded work: a store may answer short or empty pages (Redis SCAN, PostgreSQL's index).
-    for (let page = 0; page < MAX_WATCHED_KEYS / 10; page++) {
+  /**
+   * Read up to `PAGES_PER_STEP` pages of the listing under way (a new one if none is).
+   * @returns the listing once it reached the store's end or `MAX_WATCHED_KEYS` keys; undefined
+   *   while it goes on.
+   */
+  async #step(
+    prefix: string,
+    watch: Watch,
+  ): Promise<{ locks: ListedLockJson[]; truncated: boolean } | undefined> {
+    watch.walk ??= { locks: [], cursor: null };
+    const walk = watch.walk;
+    for (let page = 0; page < PAGES_PER_STEP; page++) {
       const answer = await this.#locker.listPage({
         prefix,
-        cursor,
-        pageSize: Math.min(PAGE_SIZE, MAX_WATCHED_KEYS + 1 - locks.length),
+        cursor: walk.cursor,
+        pageSize: PAGE_SIZE,
         signal: this.#signal,
       });
-      locks.push(...answer.entries.map(listedLockJson));
-      cursor = answer.cursor;
-      if (cursor === null || locks.length > MAX_WATCHED_KEYS) break;
+      walk.locks.push(...answer.entries.map(listedLockJson));
+      walk.cursor = answer.cursor;
+      if (walk.cursor === null || walk.locks.length > MAX_WATCHED_KEYS) {
+        watch.walk = undefined;
+        const truncated = walk.locks.length > MAX_WATCHED_KEYS || walk.cursor !== null;
+        return { locks: walk.locks.slice(0, MAX_WATCHED_KEYS), truncated };
+      }
     }
-    const truncated = locks.length > MAX_WATCHED_KEYS || cursor !== null;
-    return { locks: locks.slice(0, MAX_WATCHED_KEYS), truncated };
+    return undefined;
   }
 
   /** The snapshot of a listing, its changes since the last one recorded in the history. */

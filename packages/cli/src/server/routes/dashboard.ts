@@ -36,7 +36,7 @@ import { BUCKET_MS, WINDOW_MS } from '../dashboard/health-timeline.js';
 import { fromLockError, HttpError } from '../http-errors.js';
 import type { RouteContext } from './context.js';
 import { streamLeaderChanges } from './elections.js';
-import { openEventStream } from './event-stream.js';
+import { openEventStream, whenGone } from './event-stream.js';
 
 /** Interval of the `health` events, ms. */
 export const HEALTH_PUSH_MS = 1_000;
@@ -119,7 +119,13 @@ export function registerDashboardRoutes(
         throw new HttpError(401, { errorCode: 'ERR_UNAUTHORIZED', message: 'wrong API token' });
       }
       if (checkToken !== undefined) {
-        const secure = request.protocol === 'https';
+        // Behind a TLS-terminating proxy (fastify trusts no proxy here, so its `protocol` stays
+        // http): its x-forwarded-proto. A client that forges it only gets a cookie its browser
+        // keeps off plain HTTP.
+        const forwarded = request.headers['x-forwarded-proto'];
+        const secure =
+          request.protocol === 'https' ||
+          (typeof forwarded === 'string' && forwarded.split(',')[0]!.trim() === 'https');
         reply.header('set-cookie', dashboard.sessions.open(secure));
       }
       return reply.code(204).send();
@@ -162,7 +168,7 @@ export function registerDashboardRoutes(
     },
     async (request, reply) => {
       const counted = counting(dashboard.openStream());
-      reply.raw.once('close', counted);
+      whenGone(request, reply, counted);
       try {
         await streamLeaderChanges(ctx, request, reply, request.query.name);
       } catch (error) {
@@ -187,7 +193,12 @@ export function registerDashboardRoutes(
       const prefix = request.query.prefix ?? '';
       if (prefix !== '') checked(ctx, () => validateKey(prefix, 'prefix'));
       const counted = counting(dashboard.openStream(prefix));
-      const { stream, send, stopHeartbeat } = openEventStream(reply);
+      const events = openEventStream(reply);
+      const { stream, send, stopHeartbeat } = events;
+      // A listing or health series the client has not read yet is superseded by the next one.
+      const sendLatest = (data: unknown, event: string) => {
+        if (!events.behind) send(data, event);
+      };
       const hello = {
         store: ctx.locker.name,
         storeName: ctx.storeName,
@@ -197,10 +208,10 @@ export function registerDashboardRoutes(
         windowMs: WINDOW_MS,
       };
       send(hello, 'hello');
-      const sendHealth = () => send(dashboard.timeline.series(), 'health');
+      const sendHealth = () => sendLatest(dashboard.timeline.series(), 'health');
       sendHealth();
       const stops = [
-        dashboard.watch.watch(prefix, (snapshot) => send(snapshot, 'locks')),
+        dashboard.watch.watch(prefix, (snapshot) => sendLatest(snapshot, 'locks')),
         dashboard.history.subscribe((key, entry) => {
           if (key.startsWith(prefix)) send({ key, entry }, 'history');
         }),
@@ -214,7 +225,7 @@ export function registerDashboardRoutes(
         ctx.shutdown.removeEventListener('abort', end);
         stream.end();
       };
-      stream.once('close', end);
+      whenGone(request, reply, end);
       ctx.shutdown.addEventListener('abort', end, { once: true });
     },
   );

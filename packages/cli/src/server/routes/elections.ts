@@ -42,7 +42,7 @@ import {
   resignSchema,
 } from '../schemas.js';
 import type { RouteContext } from './context.js';
-import { openEventStream } from './event-stream.js';
+import { openEventStream, whenGone } from './event-stream.js';
 import { untilHungUp } from './locks.js';
 
 type NameParams = { Params: { name: string } };
@@ -101,8 +101,7 @@ export async function streamLeaderChanges(
   name: string,
 ): Promise<void> {
   const gone = new AbortController();
-  const onClose = () => gone.abort();
-  reply.raw.once('close', onClose);
+  const stopWatching = whenGone(request, reply, () => gone.abort());
   const leaders = observeLeaders(ctx, { name, signal: gone.signal });
   // The first answer before the stream: bad input, a store without elections or an engine
   // that does not answer are the request's error (a JSON answer, as on every route).
@@ -116,7 +115,7 @@ export async function streamLeaderChanges(
       });
     }
   } catch (error) {
-    reply.raw.off('close', onClose);
+    stopWatching();
     throw error;
   }
   const { stream, send, stopHeartbeat } = openEventStream(reply);
@@ -132,7 +131,7 @@ export async function streamLeaderChanges(
     send(body, 'error');
   } finally {
     stopHeartbeat();
-    reply.raw.off('close', onClose);
+    stopWatching();
     await leaders.return(undefined);
     stream.end();
   }

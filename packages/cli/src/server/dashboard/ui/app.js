@@ -44,7 +44,11 @@ const state = {
 function route() {
   const hash = location.hash;
   if (hash.startsWith('#/lock/')) {
-    return { view: 'lock', key: decodeURIComponent(hash.slice('#/lock/'.length)) };
+    try {
+      return { view: 'lock', key: decodeURIComponent(hash.slice('#/lock/'.length)) };
+    } catch {
+      return { view: 'locks' }; // not a key this page made (malformed percent-encoding)
+    }
   }
   if (hash === '#/health') return { view: 'health' };
   if (hash === '#/elections') return { view: 'elections' };
@@ -119,11 +123,13 @@ function renderLocks() {
 function renderLock(key) {
   $('lock-key').textContent = key;
   const lock = state.snapshot?.locks.find((l) => l.key === key);
-  $('lock-mode').textContent = lock
-    ? lock.mode === 'permits'
-      ? `permits (${lock.permits})`
-      : lock.mode
-    : 'not held';
+  const outside = !key.startsWith(state.prefix);
+  $('lock-outside').hidden = !outside;
+  let mode = 'not held';
+  if (lock) mode = lock.mode === 'permits' ? `permits (${lock.permits})` : lock.mode;
+  else if (outside) mode = 'unknown: the key is outside the watched prefix';
+  else if (state.snapshot?.truncated) mode = 'not in the listing (it stops at 500 keys)';
+  $('lock-mode').textContent = mode;
   $('lock-waiters').textContent = lock ? String(lock.waiters) : '0';
   const holders = $('holders-table').tBodies[0];
   holders.replaceChildren();
@@ -353,10 +359,42 @@ function connect() {
   for (const name of savedElections()) followElection(name);
   source.addEventListener('open', () => status('Live'));
   source.addEventListener('error', () => {
-    if (source.readyState === EventSource.CLOSED) void start();
+    if (source.readyState === EventSource.CLOSED) void streamRefused(source.url);
     else status('Connection lost; trying again…');
   });
   render();
+}
+
+/** Pause before the page asks for a refused or lost stream again, ms. */
+const RETRY_MS = 2_000;
+
+/**
+ * The server ended or refused the stream of `url` for good: find out why and say it. Signed out
+ * → the sign-in form; a 4xx answer (a bad prefix, too many streams) → its message, no retry until
+ * the user acts; anything else → one more try after RETRY_MS.
+ */
+async function streamRefused(url) {
+  try {
+    const { signedIn } = await (await fetch('/ui/session')).json();
+    if (!signedIn) {
+      await start();
+      return;
+    }
+    const controller = new AbortController();
+    const answer = await fetch(url, { signal: controller.signal });
+    if (answer.status >= 400 && answer.status < 500) {
+      const body = await answer.json().catch(() => ({}));
+      status(`The sidecar refused this view: ${body.message ?? answer.status}.`);
+      return;
+    }
+    controller.abort();
+  } catch {
+    // The sidecar did not answer: try again below.
+  }
+  status('The sidecar does not answer; trying again…');
+  setTimeout(() => {
+    if (state.source?.url === url && state.source.readyState === EventSource.CLOSED) connect();
+  }, RETRY_MS);
 }
 
 async function start() {
@@ -400,14 +438,19 @@ $('sign-out').addEventListener('click', async () => {
 
 $('prefix-form').addEventListener('submit', (event) => {
   event.preventDefault();
-  state.prefix = $('prefix').value;
+  watchPrefix($('prefix').value);
+});
+
+function watchPrefix(prefix) {
+  state.prefix = prefix;
+  $('prefix').value = prefix;
   const url = new URL(location.href);
   if (state.prefix === '') url.searchParams.delete('prefix');
   else url.searchParams.set('prefix', state.prefix);
   history.replaceState(null, '', url);
   state.snapshot = null;
   connect();
-});
+}
 
 $('election-form').addEventListener('submit', (event) => {
   event.preventDefault();
@@ -417,6 +460,11 @@ $('election-form').addEventListener('submit', (event) => {
   saveElections();
   $('election-name').value = '';
   renderElections();
+});
+
+$('watch-key').addEventListener('click', () => {
+  const { key } = route();
+  if (key !== undefined) watchPrefix(key);
 });
 
 $('search').addEventListener('input', renderLocks);
