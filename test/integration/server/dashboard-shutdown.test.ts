@@ -69,7 +69,7 @@ describe('dashboard shutdown', () => {
     }
   });
 
-  it('a connection with pipelined streams that goes away frees every one of them', async () => {
+  it('a connection with pipelined streams (dashboard, election observers) that goes away frees every one of them', async () => {
     const timersLeft = trackIntervals([HEALTH_PUSH_MS, SSE_HEARTBEAT_MS]);
     const harness = sqliteHarness();
     const { sidecar, url } = await startInProcess({ store: `sqlite:${harness.db.name}` });
@@ -85,10 +85,13 @@ describe('dashboard shutdown', () => {
       const socket = connect(Number(port), '127.0.0.1');
       await new Promise((resolve) => socket.once('connect', resolve));
       const prefix = uniqueKey('dash-pipelined');
-      const request = `GET /ui/events?prefix=${prefix} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n`;
-      socket.write(request.repeat(3));
+      const get = (path: string) => `GET ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n`;
+      const events = get(`/ui/events?prefix=${prefix}`);
+      const observe = get(`/v1/elections/${prefix}/observe`);
+      socket.write(events + observe + events + observe);
       await expect.poll(() => listings).toBeGreaterThanOrEqual(2);
-      await sleep(500);
+      // Two dashboard streams (health push and heartbeat each) and two observers (heartbeat).
+      await expect.poll(timersLeft).toBe(6);
       socket.destroy();
       await expect.poll(timersLeft).toBe(0);
       await sleep(WATCH_INTERVAL_MS);
