@@ -118,6 +118,24 @@ describe('LockHistory', () => {
     expect(history.of('other')).toEqual([]);
   });
 
+  it('puts a release or loss heard after a listing told `ended` in its place', () => {
+    let now = 1;
+    const history = new LockHistory(() => now++);
+    history.record('k', 'granted', 'o1', 7n);
+    history.record('k', 'ended', 'o1', 7n);
+    history.record('k', 'released', 'o1', 7n);
+    history.record('k', 'granted', 'o2', 8n);
+    history.record('k', 'ended', 'o2', 8n);
+    history.record('k', 'lost', 'o2', 8n, 'expired');
+    history.record('k', 'ended', 'o2', 8n);
+    expect(history.of('k').map((e) => `${e.event} ${e.fencingToken}`)).toEqual([
+      'granted 7',
+      'released 7',
+      'granted 8',
+      'lost 8',
+    ]);
+  });
+
   it('keeps the last MAX_ENTRIES_PER_KEY entries of a key and MAX_KEYS keys', () => {
     const history = new LockHistory(() => 0);
     for (let token = 1; token <= MAX_ENTRIES_PER_KEY + 5; token++) {

@@ -79,7 +79,9 @@ export class LockHistory {
 
   /**
    * Add an entry, unless the key's log already tells it: a grant seen both as an event and in a
-   * listing is one grant; an `ended` after a release or loss of the same grant adds nothing.
+   * listing is one grant; an `ended` after a release or loss of the same grant adds nothing, and
+   * a release or loss that comes after a listing told `ended` takes that entry's place (it says
+   * more).
    */
   record(
     key: string,
@@ -90,6 +92,12 @@ export class LockHistory {
   ): void {
     const token = String(fencingToken);
     const log = this.#entries.get(key) ?? [];
+    if (event === 'released' || event === 'lost') {
+      const ended = log.findIndex(
+        (e) => e.event === 'ended' && e.owner === owner && e.fencingToken === token,
+      );
+      if (ended >= 0) log.splice(ended, 1);
+    }
     const told = log.some(
       (e) =>
         e.owner === owner &&

@@ -156,6 +156,13 @@ function renderLock(key) {
 
 function addHistory(key, entry) {
   if (state.detail.key !== key) return;
+  if (entry.event === 'released' || entry.event === 'lost') {
+    // It takes the place of an `ended` the listing told of the same grant (the server did too).
+    state.detail.entries = state.detail.entries.filter(
+      (e) =>
+        !(e.event === 'ended' && e.owner === entry.owner && e.fencingToken === entry.fencingToken),
+    );
+  }
   const same = (e) =>
     e.at === entry.at &&
     e.event === entry.event &&
