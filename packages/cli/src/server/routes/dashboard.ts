@@ -5,10 +5,10 @@
  * - `GET /ui` the page; `GET /ui/assets/*` its script and styles; `GET /ui/vendor/*` uPlot.
  *   Open to all: they hold no data.
  * - `GET /ui/session` → `{ tokenRequired, signedIn }` (signed in: a session cookie or the token;
- *   always without a sidecar token); `POST /ui/session` `{ token }` → 204 and a session cookie (ui-sessions.ts),
- *   401 for a wrong token; `DELETE /ui/session` signs out.
- * - `GET /ui/events?prefix=` Server-Sent Events: `hello` (the store, its backend, the chart
- *   window), then `locks` (a `LocksSnapshot` of the held keys under the prefix, about every
+ *   always without a sidecar token); `POST /ui/session` `{ token }` → 204 and a session cookie
+ *   (ui-sessions.ts), 401 for a wrong token; `DELETE /ui/session` signs out.
+ * - `GET /ui/events?prefix=` Server-Sent Events: `hello` (the store's name, the Dapr store name,
+ *   the version, the prefix, the chart buckets and window), then `locks` (a `LocksSnapshot` of the held keys under the prefix, about every
  *   `WATCH_INTERVAL_MS`), `history` (`{ key, entry }` for each new history entry under the
  *   prefix) and `health` (the `HealthSeries` of every store, every `HEALTH_PUSH_MS`).
  * - `GET /ui/api/history?key=` → `{ key, entries }`, the key's recent history.
@@ -23,7 +23,7 @@ import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fastifyStatic from '@fastify/static';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { validateKey } from 'fencelock';
 import { packageVersion } from '../../version.js';
 import { type CarriedToken, DAPR_API_TOKEN_HEADER } from '../auth.js';
@@ -87,7 +87,7 @@ export function registerDashboardRoutes(
     wildcard: false,
     decorateReply: false,
   });
-  const page = (_request: unknown, reply: { sendFile(name: string, root: string): unknown }) =>
+  const page = (_request: FastifyRequest, reply: FastifyReply) =>
     reply.sendFile('index.html', UI_DIR);
   app.get('/ui', page);
   app.get('/ui/', page);
