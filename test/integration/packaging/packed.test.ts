@@ -230,8 +230,8 @@ describe('the @fencelock/cli tarball', () => {
       });
       const expected: [string, string, string][] = [
         ['', 'text/html', '<title>fencelock dashboard</title>'],
-        ['/assets/app.js', 'text/javascript', 'new EventSource(`/ui/events'],
-        ['/vendor/uPlot.iife.min.js', 'text/javascript', 'uPlot'],
+        ['/assets/app.js', 'javascript', 'new EventSource(`/ui/events'],
+        ['/vendor/uPlot.iife.min.js', 'javascript', 'uPlot'],
         ['/vendor/uPlot.min.css', 'text/css', '.uplot'],
       ];
       for (const [path, type, text] of expected) {
