@@ -11,6 +11,7 @@ import type { ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WATCH_INTERVAL_MS } from '../../../packages/cli/src/server/dashboard/lock-watch.js';
+import type { Sidecar } from '../../../packages/cli/src/server/index.js';
 import { HEALTH_PUSH_MS } from '../../../packages/cli/src/server/routes/dashboard.js';
 import {
   MAX_BUFFERED_BYTES,
@@ -24,6 +25,18 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
+/** Count the listings the sidecar asks its store for from now on. @returns the count so far. */
+async function countListings(sidecar: Sidecar): Promise<() => number> {
+  const backend = await sidecar.locker.backend();
+  const list = backend.list!.bind(backend);
+  let listings = 0;
+  backend.list = (request) => {
+    listings++;
+    return list(request);
+  };
+  return () => listings;
+}
+
 describe('dashboard shutdown', () => {
   it('a page that leaves stops its listings and timers; close ends the rest', async () => {
     // The streams' interval timers (health pushes, heartbeats) still running.
@@ -32,24 +45,18 @@ describe('dashboard shutdown', () => {
     const harness = sqliteHarness();
     const { sidecar, url } = await startInProcess({ store: `sqlite:${harness.db.name}` });
     try {
-      const backend = await sidecar.locker.backend();
-      const list = backend.list!.bind(backend);
-      let listings = 0;
-      backend.list = (request) => {
-        listings++;
-        return list(request);
-      };
+      const listings = await countListings(sidecar);
       const prefix = uniqueKey('dash-shutdown');
       const first = await openEvents(url, `/ui/events?prefix=${prefix}`);
-      await expect.poll(() => listings).toBeGreaterThanOrEqual(2);
+      await expect.poll(() => listings()).toBeGreaterThanOrEqual(2);
       expect(timersLeft()).toBe(2);
       await first.close();
       await expect.poll(timersLeft).toBe(0);
       // At most one listing was under way when the page left; none after it.
       await sleep(WATCH_INTERVAL_MS);
-      const after = listings;
+      const after = listings();
       await sleep(3 * WATCH_INTERVAL_MS);
-      expect(listings).toBe(after);
+      expect(listings()).toBe(after);
 
       const second = await openEvents(url, `/ui/events?prefix=${prefix}`);
       const election = await openEvents(url, `/ui/api/elections/observe?name=${prefix}`);
@@ -60,9 +67,9 @@ describe('dashboard shutdown', () => {
       await second.ended;
       await election.ended;
       expect(timersLeft()).toBe(0);
-      const atClose = listings;
+      const atClose = listings();
       await sleep(3 * WATCH_INTERVAL_MS);
-      expect(listings).toBe(atClose);
+      expect(listings()).toBe(atClose);
     } finally {
       await sidecar.close();
       await harness.close();
@@ -74,13 +81,7 @@ describe('dashboard shutdown', () => {
     const harness = sqliteHarness();
     const { sidecar, url } = await startInProcess({ store: `sqlite:${harness.db.name}` });
     try {
-      const backend = await sidecar.locker.backend();
-      const list = backend.list!.bind(backend);
-      let listings = 0;
-      backend.list = (request) => {
-        listings++;
-        return list(request);
-      };
+      const listings = await countListings(sidecar);
       const { port } = new URL(url);
       const socket = connect(Number(port), '127.0.0.1');
       await new Promise((resolve) => socket.once('connect', resolve));
@@ -89,15 +90,15 @@ describe('dashboard shutdown', () => {
       const events = get(`/ui/events?prefix=${prefix}`);
       const observe = get(`/v1/elections/${prefix}/observe`);
       socket.write(events + observe + events + observe);
-      await expect.poll(() => listings).toBeGreaterThanOrEqual(2);
+      await expect.poll(() => listings()).toBeGreaterThanOrEqual(2);
       // Two dashboard streams (health push and heartbeat each) and two observers (heartbeat).
       await expect.poll(timersLeft).toBe(6);
       socket.destroy();
       await expect.poll(timersLeft).toBe(0);
       await sleep(WATCH_INTERVAL_MS);
-      const after = listings;
+      const after = listings();
       await sleep(3 * WATCH_INTERVAL_MS);
-      expect(listings).toBe(after);
+      expect(listings()).toBe(after);
       // All 64 streams are there to be had again.
       const streams = await Promise.all(
         Array.from({ length: 64 }, () => openEvents(url, `/ui/events?prefix=${prefix}`)),
