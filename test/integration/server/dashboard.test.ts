@@ -204,6 +204,17 @@ describe('dashboard in the browser (SQLite)', () => {
     await sleep(2_000);
     expect(requests - refusedAt).toBe(0);
 
+    // A prefix refused after a listing of another: that listing is gone from the view.
+    await page.goto(`${server.url}/ui`);
+    await expect.poll(() => page.locator('#locks-note').textContent()).toMatch(/held keys shown/);
+    await page.getByLabel('Key prefix').fill('x'.repeat(1_100));
+    await page.getByRole('button', { name: 'Watch' }).click();
+    await expect
+      .poll(() => page.locator('#status').textContent())
+      .toMatch(/^The sidecar refused this view: invalid prefix: /);
+    expect(await page.locator('#locks-note').textContent()).toBe('');
+    expect(await page.locator('#locks-table tbody tr').count()).toBe(0);
+
     // A malformed lock address: the locks view.
     await page.goto(`${server.url}/ui#/lock/%E0%A4`);
     await expect.poll(() => page.locator('#locks-view').isVisible()).toBe(true);

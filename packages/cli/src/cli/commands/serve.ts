@@ -31,7 +31,7 @@ export function registerServeCommand(program: Command): void {
   program
     .command('serve')
     .description(
-      'run the lock sidecar: Dapr distributed-lock API, /v1/locks extensions, /v1/elections, /healthz, /metrics',
+      'run the lock sidecar: Dapr distributed-lock API, /v1/locks extensions, /v1/elections, /healthz, /metrics, and a live dashboard at /ui',
     )
     .requiredOption(
       '--store <url>',

@@ -99,6 +99,9 @@ async function streamRefused(url) {
     if (answer.status >= 400 && answer.status < 500) {
       const body = await answer.json().catch(() => ({}));
       status(`The sidecar refused this view: ${body.message ?? answer.status}.`);
+      // What was listed before is not this prefix's.
+      state.snapshot = null;
+      render();
       return;
     }
     controller.abort();
@@ -123,6 +126,7 @@ async function start() {
   for (const election of state.elections.values()) election.source?.close();
   state.elections.clear();
   $('views').hidden = true;
+  $('store').textContent = '';
   $('sign-out').hidden = true;
   status('');
   show('sign-in-view');

@@ -1,6 +1,6 @@
 // The Elections view: the elections this browser follows (kept in its local storage), one event
 // stream each (/ui/api/elections/observe).
-import { $, cell, formatMs } from './dom.js';
+import { $, cell } from './dom.js';
 import { route, state } from './state.js';
 
 /** Where this browser keeps the names of the followed elections. */
@@ -59,7 +59,6 @@ export function renderElections() {
     cell(row, election.error ?? leader?.ownerId ?? 'nobody');
     cell(row, leader?.term ?? '–');
     cell(row, leader?.value ?? '–');
-    cell(row, leader ? formatMs(leader.ttlMs) : '–');
     cell(row, leader && election.since ? new Date(election.since).toLocaleTimeString() : '–');
     const stop = document.createElement('button');
     stop.type = 'button';

@@ -45,7 +45,7 @@ function chartOf(spec, series) {
   plotArea.replaceChildren();
   const plot = new window.uPlot(
     {
-      width: Math.max(320, Math.min(900, $('charts').clientWidth || 900)),
+      width: Math.max(320, Math.min(1200, $('charts').clientWidth || 900)),
       height: 180,
       series: [
         {},
@@ -54,6 +54,8 @@ function chartOf(spec, series) {
           stroke: COLOURS[i % COLOURS.length],
           width: 2,
           spanGaps: false,
+          // A value of a single bucket between empty ones is a point, not an invisible line.
+          points: { size: 6 },
         })),
       ],
       axes: [{}, { size: 60 }],

@@ -14,7 +14,10 @@ export function renderLocks() {
   const body = $('locks-table').tBodies[0];
   body.replaceChildren();
   $('locks-caption').textContent = `Held locks under “${state.prefix}”`;
-  if (snapshot === null) return;
+  if (snapshot === null) {
+    $('locks-note').textContent = '';
+    return;
+  }
   const needle = $('search').value.trim().toLowerCase();
   let shown = 0;
   for (const lock of snapshot.locks) {
@@ -53,7 +56,7 @@ export function renderLock(key) {
   else if (outside) mode = 'unknown: the key is outside the watched prefix';
   else if (state.snapshot?.truncated) mode = 'not in the listing (it stops at 500 keys)';
   $('lock-mode').textContent = mode;
-  $('lock-waiters').textContent = lock ? String(lock.waiters) : '0';
+  $('lock-waiters').textContent = lock ? String(lock.waiters) : mode === 'not held' ? '0' : '–';
   const holders = $('holders-table').tBodies[0];
   holders.replaceChildren();
   for (const holder of lock?.holders ?? []) {
