@@ -318,7 +318,9 @@ describe('ZooKeeper leader elections', () => {
 
     watch.stop();
     watch.stop();
-    expect(session.pendingWatches).toBe(0);
+    // A watch being set again when stop() came (after the proclaim fired it) is forgotten as its
+    // request returns (CI saw one still counted right after stop()); none stays after that.
+    await waitUntil('the watches forgotten', () => session.pendingWatches === 0);
     seen = changes.count;
     await b.abandon(second);
     await a.attempt(candidacy(key, 'c1'));
