@@ -16,7 +16,7 @@
  * - In this clone, `npm ci` linked the `fencelock` command (`npx fencelock` works).
  * Dependencies come from npm's cache when it has them (`--prefer-offline`), else the registry.
  */
-import { execFile, spawn } from 'node:child_process';
+import { type ChildProcessWithoutNullStreams, execFile, spawn } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -88,6 +88,22 @@ async function freshProject(name: string): Promise<string> {
 function linkFromRoot(project: string, name: string): void {
   mkdirSync(join(project, 'node_modules'), { recursive: true });
   symlinkSync(join(ROOT, 'node_modules', name), join(project, 'node_modules', name));
+}
+
+/**
+ * The first group of `pattern` in what a `fencelock serve` process writes to stderr, once it
+ * appears; rejects with that stderr if the process exits first.
+ */
+function announced(child: ChildProcessWithoutNullStreams, pattern: RegExp): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    let stderr = '';
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+      stderr += chunk;
+      const m = pattern.exec(stderr);
+      if (m) resolve(m[1]!);
+    });
+    child.once('exit', (code) => reject(new Error(`serve exited with ${code}\n${stderr}`)));
+  });
 }
 
 /** Files of a tarball, as npm lists them. */
@@ -219,15 +235,7 @@ describe('the @fencelock/cli tarball', () => {
       env: { ...process.env, FENCELOCK_SERVER_TOKEN: '' },
     });
     try {
-      const dashboard = await new Promise<string>((resolve, reject) => {
-        let stderr = '';
-        child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
-          stderr += chunk;
-          const m = /dashboard at (\S+)/.exec(stderr);
-          if (m) resolve(m[1]!);
-        });
-        child.once('exit', (code) => reject(new Error(`serve exited with ${code}\n${stderr}`)));
-      });
+      const dashboard = await announced(child, /dashboard at (\S+)/);
       const expected: [string, string, string][] = [
         ['', 'text/html', '<title>fencelock dashboard</title>'],
         ['/assets/app.js', 'javascript', 'new EventSource(`/ui/events'],
@@ -251,15 +259,7 @@ describe('the @fencelock/cli tarball', () => {
       env: { ...process.env, FENCELOCK_SERVER_TOKEN: '' },
     });
     try {
-      const address = await new Promise<string>((resolve, reject) => {
-        let stderr = '';
-        child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
-          stderr += chunk;
-          const m = / and gRPC on (\S+)/.exec(stderr);
-          if (m) resolve(m[1]!);
-        });
-        child.once('exit', (code) => reject(new Error(`serve exited with ${code}\n${stderr}`)));
-      });
+      const address = await announced(child, / and gRPC on (\S+)/);
       const clients = grpcClients(address);
       try {
         const { response } = await unary(clients.dapr, 'GetMetadata', {});

@@ -8,9 +8,9 @@
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ownerIdFor } from '../../../packages/cli/src/server/index.js';
-import { REDIS_URL } from '../../helpers/engines.js';
-import { redisHarness, type StoreHarness, sqliteHarness } from '../handed/stores.js';
+import type { StoreHarness } from '../handed/stores.js';
 import { failure, type GrpcClients, grpcClients, unary } from './grpc-support.js';
+import { HARNESSED_STORES } from './harnessed-stores.js';
 import {
   BUILD_TIMEOUT_MS,
   buildCli,
@@ -26,18 +26,7 @@ import {
 beforeAll(buildCli, BUILD_TIMEOUT_MS);
 afterAll(dropRedisKeys);
 
-const STORES = [
-  { name: 'redis', make: () => ({ harness: redisHarness(), url: () => REDIS_URL }) },
-  {
-    name: 'sqlite',
-    make: () => {
-      const harness = sqliteHarness();
-      return { harness, url: () => `sqlite:${harness.db.name}` };
-    },
-  },
-] as const;
-
-describe.each(STORES)('semaphore permits through the sidecar ($name)', ({ make }) => {
+describe.each(HARNESSED_STORES)('semaphore permits through the sidecar ($name)', ({ make }) => {
   let harness: StoreHarness;
   let server: ServerProcess;
   let grpc: GrpcClients;

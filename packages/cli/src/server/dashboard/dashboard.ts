@@ -14,6 +14,7 @@ export const MAX_DASHBOARD_STREAMS = 64;
 /** Prefixes it lists at once (each one every `WATCH_INTERVAL_MS`, whatever the pages on it). */
 export const MAX_WATCHED_PREFIXES = 16;
 
+/** What `createDashboard` keeps for the routes of routes/dashboard.ts. */
 export interface Dashboard {
   readonly sessions: UiSessions;
   readonly history: LockHistory;

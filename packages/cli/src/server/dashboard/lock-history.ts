@@ -10,7 +10,9 @@
 import diagnostics_channel from 'node:diagnostics_channel';
 import { type AcquireEvent, CHANNELS, type LostEvent, type ReleaseEvent } from 'fencelock';
 
+/** Entries kept per key (the oldest go first). */
 export const MAX_ENTRIES_PER_KEY = 50;
+/** Keys with a history kept at once (the least recently changed go first). */
 export const MAX_KEYS = 1_000;
 
 /** One change of a lock's holders. */
@@ -28,6 +30,7 @@ export interface HistoryEntry {
 
 type Listener = (key: string, entry: HistoryEntry) => void;
 
+/** The recent history of each lock, bounded as the module says; `now` injected for tests. */
 export class LockHistory {
   readonly #entries = new Map<string, HistoryEntry[]>();
   readonly #listeners = new Set<Listener>();

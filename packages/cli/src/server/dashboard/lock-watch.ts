@@ -39,10 +39,12 @@ export interface WatchedHolder {
   readonly heldForMs: number;
 }
 
+/** A held key as the dashboard shows it: `listedLockJson`'s shape, each holder with `heldForMs`. */
 export interface WatchedLock extends Omit<ListedLockJson, 'holders'> {
   readonly holders: readonly WatchedHolder[];
 }
 
+/** One listing of a watched prefix, as the `locks` event carries it. */
 export interface LocksSnapshot {
   /** When the listing ended, ms since the epoch. */
   readonly at: number;
@@ -74,6 +76,7 @@ interface Watch {
   walk: { readonly locks: ListedLockJson[]; cursor: string | null } | undefined;
 }
 
+/** The live listings of the prefixes pages watch, one listing loop per prefix. */
 export class LockWatch {
   readonly #locker: Locker;
   readonly #history: LockHistory;

@@ -9,12 +9,14 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { parse, serialize } from 'cookie';
 
+/** Name of the session cookie. */
 export const SESSION_COOKIE = 'fencelock_ui';
 /** How long a sign-in lasts, ms (12 hours). */
 export const SESSION_TTL_MS = 12 * 3_600_000;
 /** Sessions kept at once. */
 export const MAX_SESSIONS = 1_000;
 
+/** The sign-in sessions of one sidecar, in memory; `now` injected for tests. */
 export class UiSessions {
   /** Expiry (ms since the epoch) by digest of the session id, oldest first. */
   readonly #expiries = new Map<string, number>();

@@ -86,7 +86,7 @@ export const renewManyScript = defineScript<
  * callers from before lock-delay: without it no delay is checked or recorded; the backend always
  * passes it).
  */
-type QueueKeys = Optional<
+export type QueueKeys = Optional<
   readonly [
     lockKey: string,
     fenceKey: string,

@@ -7,7 +7,7 @@
  * permit scripts (the withdrawal of a lost vote, the token's settling) begin with that backend's
  * `semaphore-line.lua`.
  */
-import { defineScript, type Optional } from '../redis/scripts.js';
+import { defineScript, type Optional, type QueueKeys } from '../redis/scripts.js';
 
 /** This module's folder of scripts. */
 const SCRIPTS = new URL('./scripts/', import.meta.url);
@@ -23,17 +23,7 @@ type LockKeys = readonly [
  * A lock's keys on one node that the grant scripts touch (`readWriteLockKeys`), and its
  * lock-delay key (`RedlockLockKeys.delay`; without it a script keeps no delay).
  */
-type GrantKeys = Optional<
-  readonly [
-    lockKey: string,
-    fenceKey: string,
-    queueKey: string,
-    waitersKey: string,
-    readersKey: string,
-    readerTokensKey: string,
-  ],
-  readonly [delayKey: string]
->;
+type GrantKeys = QueueKeys;
 
 /** A lock's keys on one node that release and withdraw touch (the delay's as `GrantKeys`). */
 type LineKeys = Optional<
