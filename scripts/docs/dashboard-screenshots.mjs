@@ -2,8 +2,8 @@
 // The dashboard screenshots of docs/dashboard.md, taken from a real sidecar: a sidecar over a
 // fresh SQLite file (no token, loopback), some lock traffic from a locker of this process on the
 // same file (an exclusive lock with waiters, read grants, semaphore permits, short grants taken
-// and released in a loop for the charts), then Debian's Chromium (playwright-core) on /ui's three
-// views. They land in docs/public/dashboard/ (committed), served at /dashboard/<view>.png.
+// and released in a loop for the charts, an election with a leader and two candidates in line),
+// then Debian's Chromium (playwright-core) on /ui's four views. They land in docs/public/dashboard/ (committed), served at /dashboard/<view>.png.
 // Usage: npm run docs:screenshots (builds the packages first; needs /usr/bin/chromium).
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -42,6 +42,14 @@ try {
     locker
       .acquire('orders:nightly-export', { ttlMs: 10_000, signal: stop.signal })
       .then((lease) => lease.release())
+      .catch(() => {}),
+  );
+  const election = locker.election('scheduler');
+  const leadership = await election.campaign('http://10.0.3.7:8080', { ttlMs: 60_000 });
+  const candidates = ['http://10.0.3.8:8080', 'http://10.0.3.9:8080'].map((value) =>
+    election
+      .campaign(value, { ttlMs: 60_000, signal: stop.signal })
+      .then((next) => next.resign())
       .catch(() => {}),
   );
   const traffic = (async () => {
@@ -86,15 +94,22 @@ try {
   await page.getByRole('link', { name: 'orders:nightly-export' }).click();
   await page.waitForTimeout(1_500);
   await page.screenshot({ path: join(outDir, 'lock.png') });
+  await page.getByRole('link', { name: 'Elections' }).click();
+  await page.getByLabel('Election name').fill('scheduler');
+  await page.getByRole('button', { name: 'Follow' }).click();
+  // The candidates in line are counted within a recount (1 s).
+  await page.locator('#elections-table td', { hasText: /^3$/ }).waitFor();
+  await page.screenshot({ path: join(outDir, 'elections.png') });
   await page.waitForTimeout(TRAFFIC_MS);
   await page.getByRole('link', { name: 'Health' }).click();
   await page.waitForTimeout(2_000);
   await page.screenshot({ path: join(outDir, 'health.png'), fullPage: true });
 
   stop.abort();
-  await Promise.all([traffic, sidecarTraffic, ...waiters]);
+  await Promise.all([traffic, sidecarTraffic, ...waiters, ...candidates]);
   for (const lease of leases) await lease.release();
-  console.log(`dashboard screenshots: ${outDir}/{locks,lock,health}.png`);
+  await leadership.resign();
+  console.log(`dashboard screenshots: ${outDir}/{locks,lock,elections,health}.png`);
 } finally {
   stop.abort();
   await browser.close();

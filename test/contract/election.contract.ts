@@ -108,6 +108,7 @@ export function describeElectionContract(suite: ElectionSuite): void {
       term: leading.term,
       value: 'host-a:8080',
       ttlMs: expect.any(Number),
+      candidates: 1,
     });
     // Another candidate does not lead while it leads.
     expect(await b.locker.election(name).tryCampaign('host-b:8080')).toBeNull();
@@ -204,6 +205,43 @@ export function describeElectionContract(suite: ElectionSuite): void {
     }
     expect(order).toEqual(['1', '2', '3']);
     await current.resign();
+  });
+
+  it('election: the leader read counts the candidates, the leader among them', async (t) => {
+    const clients = await Promise.all([newClient(), newClient(), newClient()]);
+    const { locker, backend } = clients[0]!;
+    if (!backend.capabilities.election || !backend.capabilities.queue) return t.skip();
+    const name = uniqueKey('candidates');
+    const election = locker.election(name);
+    /** Reads the leader until its count of candidates is `count` (a candidate lines up async). */
+    const countReaches = async (count: number) => {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const read = await election.leader();
+        if (read?.candidates === count || Date.now() > deadline) return read?.candidates;
+        await delay(50);
+      }
+    };
+    const ttlMs = 30_000;
+    const first = await election.campaign('0', { ttlMs });
+    expect(await countReaches(1)).toBe(1);
+    const stops = [new AbortController(), new AbortController()];
+    const waiting = clients.slice(1).map((client, i) =>
+      client.locker
+        .election(name)
+        .campaign(String(i + 1), { ttlMs, signal: stops[i]!.signal })
+        .catch((error: unknown) => error),
+    );
+    expect(await countReaches(3)).toBe(3);
+    // A candidate that gives up leaves the line.
+    stops[1]!.abort();
+    expect(await waiting[1]).toBeInstanceOf(Error);
+    expect(await countReaches(2)).toBe(2);
+    // The next leader is counted, the one that resigned is not.
+    await first.resign();
+    const next = (await waiting[0]) as Leadership;
+    expect(await election.leader()).toMatchObject({ owner: next.owner, candidates: 1 });
+    await next.resign();
   });
 
   it('election: observers see the current leader, then each change in order, terms never back', async (t) => {

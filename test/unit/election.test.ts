@@ -138,10 +138,10 @@ describe('election.observe()', () => {
     const { locker, backend } = electingLocker();
     const election = locker.election('e');
     const reads: (ElectedLeader | null)[] = [
-      { owner: 'b'.repeat(32), term: 7n, value: 'new', ttlMs: 60_000 },
+      { owner: 'b'.repeat(32), term: 7n, value: 'new', ttlMs: 60_000, candidates: 1 },
       // A replica behind: an older leader.
-      { owner: 'a'.repeat(32), term: 6n, value: 'old', ttlMs: 60_000 },
-      { owner: 'c'.repeat(32), term: 8n, value: 'next', ttlMs: 60_000 },
+      { owner: 'a'.repeat(32), term: 6n, value: 'old', ttlMs: 60_000, candidates: 1 },
+      { owner: 'c'.repeat(32), term: 8n, value: 'next', ttlMs: 60_000, candidates: 1 },
     ];
     backend.leader = async () => reads.shift() ?? null;
     backend.electionRecheckAfterMs = 10;

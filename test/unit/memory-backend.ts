@@ -249,7 +249,14 @@ export class MemoryBackend implements Backend {
     const e = this.#live(objectKey);
     if (!e) return null;
     const value = this.values.get(objectKey) ?? '';
-    return { owner: e.owner, term: e.token, value, ttlMs: e.expiresAt - performance.now() };
+    // No waiting line here: the leader is the only candidate.
+    return {
+      owner: e.owner,
+      term: e.token,
+      value,
+      ttlMs: e.expiresAt - performance.now(),
+      candidates: 1,
+    };
   }
 
   async watchElection(key: string, onChange: () => void): Promise<ElectionWatch> {

@@ -283,11 +283,14 @@ describe('fencelock elect <name> --observe / --leader', () => {
     const leaders = seen.filter((entry) => entry !== null);
     expect(seen[0]).toBeNull();
     expect(seen.at(-1)).toBeNull();
+    const owner = expect.stringMatching(/^\S{16,}$/);
     expect(leaders).toEqual([
-      { term: String(termA), value: 'a', owner: expect.stringMatching(/^\S{16,}$/) },
-      { term: String(termB), value: 'b', owner: expect.stringMatching(/^\S{16,}$/) },
+      { term: String(termA), value: 'a', owner, candidates: expect.any(Number) },
+      { term: String(termB), value: 'b', owner, candidates: 1 },
     ]);
     expect(leaders[0].owner).not.toBe(leaders[1].owner);
+    // A's grant was read before or after B lined up.
+    expect([1, 2]).toContain(leaders[0].candidates);
   });
 
   it('--observe prints "<term> <value>" lines', async () => {
@@ -330,6 +333,7 @@ describe('fencelock elect <name> --observe / --leader', () => {
       term: String(term),
       value: '',
       owner: rawElection(name).leader?.owner,
+      candidates: 1,
     });
     writeFileSync(go, '');
     expect((await cli.done).code).toBe(0);

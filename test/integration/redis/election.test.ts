@@ -127,6 +127,7 @@ describe('Redis election: layout', () => {
       term: leading.term,
       value,
       ttlMs: expect.any(Number),
+      candidates: 1,
     });
     // The lock and the semaphore are untouched; `list` reports them, not the election.
     expect([await admin.get(lockKey), await admin.zrange(sem.holders, '0', '-1')]).toEqual(before);
@@ -146,6 +147,30 @@ describe('Redis election: layout', () => {
     expect(await admin.get(e.term)).toBe(String(leading.term));
     expect(await admin.get(lockKey)).toBe(before[0]);
     await Promise.all([lock.release(), permit.release()]);
+  });
+});
+
+describe('Redis election: candidates', () => {
+  it('counts the leader and the live entries of the line, not one whose time ran out', async () => {
+    const backend = backendOf();
+    const locker = lockerOf(backend);
+    const key = `candidates:${randomBytes(3).toString('hex')}`;
+    const leading = await locker.election(key).campaign('leader', { ttlMs: 30_000 });
+    const e = electionKeys(prefix, key);
+    const [seconds, micros] = await admin.time();
+    const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    // Two candidates in line: one live, one whose owner vanished (its entry's time ran out).
+    const [live, gone] = ['a'.repeat(32), 'b'.repeat(32)];
+    await admin.rpush(e.queue, gone, live);
+    await admin.hset(e.waiters, gone, nowMs - 1_000, live, nowMs + 60_000);
+    expect((await backend.leader(key))?.candidates).toBe(2);
+    // The read is read-only: the expired entry is skipped, not dropped.
+    expect(await admin.lrange(e.queue, 0, -1)).toEqual([gone, live]);
+    await admin.hset(e.waiters, gone, nowMs + 60_000);
+    expect((await backend.leader(key))?.candidates).toBe(3);
+    await admin.del(e.queue, e.waiters);
+    expect((await backend.leader(key))?.candidates).toBe(1);
+    await leading.resign();
   });
 });
 

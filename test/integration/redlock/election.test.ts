@@ -167,6 +167,36 @@ describe('Redlock election layout', () => {
   });
 });
 
+describe('Redlock election candidates', () => {
+  it('counts the candidates a majority of the nodes shows, not an entry whose time ran out', async () => {
+    const { locker, backend } = redlock();
+    const key = `candidates-${randomBytes(3).toString('hex')}`;
+    const leading = await locker.election(key).campaign('leader', { ttlMs: 30_000 });
+    const k = backend.electionKeysOf(key);
+    /** Put `owner` in the line of the nodes of `on`, its entry live for `leftMs` (< 0: ran out). */
+    const lineUp = async (on: readonly Redis[], owner: string, ticket: number, leftMs: number) => {
+      for (const admin of on) {
+        const [seconds, micros] = await admin.time();
+        const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+        await admin.zadd(k.queue, ticket, owner);
+        await admin.hset(k.waiters, owner, nowMs + leftMs);
+      }
+    };
+    // On every node one live candidate and one that vanished; a third on two nodes only.
+    await lineUp(admins, 'a'.repeat(32), 1, 60_000);
+    await lineUp(admins, 'b'.repeat(32), 2, -1_000);
+    await lineUp(admins.slice(0, 2), 'c'.repeat(32), 3, 60_000);
+    expect((await backend.leader(key))?.candidates).toBe(2);
+    // On every node: counted, whichever majority answers first (the read ends once a majority
+    // shows the leader, so an entry on only some of the nodes may or may not be counted).
+    await lineUp(admins.slice(2), 'c'.repeat(32), 3, 60_000);
+    expect((await backend.leader(key))?.candidates).toBe(3);
+    for (const admin of admins) await admin.del(k.queue, k.waiters);
+    expect((await backend.leader(key))?.candidates).toBe(1);
+    await leading.resign();
+  });
+});
+
 describe('Redlock election terms', () => {
   it('rise past a counter lost on two nodes and left stale on three (restarts), and past a clock behind the counter', async () => {
     const { backend } = redlock();

@@ -348,7 +348,7 @@ describe('dashboard in the browser (SQLite)', () => {
     await page.context().close();
   });
 
-  it('follows an election: leader, term and value, the next leader after a resign', async () => {
+  it('follows an election: leader, term, value and candidates, the next leader after a resign', async () => {
     const { page, errors } = await openPage();
     const name = uniqueKey('dash-election');
     const path = (action: string) => `/v1/elections/${encodeURIComponent(name)}/${action}`;
@@ -357,8 +357,12 @@ describe('dashboard in the browser (SQLite)', () => {
     await page.getByLabel('Election name').fill(name);
     await page.getByRole('button', { name: 'Follow' }).click();
     const row = page.locator(`#elections-table tr[data-election="${name}"]`);
-    const columns = async () => (await row.locator('td').allTextContents()).slice(0, 4);
-    await expect.poll(columns).toEqual([name, 'nobody', '–', '–']);
+    // Election, leader, term, value and candidates (not the time it leads since).
+    const columns = async () => {
+      const cells = await row.locator('td').allTextContents();
+      return [...cells.slice(0, 4), cells[5]];
+    };
+    await expect.poll(columns).toEqual([name, 'nobody', '–', '–', '–']);
 
     const campaign = (owner: string, value: string, waitMs = 0) =>
       call(server.url, path('campaign'), {
@@ -369,13 +373,17 @@ describe('dashboard in the browser (SQLite)', () => {
     expect(first.status).toBe(200);
     await expect
       .poll(columns)
-      .toEqual([name, first.body.ownerId, first.body.term, 'http://10.0.0.1:8080']);
+      .toEqual([name, first.body.ownerId, first.body.term, 'http://10.0.0.1:8080', '1']);
     const next = campaign('node-b', 'http://10.0.0.2:8080', 20_000);
+    // A candidate in line is counted within a recount (1 s), with no change of leader.
+    await expect
+      .poll(columns, { timeout: 5_000 })
+      .toEqual([name, first.body.ownerId, first.body.term, 'http://10.0.0.1:8080', '2']);
     // The followed names survive a reload (this browser keeps them).
     await page.reload();
     await expect
       .poll(columns)
-      .toEqual([name, first.body.ownerId, first.body.term, 'http://10.0.0.1:8080']);
+      .toEqual([name, first.body.ownerId, first.body.term, 'http://10.0.0.1:8080', '2']);
     const resigned = await call(server.url, path('resign'), {
       token: TOKEN,
       body: { owner: 'node-a', term: first.body.term },
@@ -386,7 +394,7 @@ describe('dashboard in the browser (SQLite)', () => {
     expect(BigInt(second.body.term)).toBeGreaterThan(BigInt(first.body.term));
     await expect
       .poll(columns)
-      .toEqual([name, second.body.ownerId, second.body.term, 'http://10.0.0.2:8080']);
+      .toEqual([name, second.body.ownerId, second.body.term, 'http://10.0.0.2:8080', '1']);
     expect(await accessibilityViolations(page)).toEqual([]);
 
     await page.getByRole('button', { name: `Stop following ${name}` }).click();

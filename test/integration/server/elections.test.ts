@@ -100,6 +100,15 @@ describe('/v1/elections and fencelock.v1.Locks elections (sqlite)', () => {
   const post = (name: string, action: string, body: unknown, signal?: AbortSignal) =>
     call(base, electionPath(name, action), { body, ...(signal ? { signal } : {}) });
   const leaderOf = (name: string) => call(base, electionPath(name));
+  /** Reads the leader until it counts `count` candidates (a campaign lines up after its call). */
+  const candidatesReach = async (name: string, count: number) => {
+    const deadline = performance.now() + 5_000;
+    for (;;) {
+      const seen = (await leaderOf(name)).body.leader?.candidates;
+      if (seen === count || performance.now() > deadline) return seen;
+      await sleep(20);
+    }
+  };
   const locks = (method: string, request: object, options = {}) =>
     unary(grpc.locks, method, request, options);
 
@@ -128,6 +137,7 @@ describe('/v1/elections and fencelock.v1.Locks elections (sqlite)', () => {
         term,
         value: 'http://a:80',
         ttlMs: expect.any(Number),
+        candidates: 1,
       },
     });
     expect(seen.body.leader.ttlMs).toBeGreaterThan(3_000);
@@ -243,10 +253,10 @@ describe('/v1/elections and fencelock.v1.Locks elections (sqlite)', () => {
       controller.signal,
     );
     waiting.catch(() => undefined);
-    await sleep(300);
+    expect(await candidatesReach(name, 2)).toBe(2);
     controller.abort();
     await expect(waiting).rejects.toThrow();
-    await sleep(200);
+    expect(await candidatesReach(name, 1)).toBe(1);
     expect((await post(name, 'resign', { owner: 'A', term: a.term })).status).toBe(200);
     // Longer than a waiter's longest backoff: a candidate still in line would lead by now.
     await sleep(1_200);
@@ -279,18 +289,21 @@ describe('/v1/elections and fencelock.v1.Locks elections (sqlite)', () => {
           term: a.term,
           value: 'a1',
           ttlMs: expect.any(Number),
+          candidates: 1,
         },
         {
           ownerId: candidateIdFor('A', name),
           term: a.term,
           value: 'a2',
           ttlMs: expect.any(Number),
+          candidates: 1,
         },
         {
           ownerId: candidateIdFor('B', name),
           term: b.term,
           value: 'b1',
           ttlMs: expect.any(Number),
+          candidates: 1,
         },
       ]);
       // Between A and B, at most the "nobody leads" of A's resign.
@@ -353,10 +366,12 @@ describe('/v1/elections and fencelock.v1.Locks elections (sqlite)', () => {
     expect(
       (await locks('Proclaim', { name, owner: 'A', term: a.term, value: 'a2' })).response,
     ).toEqual({ name, outcome: 'proclaimed' });
-    expect((await locks('Leader', { name })).response.leader).toMatchObject({
+    expect((await locks('Leader', { name })).response.leader).toEqual({
       ownerId: candidateIdFor('A', name),
       term: a.term,
       value: 'a2',
+      ttlMs: expect.any(Number),
+      candidates: 1,
     });
     const renewed = (
       await locks('RenewLeadership', { name, owner: 'A', term: a.term, ttlMs: 30_000 })
@@ -372,6 +387,7 @@ describe('/v1/elections and fencelock.v1.Locks elections (sqlite)', () => {
     ).toMatchObject({ code: status.DEADLINE_EXCEEDED, errorCode: 'ERR_LOCK_TIMEOUT' });
     const waiting = locks('Campaign', { name, owner: 'B', value: 'b', ttlMs: 20_000 });
     expect(await settledWithin(waiting, 400)).toBe(false);
+    expect((await locks('Leader', { name })).response.leader.candidates).toBe(2);
     expect(
       await failure(locks('Proclaim', { name, owner: 'B', term: a.term, value: 'x' })),
     ).toMatchObject({ code: status.FAILED_PRECONDITION, errorCode: 'ERR_NOT_LOCK_OWNER' });
@@ -429,18 +445,21 @@ describe('/v1/elections and fencelock.v1.Locks elections (sqlite)', () => {
           term: a.term,
           value: 'a1',
           ttlMs: expect.any(Number),
+          candidates: 1,
         },
         {
           ownerId: candidateIdFor('A', name),
           term: a.term,
           value: 'a2',
           ttlMs: expect.any(Number),
+          candidates: 1,
         },
         {
           ownerId: candidateIdFor('B', name),
           term: b.term,
           value: 'b1',
           ttlMs: expect.any(Number),
+          candidates: 1,
         },
       ]);
       await locks('Resign', { name, owner: 'B', term: b.term });

@@ -46,6 +46,8 @@ export interface LeaderAnswer {
     readonly value: string;
     /** Remaining lease, whole ms. */
     readonly ttlMs: number;
+    /** The candidates in the election, the leader among them (>= 1). */
+    readonly candidates: number;
   } | null;
 }
 
@@ -283,6 +285,7 @@ function leaderAnswer(name: string, current: ElectionLeader | null): LeaderAnswe
             term: current.term.toString(),
             value: current.value,
             ttlMs: Math.max(0, Math.round(current.ttlMs)),
+            candidates: current.candidates,
           },
   };
 }

@@ -267,6 +267,12 @@ export interface ElectedLeader {
   readonly value: string;
   /** Remaining engine TTL of the leader's grant, ms (> 0). */
   readonly ttlMs: number;
+  /**
+   * The candidates in the election, the leader among them (>= 1): the leader and the candidates
+   * waiting in line behind it, as Curator's `LeaderLatch.getParticipants` counts them. Read with
+   * the leader where the engine allows (one script, range or statement), else just after it.
+   */
+  readonly candidates: number;
 }
 
 /** Result of a proclaim: the value was stored, or the lease no longer holds the election. */

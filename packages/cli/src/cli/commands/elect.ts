@@ -339,7 +339,10 @@ function asUsageError(error: unknown): unknown {
 /** A value shown as is, unless it could not be read back from `<term> <value>` on one line. */
 const QUOTED_VALUE = /^$|^"|\p{Cc}|[\u2028\u2029]/u;
 
-/** One line of `--observe` / `--leader`: `<term> <value>`, or its JSON; `null` when nobody leads. */
+/**
+ * One line of `--observe` / `--leader`: `<term> <value>`, or its JSON (with the owner and the
+ * count of candidates); `null` when nobody leads.
+ */
 export function leaderLine(leader: ElectionLeader | null, json: boolean): string {
   if (leader === null) return 'null';
   if (json) {
@@ -347,6 +350,7 @@ export function leaderLine(leader: ElectionLeader | null, json: boolean): string
       term: leader.term.toString(),
       value: leader.value,
       owner: leader.owner,
+      candidates: leader.candidates,
     });
   }
   const value = QUOTED_VALUE.test(leader.value) ? JSON.stringify(leader.value) : leader.value;

@@ -13,7 +13,8 @@
  *   prefix) and `health` (the `HealthSeries` of every store, every `HEALTH_PUSH_MS`).
  * - `GET /ui/api/history?key=` → `{ key, entries }`, the key's recent history.
  * - `GET /ui/api/elections/observe?name=` the leader changes of an election, as
- *   `GET /v1/elections/{name}/observe` streams them.
+ *   `GET /v1/elections/{name}/observe` streams them, and a change of its count of candidates
+ *   within `CANDIDATES_RECOUNT_MS`.
  *
  * The data routes take the sidecar's token (as the API) or a dashboard session cookie; the
  * cookie opens nothing else (`dashboardAccess`). At most `MAX_DASHBOARD_STREAMS` event streams
@@ -27,6 +28,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { validateKey } from 'fencelock';
 import { packageVersion } from '../../version.js';
 import { type CarriedToken, DAPR_API_TOKEN_HEADER } from '../auth.js';
+import { CANDIDATES_RECOUNT_MS } from '../candidate-recount.js';
 import {
   type Dashboard,
   MAX_DASHBOARD_STREAMS,
@@ -170,7 +172,9 @@ export function registerDashboardRoutes(
       const counted = counting(dashboard.openStream());
       whenGone(request, reply, counted);
       try {
-        await streamLeaderChanges(ctx, request, reply, request.query.name);
+        await streamLeaderChanges(ctx, request, reply, request.query.name, {
+          recountEveryMs: CANDIDATES_RECOUNT_MS,
+        });
       } catch (error) {
         counted();
         throw error;

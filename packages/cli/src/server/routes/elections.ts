@@ -10,7 +10,8 @@
  *   ttlMs }`; `/proclaim` `{ owner, term, value }` → `{ name, outcome: 'proclaimed' }`; `/resign`
  *   `{ owner, term }` → `{ name, outcome: 'released' }`. Refused: 404 `ERR_LOCK_NOT_HELD` /
  *   409 `ERR_NOT_LOCK_OWNER` with `outcome`, as renew / release of a lock.
- * - `GET /v1/elections/{name}` → `{ name, leader: { ownerId, term, value, ttlMs } | null }`.
+ * - `GET /v1/elections/{name}` → `{ name, leader: { ownerId, term, value, ttlMs, candidates } |
+ *   null }` (`candidates`: the leader and the candidates waiting in line).
  * - `GET /v1/elections/{name}/observe`: Server-Sent Events, one `data:` line of that JSON per
  *   change (the current leader first), a `: heartbeat` comment every 15 s, an `event: error`
  *   with the error body if the engine fails; the watch ends when the caller disconnects.
@@ -20,8 +21,10 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ELECTION_BODY_LIMIT_BYTES } from '../body-limits.js';
+import { recountCandidates } from '../candidate-recount.js';
 import {
   campaign,
+  type LeaderAnswer,
   leader,
   observeLeaders,
   proclaim,
@@ -93,19 +96,25 @@ export function registerElectionRoutes(app: FastifyInstance, ctx: RouteContext):
  * `SSE_HEARTBEAT_MS`, an `event: error` with the error body if the engine fails; the watch ends
  * when the caller disconnects or the sidecar shuts down. An error before the first answer (bad
  * name, a store without elections, an engine that does not answer) is a JSON answer instead.
+ * With `recountEveryMs`, the leader is also read again that often, and a new count of its
+ * candidates sent as a change (candidate-recount.ts).
  */
 export async function streamLeaderChanges(
   ctx: RouteContext,
   request: FastifyRequest,
   reply: FastifyReply,
   name: string,
+  options: { readonly recountEveryMs?: number } = {},
 ): Promise<void> {
   const gone = new AbortController();
   const stopWatching = whenGone(request, reply, () => gone.abort());
-  const leaders = observeLeaders(ctx, { name, signal: gone.signal });
+  const leaders: AsyncGenerator<LeaderAnswer, void, undefined> = observeLeaders(ctx, {
+    name,
+    signal: gone.signal,
+  });
   // The first answer before the stream: bad input, a store without elections or an engine
   // that does not answer are the request's error (a JSON answer, as on every route).
-  let first: IteratorResult<unknown, void>;
+  let first: IteratorResult<LeaderAnswer, void>;
   try {
     first = await leaders.next();
     if (first.done) {
@@ -119,17 +128,32 @@ export async function streamLeaderChanges(
     throw error;
   }
   const { stream, send, stopHeartbeat } = openEventStream(reply);
-  send(first.value);
+  let lastSent = first.value;
+  const sendLeader = (answer: LeaderAnswer) => {
+    lastSent = answer;
+    send(answer);
+  };
+  sendLeader(lastSent);
+  const stopRecount =
+    options.recountEveryMs === undefined
+      ? () => {}
+      : recountCandidates(
+          () => leader(ctx, { name }),
+          () => lastSent,
+          sendLeader,
+          options.recountEveryMs,
+        );
   try {
     for (;;) {
       const next = await leaders.next();
       if (next.done) break;
-      send(next.value);
+      sendLeader(next.value);
     }
   } catch (error) {
     const { body } = ctx.answer(error, request);
     send(body, 'error');
   } finally {
+    stopRecount();
     stopHeartbeat();
     stopWatching();
     await leaders.return(undefined);

@@ -1312,9 +1312,10 @@ export class EtcdBackend implements Backend {
   /**
    * The leader of the election `key` (etcd's `Election.Leader`, election.ts's `readLeader`): the
    * oldest candidate key of the election's folder, its owner, term (create revision) and value
-   * read in one Range, then its lease's remaining TTL (`LeaseTimeToLive`, whole seconds): two
-   * requests. Candidates behind the oldest key are waiting, not leading; a key whose lease ended
-   * is gone with it.
+   * read in one Range; then, at that revision, the lock-delay marker and the candidate keys
+   * counted (two Ranges at once); then its lease's remaining TTL (`LeaseTimeToLive`, whole
+   * seconds): three round trips. Candidates behind the oldest key are waiting, not leading; a key
+   * whose lease ended is gone with it.
    * @throws BackendError when the cluster does not answer.
    */
   async leader(key: string): Promise<ElectedLeader | null> {

@@ -22,7 +22,7 @@
  */
 import type { Etcd3, IKeyValue, IRangeResponse, IRequestOp, Watcher } from 'etcd3';
 import type { ElectedLeader, ElectionWatch } from '../../core/backend.js';
-import { candidateOf } from './election-key.js';
+import { candidateOf, candidatesOf } from './election-key.js';
 import { prefixEnd } from './key-range.js';
 import { delayInForce } from './lock-delay.js';
 
@@ -47,9 +47,10 @@ export type Call = <T>(run: () => Promise<T>) => Promise<T>;
  * term (create revision), value and the remaining TTL of its lease. Owner, term and value come
  * from one Range (sorted by create revision, one key; one revision of the store, so a snapshot);
  * only a foreign key older than every candidate (not this backend's shape) costs a second Range,
- * of the whole folder at the same revision. Then one `LeaseTimeToLive` of the leader key's lease:
- * it cannot change owner, term or value (etcd deletes a lease's keys when the lease ends), and a
- * lease found gone means the key went with it, so the leader is read again.
+ * of the whole folder at the same revision. Then, at once, the lock-delay marker and the count of
+ * candidate keys (keys only), both at that revision. Then one `LeaseTimeToLive` of the leader
+ * key's lease: it cannot change owner, term or value (etcd deletes a lease's keys when the lease
+ * ends), and a lease found gone means the key went with it, so the leader is read again.
  * @returns null when no candidate is in the folder.
  * @throws what `call` throws when the cluster does not answer, or when the leader changed at
  *   every one of `LEADER_TRIES` reads.
@@ -66,7 +67,11 @@ export async function readLeader(
     const { oldest, revision } = found;
     const entry = candidateOf(oldest, dir)!;
     // A lock-delay in force (lock-delay.ts): the oldest candidate waits for it, nobody leads.
-    const delay = await call(() => client.kv.range({ key: Buffer.from(marker), revision }));
+    // The candidates are counted at the same revision, in the same round trip.
+    const [delay, candidates] = await Promise.all([
+      call(() => client.kv.range({ key: Buffer.from(marker), revision })),
+      countCandidates(client, dir, revision, call),
+    ]);
     if (delayInForce(delay.kvs[0], entry.order)) return null;
     const ttl = await call(() =>
       client.leaseClient.leaseTimeToLive({ ID: oldest.lease }).catch((error: unknown) => {
@@ -84,6 +89,7 @@ export async function readLeader(
         // etcd reports whole seconds, rounded down: a live lease reported at 0 has up to one
         // second left. The end of the lease deletes the key, which the watch notifies.
         ttlMs: Math.max(1_000, seconds * 1_000),
+        candidates,
       };
     }
     if (tries >= LEADER_TRIES) {
@@ -118,6 +124,20 @@ async function oldestCandidate(
   const whole: IRangeResponse = await call(() => client.kv.range({ ...range, revision }));
   const oldest = whole.kvs.find((kv) => candidateOf(kv, dir) !== undefined);
   return oldest === undefined ? undefined : { oldest, revision };
+}
+
+/** The candidate keys under `dir` at `revision` (one Range of keys without values). */
+async function countCandidates(
+  client: Etcd3,
+  dir: string,
+  revision: string,
+  call: Call,
+): Promise<number> {
+  const folder = Buffer.from(dir);
+  const keys = await call(() =>
+    client.kv.range({ key: folder, range_end: prefixEnd(folder), revision, keys_only: true }),
+  );
+  return candidatesOf(keys.kvs, dir).length;
 }
 
 /**

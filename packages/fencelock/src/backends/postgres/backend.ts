@@ -413,7 +413,10 @@ export class PostgresBackend implements Backend {
     return this.#elections.proclaim(lease, value);
   }
 
-  /** The live leader of election `key`: one SELECT of its row (one snapshot), or null. */
+  /**
+   * The live leader of election `key` and the count of its candidates: one SELECT (one
+   * snapshot), or null.
+   */
   leader(key: string): Promise<ElectedLeader | null> {
     return this.#elections.leader(key);
   }

@@ -234,11 +234,15 @@ WHERE EXISTS (SELECT 1 FROM gone)
 SELECT ${wake}($1, $3, $2, false) FROM left_line WHERE ${HEADS_LINE} OR NOT ${LEADS}`,
 
     /**
-     * The live leader of $1: owner, term, value and time left, one statement (one snapshot).
-     * No row when nobody leads (candidates in the line are not leaders).
+     * The live leader of $1: owner, term, value, time left and the candidates (the leader and
+     * the live entries of the line), one statement (one snapshot). No row when nobody leads
+     * (candidates in the line are not leaders).
      */
-    leader: `SELECT owner, token::text AS token, value, ${LEFT_MS('expires_at')} AS remaining_ms
-FROM ${elections} WHERE key = $1 AND ${LIVE}`,
+    leader: `SELECT e.owner, e.token::text AS token, e.value,
+  ${LEFT_MS('e.expires_at')} AS remaining_ms,
+  1 + (SELECT count(*) FROM ${waiters} w
+       WHERE w.key = $1 AND w.owner <> e.owner AND w.${LIVE})::int AS candidates
+FROM ${elections} e WHERE e.key = $1 AND e.${LIVE}`,
 
     /**
      * Delete up to $1 lapsed leaderships whose lock-delay is over (leaders that never released;

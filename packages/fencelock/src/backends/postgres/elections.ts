@@ -151,7 +151,10 @@ export class PostgresElections {
     );
   }
 
-  /** The live leader: one statement, so owner, term, value and TTL are one snapshot. */
+  /**
+   * The live leader: one statement, so owner, term, value, TTL and the count of candidates are
+   * one snapshot.
+   */
   async leader(key: string): Promise<ElectedLeader | null> {
     const { rows } = await this.#db.run('leader', () =>
       this.#db.queryPrepared<{
@@ -159,6 +162,7 @@ export class PostgresElections {
         token: string;
         value: string;
         remaining_ms: string;
+        candidates: number;
       }>(this.#db.sql.elections.leader, [key]),
     );
     const row = rows[0];
@@ -169,6 +173,7 @@ export class PostgresElections {
       value: row.value,
       // The row was live when read: at least 1 ms, whatever the rounding of the clock between.
       ttlMs: Math.max(1, Number(row.remaining_ms)),
+      candidates: row.candidates,
     };
   }
 

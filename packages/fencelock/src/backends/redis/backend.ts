@@ -884,8 +884,8 @@ export class RedisBackend implements Backend {
 
   /**
    * The leader of election `key`, or null: owner, term, value and PTTL of its one grant string,
-   * read by one read-only script call (election-leader.lua); on Sentinel the term carries the
-   * failover epoch of the connection (read once per connection).
+   * and the live candidates of its line, read by one read-only script call (election-leader.lua);
+   * on Sentinel the term carries the failover epoch of the connection (read once per connection).
    * @throws BackendError when Redis fails.
    */
   leader(key: string): Promise<ElectedLeader | null> {

@@ -147,8 +147,9 @@ export class RedisElections {
   }
 
   /**
-   * The leader: one read-only script call (election-leader.lua: GET and PTTL of the grant). On
-   * Sentinel the term carries the failover epoch of the connection (read once per connection).
+   * The leader: one read-only script call (election-leader.lua: GET and PTTL of the grant, and
+   * the live entries of the line counted). On Sentinel the term carries the failover epoch of the
+   * connection (read once per connection).
    */
   async leader(key: string): Promise<ElectedLeader | null> {
     const e = this.keysOf(key);
@@ -156,11 +157,11 @@ export class RedisElections {
       const reading = await this.#epochs?.current();
       return [
         reading?.epoch,
-        await electionLeaderScript.run(this.#connection.client, [e.leader], []),
+        await electionLeaderScript.run(this.#connection.client, [e.leader, e.queue, e.waiters], []),
       ] as const;
     });
     if (reply.length === 0) return null;
-    const [grant, ttlMs] = reply;
+    const [grant, ttlMs, candidates] = reply;
     const first = grant.indexOf(':');
     const second = grant.indexOf(':', first + 1);
     if (first <= 0 || second <= first) {
@@ -172,6 +173,7 @@ export class RedisElections {
       term: epoch === undefined ? counter : composeToken(epoch, counter),
       value: grant.slice(second + 1),
       ttlMs,
+      candidates,
     };
   }
 

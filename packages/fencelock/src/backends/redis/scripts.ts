@@ -341,11 +341,14 @@ export const electionAbandonScript = defineScript<
   readonly [owner: string, keepGrant: '0' | '1', firstTtlCapMs: number],
   1 | 0
 >('election-abandon', SCRIPTS, ELECTION_LINE);
-/** The leader, read-only: `["<owner>:<term>:<value>", PTTL]`, or `[]` when nobody leads. */
+/**
+ * The leader, read-only: `["<owner>:<term>:<value>", PTTL, candidates]` (the leader and the live
+ * entries of the line), or `[]` when nobody leads.
+ */
 export const electionLeaderScript = defineScript<
-  readonly [leaderKey: string],
+  readonly [leaderKey: string, queueKey: string, waitersKey: string],
   readonly [],
-  [] | [string, number]
+  [] | [string, number, number]
 >('election-leader');
 /** Inspect: `[value | null, PTTL, last token | null]` (null once the fence counter expired). */
 export const inspectScript = defineScript<

@@ -578,8 +578,8 @@ export class RedlockBackend implements Backend {
   }
 
   /**
-   * The (owner, term, value) a majority of the nodes shows (one read-only script call per node,
-   * all at once), or null when none has a majority.
+   * The (owner, term, value) a majority of the nodes shows, with the candidates a majority shows
+   * (one read-only script call per node, all at once), or null when none has a majority.
    * @throws QuorumError when fewer than a majority answered.
    */
   leader(key: string): Promise<ElectedLeader | null> {

@@ -96,8 +96,11 @@ export function electionKeys(prefix: string, key: string): ElectionKeys {
 /** One node's answer to a campaign: granted with its term, or not yet for up to `ms`. */
 type CampaignReply = [1, string] | [0, number];
 
-/** One node's leader: `[owner, term, value, PTTL ms]`, or `[]` when nobody leads there. */
-type LeaderReply = [string, string, string, number] | [];
+/**
+ * One node's leader: `[owner, term, value, PTTL ms, candidates]` (the leader and the node's live
+ * line), or `[]` when nobody leads there.
+ */
+type LeaderReply = [string, string, string, number, number] | [];
 
 /** The election operations of one Redlock backend, on its voter, lines and restart watch. */
 export class RedlockElections {
@@ -308,8 +311,11 @@ export class RedlockElections {
    * The leader a majority of the nodes shows: one read-only script call per node, all at once
    * (`leader-on-node.lua`), done as soon as one (owner, term, value) has a majority, or none can.
    * `ttlMs` is the majority-th longest PTTL among the nodes that show it (until fewer than a
-   * majority hold it). Null when no (owner, term, value) is on a majority: nobody leads, or a
-   * grant, term or proclaim is still settling (a vote under way, or one that failed half-way).
+   * majority hold it), `candidates` the majority-th largest count among them: at least that many
+   * stand on a majority of the nodes (a lower bound while an entry is on some nodes only, as
+   * the read ends once a majority shows the leader). Null when no (owner, term, value) is on a majority:
+   * nobody leads, or a grant, term or proclaim is still settling (a vote under way, or one that
+   * failed half-way).
    * @throws QuorumError when fewer than a majority answered.
    */
   async leader(key: string): Promise<ElectedLeader | null> {
@@ -317,7 +323,7 @@ export class RedlockElections {
     const n = this.#voter.nodes.length;
     const reading = this.#voter.run(
       this.#slowTimeoutMs,
-      (client: Redis) => leaderOnNodeScript.run(client, [k.leader], []),
+      (client: Redis) => leaderOnNodeScript.run(client, [k.leader, k.queue, k.waiters], []),
       (results) => {
         const answered = results.filter((r) => r.status === 'ok').length;
         const left = n - results.length;
@@ -340,9 +346,10 @@ export class RedlockElections {
     }
     const found = tally(results).find((g) => g.ttls.length >= this.#quorum);
     if (found === undefined) return null;
-    const ttlMs = [...found.ttls].sort((a, b) => b - a)[this.#quorum - 1]!;
+    const ttlMs = largestOnQuorum(found.ttls, this.#quorum);
     if (ttlMs <= 0) return null;
-    return { owner: found.owner, term: found.term, value: found.value, ttlMs };
+    const candidates = largestOnQuorum(found.candidates, this.#quorum);
+    return { owner: found.owner, term: found.term, value: found.value, ttlMs, candidates };
   }
 
   /** Subscribe to the election's changes on every node (election-watch.ts). */
@@ -449,23 +456,42 @@ function grantsOf(
   );
 }
 
-/** The nodes' leaders grouped by (owner, term, value), each with the PTTLs that show it. */
+/**
+ * The nodes' leaders grouped by (owner, term, value), each with the PTTLs and candidate counts of
+ * the nodes that show it.
+ */
 function tally(results: readonly NodeResult<LeaderReply>[]): {
   readonly owner: string;
   readonly term: bigint;
   readonly value: string;
   readonly ttls: number[];
+  readonly candidates: number[];
 }[] {
-  const groups = new Map<string, { owner: string; term: bigint; value: string; ttls: number[] }>();
+  const groups = new Map<
+    string,
+    { owner: string; term: bigint; value: string; ttls: number[]; candidates: number[] }
+  >();
   for (const r of results) {
     if (r.status !== 'ok' || r.value.length === 0) continue;
-    const [owner, term, value, pttl] = r.value;
+    const [owner, term, value, pttl, candidates] = r.value;
     const id = JSON.stringify([owner, term, value]);
-    const group = groups.get(id) ?? { owner, term: BigInt(term), value, ttls: [] };
+    const group = groups.get(id) ?? {
+      owner,
+      term: BigInt(term),
+      value,
+      ttls: [],
+      candidates: [],
+    };
     group.ttls.push(Number(pttl));
+    group.candidates.push(Number(candidates));
     groups.set(id, group);
   }
   return [...groups.values()];
+}
+
+/** The largest value that at least `quorum` of `values` reach (its `quorum`-th largest). */
+function largestOnQuorum(values: readonly number[], quorum: number): number {
+  return [...values].sort((a, b) => b - a)[quorum - 1]!;
 }
 
 /**

@@ -251,11 +251,14 @@ export const proclaimOnNodeScript = defineScript<
   1 | 0 | -1
 >('proclaim-on-node', SCRIPTS, ['election-line']);
 
-/** An election's leader on one node, read atomically: `[owner, term, value, PTTL ms]` or `[]`. */
+/**
+ * An election's leader on one node, read atomically: `[owner, term, value, PTTL ms, candidates]`
+ * (the leader and the live entries of the node's line) or `[]`.
+ */
 export const leaderOnNodeScript = defineScript<
-  readonly [leaderKey: string],
+  readonly [leaderKey: string, queueKey: string, waitersKey: string],
   readonly [],
-  [string, string, string, number] | []
+  [string, string, string, number, number] | []
 >('leader-on-node', SCRIPTS);
 
 /**

@@ -583,9 +583,9 @@ export class SqliteBackend implements Backend {
   }
 
   /**
-   * The live leader of the election `key`: owner, term, value and remaining TTL (ms, > 0) read
-   * by one SELECT of its row (one snapshot of the file); candidates in line are not leaders, an
-   * expired row is nobody's.
+   * The live leader of the election `key`: owner, term, value, remaining TTL (ms, > 0) and the
+   * count of candidates (the leader and the line's live entries), read by one SELECT (one
+   * snapshot of the file); candidates in line are not leaders, an expired row is nobody's.
    * @throws BackendError when SQLite fails.
    */
   async leader(key: string): Promise<ElectedLeader | null> {

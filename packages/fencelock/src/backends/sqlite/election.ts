@@ -50,6 +50,8 @@ interface ElectedRow {
   token: bigint;
   value: string;
   remaining: bigint;
+  /** The leader and the live entries of the line. */
+  candidates: bigint;
 }
 
 /** The election operations of one connection: prepared statements and their transactions. */
@@ -74,8 +76,10 @@ export class Elections {
        FROM fencelock_leaders WHERE key = ?`,
     );
     const elected = db.prepare<[string], ElectedRow>(
-      `SELECT owner, token, value, expires_at - ${NOW} AS remaining FROM fencelock_leaders
-       WHERE key = ? AND expires_at > ${NOW}`,
+      `SELECT l.owner, l.token, l.value, l.expires_at - ${NOW} AS remaining,
+         1 + (SELECT count(*) FROM fencelock_candidates c
+              WHERE c.key = l.key AND c.owner <> l.owner AND c.expires_at > ${NOW}) AS candidates
+       FROM fencelock_leaders l WHERE l.key = ? AND l.expires_at > ${NOW}`,
     );
     const refresh = db.prepare<[bigint, string]>(
       `UPDATE fencelock_leaders SET expires_at = ${NOW} + ? WHERE key = ?`,
@@ -242,6 +246,7 @@ export class Elections {
         term: row.token,
         value: row.value,
         ttlMs: Number(row.remaining),
+        candidates: Number(row.candidates),
       };
     };
   }

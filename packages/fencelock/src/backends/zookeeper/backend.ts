@@ -811,9 +811,10 @@ export class ZookeeperBackend implements Backend {
    * The read is consistent: a node made after the children read has a higher sequence, so the
    * lowest node, while it exists, is the leader, and its data read is the leader's value at that
    * zxid. A head deleted in between (no node) is read again from the children. Its owner is in
-   * its name, its term is its czxid; `ttlMs` is this process's bound when the leader is one of
-   * its own grants, else the TTL its holder wrote into the node (an upper bound: another
-   * session's remaining time cannot be read).
+   * its name, its term is its czxid; `candidates` counts the candidate nodes of the children
+   * read; `ttlMs` is this process's bound when the leader is one of its own grants, else the TTL
+   * its holder wrote into the node (an upper bound: another session's remaining time cannot be
+   * read).
    * @throws BackendError when the ensemble cannot answer.
    */
   async leader(key: string): Promise<ElectedLeader | null> {
@@ -824,7 +825,8 @@ export class ZookeeperBackend implements Backend {
       const [, names] = await this.#call('leader', () =>
         Promise.all([session.sync(dir), session.children(dir)]),
       );
-      const head = parseCandidates(names)[0];
+      const candidates = parseCandidates(names);
+      const head = candidates[0];
       // In a lock-delay after a leadership that ended without a resignation, nobody leads.
       if (head === undefined || delayInForce(names)) return null;
       const path = `${dir}/${head.name}`;
@@ -837,7 +839,7 @@ export class ZookeeperBackend implements Backend {
         throw new BackendError(this.name, 'leader', malformed);
       }
       const ttlMs = this.#ownRemainingMs(head.owner, path, term) ?? data.ttlMs;
-      return { owner: head.owner, term, value: data.value, ttlMs };
+      return { owner: head.owner, term, value: data.value, ttlMs, candidates: candidates.length };
     }
   }
 

@@ -60,6 +60,7 @@ export function renderElections() {
     cell(row, leader?.term ?? '–');
     cell(row, leader?.value ?? '–');
     cell(row, leader && election.since ? new Date(election.since).toLocaleTimeString() : '–');
+    cell(row, leader ? String(leader.candidates) : '–');
     const stop = document.createElement('button');
     stop.type = 'button';
     stop.textContent = 'Stop';

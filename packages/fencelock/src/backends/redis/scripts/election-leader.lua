@@ -1,7 +1,21 @@
--- Read the leader of an election in one atomic step: {"<owner>:<term>:<value>", PTTL}, or {}
--- when nobody leads (election-line.lua describes the keys). Candidates in line are not leaders.
+-- Read the leader of an election in one atomic step (read only): {"<owner>:<term>:<value>",
+-- PTTL, candidates}, or {} when nobody leads (election-line.lua describes the keys). Candidates
+-- in line are not leaders; `candidates` counts the leader and the live entries of the line other
+-- than the leader's (an entry whose expiry in `waiters` has passed is skipped here, and dropped
+-- by the next script that walks the line).
+--   KEYS  leader, queue, waiters
 local grant = redis.call('GET', KEYS[1])
 if not grant then return {} end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl <= 0 then return {} end
-return {grant, pttl}
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local candidates = 1
+local colon = string.find(grant, ':', 1, true)
+local leader = colon and string.sub(grant, 1, colon - 1) or grant
+for _, owner in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+  if owner ~= leader and tonumber(redis.call('HGET', KEYS[3], owner) or '0') > now then
+    candidates = candidates + 1
+  end
+end
+return {grant, pttl, candidates}
