@@ -4,7 +4,7 @@
  * (one grant told once whichever source saw it first, bounds per key and on keys) and the sign-in
  * sessions (expiry, sign-out, the cookie's attributes).
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   BUCKET_MS,
   HealthTimeline,
@@ -17,6 +17,7 @@ import {
   MAX_KEYS,
 } from '../../packages/cli/src/server/dashboard/lock-history.js';
 import {
+  MAX_SESSIONS,
   SESSION_COOKIE,
   SESSION_TTL_MS,
   UiSessions,
@@ -182,5 +183,48 @@ describe('UiSessions', () => {
     const second = cookieOf(sessions.open(false));
     expect(sessions.close(second)).toMatch(new RegExp(`^${SESSION_COOKIE}=; Max-Age=0; Path=/ui`));
     expect(sessions.valid(second)).toBe(false);
+  });
+
+  it('tells the watchers of a session once when it ends: sign-out, expiry, eviction', () => {
+    vi.useFakeTimers();
+    try {
+      const sessions = new UiSessions();
+      const ends: string[] = [];
+      const watch = (cookie: string | undefined, label: string) =>
+        sessions.whenEnded(cookie, () => ends.push(label));
+
+      const signedOut = cookieOf(sessions.open(false));
+      watch(signedOut, 'stream 1');
+      watch(signedOut, 'stream 2');
+      const stopped = watch(signedOut, 'stopped');
+      stopped();
+      stopped();
+      sessions.close(signedOut);
+      expect(ends).toEqual(['stream 1', 'stream 2']);
+      // No session (a request signed by the API token), or one that ended: nothing to watch.
+      watch(undefined, 'token');
+      watch(signedOut, 'after sign-out');
+
+      ends.length = 0;
+      const expiring = cookieOf(sessions.open(false));
+      watch(expiring, 'expiring');
+      vi.advanceTimersByTime(SESSION_TTL_MS - 1);
+      expect(ends).toEqual([]);
+      vi.advanceTimersByTime(1);
+      expect(ends).toEqual(['expiring']);
+      expect(sessions.valid(expiring)).toBe(false);
+
+      ends.length = 0;
+      const oldest = cookieOf(sessions.open(false));
+      watch(oldest, 'oldest');
+      for (let i = 0; i < MAX_SESSIONS; i++) sessions.open(false);
+      expect(ends).toEqual(['oldest']);
+      expect(sessions.valid(oldest)).toBe(false);
+      vi.advanceTimersByTime(SESSION_TTL_MS);
+      expect(ends).toEqual(['oldest']);
+      expect(vi.getTimerCount()).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -147,6 +147,39 @@ describe('dashboard in the browser (SQLite)', () => {
     expect(forged.status).toBe(401);
   });
 
+  it('ends the streams a session opened when it signs out; a stream opened with the token stays', async () => {
+    const signedIn = await call(server.url, '/ui/session', { body: { token: TOKEN } });
+    const cookie = (signedIn.headers.get('set-cookie') ?? '').split(';')[0]!;
+    const name = uniqueKey('dash-sign-out');
+    const bySession = [
+      await openEvents(server.url, `/ui/events?prefix=${name}`, { cookie }),
+      await openEvents(server.url, `/ui/api/elections/observe?name=${name}`, { cookie }),
+    ];
+    const byToken = await openEvents(server.url, `/ui/events?prefix=${name}`, {
+      authorization: `Bearer ${TOKEN}`,
+    });
+    try {
+      for (const stream of [...bySession, byToken]) expect(stream.response.status).toBe(200);
+      await expect.poll(() => bySession.every((s) => s.events.length > 0)).toBe(true);
+      let ended = 0;
+      for (const stream of bySession) void stream.ended.then(() => ended++);
+      const signOut = await fetch(`${server.url}/ui/session`, {
+        method: 'DELETE',
+        headers: { cookie },
+      });
+      expect(signOut.status).toBe(204);
+      await expect.poll(() => ended).toBe(2);
+      // The browser's reconnection is refused; the token's stream goes on.
+      const again = await fetch(`${server.url}/ui/events?prefix=${name}`, { headers: { cookie } });
+      await again.text();
+      expect(again.status).toBe(401);
+      const before = byToken.named.length;
+      await expect.poll(() => byToken.named.length, { timeout: 3_000 }).toBeGreaterThan(before);
+    } finally {
+      for (const stream of [...bySession, byToken]) await stream.close();
+    }
+  });
+
   it('lists at most 16 prefixes and serves at most 64 streams: 429 beyond, room again once closed', async () => {
     const auth = { authorization: `Bearer ${TOKEN}` };
     const base = uniqueKey('dash-limits');

@@ -269,8 +269,9 @@ export interface ElectedLeader {
   readonly ttlMs: number;
   /**
    * The candidates in the election, the leader among them (>= 1): the leader and the candidates
-   * waiting in line behind it, as Curator's `LeaderLatch.getParticipants` counts them. Read with
-   * the leader where the engine allows (one script, range or statement), else just after it.
+   * waiting in line behind it, as Curator's `LeaderLatch.getParticipants` counts them; read in the
+   * same snapshot as the leader (one script, revision, children read or statement). On Redlock,
+   * the count a majority of the nodes shows.
    */
   readonly candidates: number;
 }

@@ -4,7 +4,9 @@
  * SHA-256 digests, in memory (a restart signs everyone out), at most `MAX_SESSIONS` (the oldest
  * go first), each for `SESSION_TTL_MS`. The cookie is `HttpOnly` and `SameSite=Strict`, scoped
  * to `/ui`, and it opens the dashboard's own read-only routes only, never the `/v1` API: a page
- * on another site cannot make the browser act with it.
+ * on another site cannot make the browser act with it. The event streams a session opened end
+ * with it (`whenEnded`): a sign-out, an expiry or an eviction cuts them off, not only the
+ * requests made after it.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { parse, serialize } from 'cookie';
@@ -20,6 +22,8 @@ export const MAX_SESSIONS = 1_000;
 export class UiSessions {
   /** Expiry (ms since the epoch) by digest of the session id, oldest first. */
   readonly #expiries = new Map<string, number>();
+  /** What to call when a session ends, by digest of its id (`whenEnded`). */
+  readonly #onEnd = new Map<string, Set<() => void>>();
   readonly #now: () => number;
 
   constructor(now: () => number = Date.now) {
@@ -34,9 +38,7 @@ export class UiSessions {
   open(secure: boolean): string {
     const id = randomBytes(32).toString('base64url');
     this.#expiries.set(digest(id), this.#now() + SESSION_TTL_MS);
-    if (this.#expiries.size > MAX_SESSIONS) {
-      this.#expiries.delete(this.#expiries.keys().next().value as string);
-    }
+    if (this.#expiries.size > MAX_SESSIONS) this.#end(this.#expiries.keys().next().value!);
     return serialize(SESSION_COOKIE, id, {
       httpOnly: true,
       sameSite: 'strict',
@@ -49,7 +51,7 @@ export class UiSessions {
   /** End the session of `cookieHeader`, if any. @returns the `Set-Cookie` value that clears it. */
   close(cookieHeader: string | undefined): string {
     const id = idOf(cookieHeader);
-    if (id !== undefined) this.#expiries.delete(digest(id));
+    if (id !== undefined) this.#end(digest(id));
     return serialize(SESSION_COOKIE, '', {
       httpOnly: true,
       sameSite: 'strict',
@@ -66,8 +68,44 @@ export class UiSessions {
     const expiry = this.#expiries.get(key);
     if (expiry === undefined) return false;
     if (expiry > this.#now()) return true;
-    this.#expiries.delete(key);
+    this.#end(key);
     return false;
+  }
+
+  /**
+   * Call `onEnd` once when the live session of `cookieHeader` ends: signed out, pushed out by
+   * `MAX_SESSIONS` newer ones, or at its expiry (a timer, unref'd).
+   * @returns a function that stops watching (idempotent); nothing is watched, and `onEnd` never
+   *   called, when the header carries no live session (a request signed by the API token).
+   */
+  whenEnded(cookieHeader: string | undefined, onEnd: () => void): () => void {
+    const id = idOf(cookieHeader);
+    const key = id === undefined ? undefined : digest(id);
+    const expiry = key === undefined ? undefined : this.#expiries.get(key);
+    if (key === undefined || expiry === undefined) return () => {};
+    const watchers = this.#onEnd.get(key) ?? new Set();
+    this.#onEnd.set(key, watchers);
+    const stop = () => {
+      clearTimeout(timer);
+      watchers.delete(fire);
+      if (watchers.size === 0 && this.#onEnd.get(key) === watchers) this.#onEnd.delete(key);
+    };
+    const fire = () => {
+      stop();
+      onEnd();
+    };
+    const timer = setTimeout(() => this.#end(key), Math.max(0, expiry - this.#now()));
+    timer.unref();
+    watchers.add(fire);
+    return stop;
+  }
+
+  /** End the session of digest `key`: forget it, and tell whoever watches it. */
+  #end(key: string): void {
+    this.#expiries.delete(key);
+    const watchers = this.#onEnd.get(key);
+    this.#onEnd.delete(key);
+    for (const fire of watchers ?? []) fire();
   }
 }
 

@@ -17,7 +17,7 @@
  *   within `CANDIDATES_RECOUNT_MS`.
  *
  * The data routes take the sidecar's token (as the API) or a dashboard session cookie; the
- * cookie opens nothing else (`dashboardAccess`). At most `MAX_DASHBOARD_STREAMS` event streams
+ * cookie opens nothing else (`dashboardAccess`), and the streams it opened end with its session. At most `MAX_DASHBOARD_STREAMS` event streams
  * and `MAX_WATCHED_PREFIXES` listed prefixes at once: beyond, 429 `ERR_TOO_MANY_STREAMS`.
  */
 import { createRequire } from 'node:module';
@@ -171,6 +171,7 @@ export function registerDashboardRoutes(
     async (request, reply) => {
       const counted = counting(dashboard.openStream());
       whenGone(request, reply, counted);
+      endWithSession(dashboard, request, reply);
       try {
         await streamLeaderChanges(ctx, request, reply, request.query.name, {
           recountEveryMs: CANDIDATES_RECOUNT_MS,
@@ -197,6 +198,7 @@ export function registerDashboardRoutes(
       const prefix = request.query.prefix ?? '';
       if (prefix !== '') checked(ctx, () => validateKey(prefix, 'prefix'));
       const counted = counting(dashboard.openStream(prefix));
+      endWithSession(dashboard, request, reply);
       const events = openEventStream(reply);
       const { stream, send, stopHeartbeat } = events;
       // A listing or health series the client has not read yet is superseded by the next one.
@@ -248,6 +250,16 @@ function counting(opened: ReturnType<Dashboard['openStream']>): () => void {
         ? `the dashboard serves ${MAX_DASHBOARD_STREAMS} event streams already; close one`
         : `the dashboard lists ${MAX_WATCHED_PREFIXES} prefixes already; watch one of those or close one`,
   });
+}
+
+/**
+ * Cut off the stream of `reply` when the sign-in session it was opened with ends (sign-out,
+ * expiry, eviction): its connection is closed, which ends it as a client's hang-up does, and the
+ * browser's reconnection is refused. A stream opened with the API token is not watched.
+ */
+function endWithSession(dashboard: Dashboard, request: FastifyRequest, reply: FastifyReply): void {
+  const stop = dashboard.sessions.whenEnded(request.headers.cookie, () => reply.raw.destroy());
+  whenGone(request, reply, stop);
 }
 
 /** Run a check of the core (`validateKey`), its error answered as a 400 naming the field. */

@@ -312,10 +312,10 @@ export class RedlockElections {
    * (`leader-on-node.lua`), done as soon as one (owner, term, value) has a majority, or none can.
    * `ttlMs` is the majority-th longest PTTL among the nodes that show it (until fewer than a
    * majority hold it), `candidates` the majority-th largest count among them: at least that many
-   * stand on a majority of the nodes (a lower bound while an entry is on some nodes only, as
-   * the read ends once a majority shows the leader). Null when no (owner, term, value) is on a majority:
-   * nobody leads, or a grant, term or proclaim is still settling (a vote under way, or one that
-   * failed half-way).
+   * stand on a majority of the nodes (a lower bound while an entry is on some nodes only, as the
+   * read ends once a majority shows the leader). Null when no (owner, term, value) is on a
+   * majority: nobody leads, or a grant, term or proclaim is still settling (a vote under way, or
+   * one that failed half-way).
    * @throws QuorumError when fewer than a majority answered.
    */
   async leader(key: string): Promise<ElectedLeader | null> {
