@@ -7,6 +7,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
 import { Redis } from 'ioredis';
 import { vi } from 'vitest';
 import {
@@ -135,6 +136,42 @@ export async function startInProcess(
     await sidecar.close();
     throw error;
   }
+}
+
+/**
+ * POST the headers of a body the sidecar refuses for its size, and read its answer. The sidecar
+ * answers 413 from the declared Content-Length alone and closes the connection without reading
+ * the body, so a client writing a body larger than the socket's buffers races that close (fetch
+ * failed with EPIPE in CI run 40). This sends the headers only, and hangs up once answered.
+ * Rejects when the connection fails before an answer.
+ */
+export function postTooLarge(
+  base: string,
+  path: string,
+  body: unknown,
+  // biome-ignore lint/suspicious/noExplicitAny: test assertions read arbitrary JSON fields
+): Promise<{ status: number; body: any }> {
+  const length = Buffer.byteLength(JSON.stringify(body));
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${base}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-length': length },
+    });
+    req.on('response', (response) => {
+      const chunks: Buffer[] = [];
+      response.on('data', (chunk: Buffer) => chunks.push(chunk));
+      response.on('end', () => {
+        req.destroy();
+        resolve({
+          status: response.statusCode ?? 0,
+          body: JSON.parse(Buffer.concat(chunks).toString('utf8')),
+        });
+      });
+      response.on('error', reject);
+    });
+    req.on('error', reject);
+    req.flushHeaders();
+  });
 }
 
 /** A sidecar process started from the built CLI. */
