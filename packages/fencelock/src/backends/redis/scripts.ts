@@ -275,7 +275,7 @@ export const listScript = defineScript<
     | [2, (string | number)[], number]
     | [3, (string | number)[], number, number]
   )[]
->('list');
+>('list', SCRIPTS, ['live-line']);
 /**
  * The keys of the election scripts that may grant or hand over (election-line.lua); the delay
  * key is optional for callers from before lock-delay (the backend always passes it).
@@ -349,7 +349,7 @@ export const electionLeaderScript = defineScript<
   readonly [leaderKey: string, queueKey: string, waitersKey: string],
   readonly [],
   [] | [string, number, number]
->('election-leader');
+>('election-leader', SCRIPTS, ['live-line']);
 /** Inspect: `[value | null, PTTL, last token | null]` (null once the fence counter expired). */
 export const inspectScript = defineScript<
   LockKeys,

@@ -259,7 +259,7 @@ export const leaderOnNodeScript = defineScript<
   readonly [leaderKey: string, queueKey: string, waitersKey: string],
   readonly [],
   [string, string, string, number, number] | []
->('leader-on-node', SCRIPTS);
+>('leader-on-node', SCRIPTS, ['../../redis/scripts/live-line']);
 
 /**
  * Compare-and-delete an election's leader on one node by owner and term, waking the head of the

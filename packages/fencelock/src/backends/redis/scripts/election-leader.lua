@@ -10,12 +10,6 @@ local pttl = redis.call('PTTL', KEYS[1])
 if pttl <= 0 then return {} end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local candidates = 1
 local colon = string.find(grant, ':', 1, true)
 local leader = colon and string.sub(grant, 1, colon - 1) or grant
-for _, owner in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
-  if owner ~= leader and tonumber(redis.call('HGET', KEYS[3], owner) or '0') > now then
-    candidates = candidates + 1
-  end
-end
-return {grant, pttl, candidates}
+return {grant, pttl, 1 + liveEntries(KEYS[2], KEYS[3], now, leader)}

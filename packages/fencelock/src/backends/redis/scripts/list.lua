@@ -12,28 +12,10 @@
 --   {1, "<owner>:<counter>", PTTL, waiters}     a writer
 --   {2, {owner, counter, ms left, ...}, waiters}  the live readers
 --   {3, {owner, counter, ms left, ...}, waiters, permits}  the live permits
--- `waiters` counts the live entries of the key's line: a list (single node) or a sorted set
--- (Redlock node) of owners, each live while its entry's expiry (a field of `waiters`) is ahead.
+-- `waiters` counts the live entries of the key's line (live-line.lua, which scripts.ts puts in
+-- front of this script): a list (single node) or a sorted set (Redlock node) of owners.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-
--- Live entries of a line (its owners, the expiry of each in the `waiters` hash).
-local function liveWaiters(queueKey, waitersKey)
-  local kind = redis.call('TYPE', queueKey)['ok']
-  local owners
-  if kind == 'list' then
-    owners = redis.call('LRANGE', queueKey, 0, -1)
-  elseif kind == 'zset' then
-    owners = redis.call('ZRANGE', queueKey, 0, -1)
-  else
-    return 0
-  end
-  local live = 0
-  for _, owner in ipairs(owners) do
-    if tonumber(redis.call('HGET', waitersKey, owner) or '0') > now then live = live + 1 end
-  end
-  return live
-end
 
 -- Members of a sorted set of expiries still live, as {owner, counter, ms left, ...}.
 local function liveMembers(expiriesKey, tokensKey)
@@ -59,16 +41,17 @@ for i, kind in ipairs(ARGV) do
   if kind == 'w' then
     local value = redis.call('GET', a)
     local pttl = redis.call('PTTL', a)
-    if value and pttl > 0 then reply = {1, value, pttl, liveWaiters(queueKey, waitersKey)} end
+    if value and pttl > 0 then reply = {1, value, pttl, liveEntries(queueKey, waitersKey, now)} end
   elseif kind == 'r' then
     if redis.call('EXISTS', a) == 0 then
       local readers = liveMembers(b, c)
-      if #readers > 0 then reply = {2, readers, liveWaiters(queueKey, waitersKey)} end
+      if #readers > 0 then reply = {2, readers, liveEntries(queueKey, waitersKey, now)} end
     end
   elseif kind == 'p' then
     local holders = liveMembers(a, b)
     if #holders > 0 then
-      reply = {3, holders, liveWaiters(queueKey, waitersKey), tonumber(redis.call('GET', c) or '0')}
+      local waiting = liveEntries(queueKey, waitersKey, now)
+      reply = {3, holders, waiting, tonumber(redis.call('GET', c) or '0')}
     end
   end
   replies[i] = reply

@@ -8,10 +8,5 @@ local fields = redis.call('HMGET', KEYS[1], 'owner', 'term', 'value')
 if not fields[1] then return {} end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local candidates = 1
-for _, owner in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  if owner ~= fields[1] and tonumber(redis.call('HGET', KEYS[3], owner) or '0') > now then
-    candidates = candidates + 1
-  end
-end
+local candidates = 1 + liveEntries(KEYS[2], KEYS[3], now, fields[1])
 return {fields[1], fields[2], fields[3] or '', redis.call('PTTL', KEYS[1]), candidates}
