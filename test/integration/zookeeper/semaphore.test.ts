@@ -12,6 +12,7 @@
 import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
 import { ZookeeperBackend } from '../../../packages/fencelock/src/backends/zookeeper/index.js';
+import { CREATE_MODE } from '../../../packages/fencelock/src/backends/zookeeper/native.js';
 import type {
   NativeZooKeeper,
   NativeZooKeeperClass,
@@ -401,18 +402,33 @@ describe('ZooKeeper semaphores', () => {
     const dir = ns.backend().semaphoreDirOf(key);
     const foreignOwner = 'f'.repeat(32);
     // As the contender's create goes out (after its read of the line found it empty), another
-    // user's contender (count 5, in the admin's session) gets in first.
+    // user's contender (count 5, in the admin's session) gets in first, making the semaphore's
+    // node (a container) as that user's attempt would.
     let armed = true;
     const { backend, requests } = recordingBackend({
       beforeCreate: (path) => {
         if (!armed || !path.startsWith(`${dir}/_c_`)) return undefined;
         armed = false;
-        return ns.admin.create(`${dir}/_c_${foreignOwner}-p5-`, '', 3).then(() => undefined);
+        return (async () => {
+          await ns.admin.create(dir, '', CREATE_MODE.container);
+          await ns.admin.create(
+            `${dir}/_c_${foreignOwner}-p5-`,
+            '',
+            CREATE_MODE.ephemeralSequential,
+          );
+        })();
       },
     });
-    // The semaphore's own node is there already.
+    // An earlier semaphore of the key came and went: the leader deleted its emptied container
+    // (CI run of 3fe1ebb: deleted at a random moment, between the read and the other user's
+    // create, which then found no node).
     const first = await ns.locker().semaphore(key, { permits: 5 }).acquire();
     expect(await first.release()).toBe('released');
+    const deadline = performance.now() + 2 * ZK_CONTAINER_CHECK_MS + 10_000;
+    while (await exists(dir)) {
+      if (performance.now() > deadline) throw new Error(`${dir} was not deleted`);
+      await sleep(100);
+    }
     const locker = ns.track(createLocker(backend, { ttlMs: 30_000 }));
     let deletedBeforeError: string[] = [];
     const refused = await locker
