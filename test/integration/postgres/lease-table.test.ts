@@ -210,7 +210,7 @@ describe('PostgreSQL lease table', () => {
     await admin.query(
       current.slice(
         0,
-        current.indexOf('CREATE SEQUENCE IF NOT EXISTS "' + old + '".fencelock_waiter_seq'),
+        current.indexOf(`CREATE SEQUENCE IF NOT EXISTS "${old}".fencelock_waiter_seq`),
       ),
     );
     await admin.query(`CREATE ROLE ${role} LOGIN;
