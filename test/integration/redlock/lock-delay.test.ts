@@ -297,7 +297,7 @@ describe('Redlock lock-delay and readers', () => {
 
     // A downgrade: a read lock asked for inside the delayed writer's lock goes in at once.
     const held = uniqueKey('downgrade');
-    const slowNode = admins[admins.length - 1] as Redis;
+    const slowNode = admins.at(-1)!;
     const downgraded = await locker.withLock(
       held,
       async () => {

@@ -186,6 +186,15 @@ async function waitUntil(check: () => boolean, what: string, timeoutMs = 10_000)
   }
 }
 
+/** Resolves once the ensemble's leader has deleted the emptied container `dir` (its check runs every ZK_CONTAINER_CHECK_MS). */
+async function untilContainerDeleted(dir: string): Promise<void> {
+  const deadline = performance.now() + 2 * ZK_CONTAINER_CHECK_MS + 10_000;
+  while (await exists(dir)) {
+    if (performance.now() > deadline) throw new Error(`${dir} was not deleted`);
+    await sleep(100);
+  }
+}
+
 /** Whether `path` exists (only "no node" means no). */
 async function exists(path: string): Promise<boolean> {
   await ns.admin.sync(path);
@@ -221,11 +230,7 @@ describe('ZooKeeper semaphores', () => {
     for (const permit of permits) expect(await permit.release()).toBe('released');
     expect(await lease.release()).toBe('released');
     // The semaphore's node is a container: the leader deletes it once empty.
-    const deadline = performance.now() + 2 * ZK_CONTAINER_CHECK_MS + 10_000;
-    while (await exists(dir)) {
-      if (performance.now() > deadline) throw new Error(`${dir} was not deleted`);
-      await sleep(100);
-    }
+    await untilContainerDeleted(dir);
     expect(await exists(`/${ns.namespace}/semaphores`)).toBe(true);
   });
 
@@ -424,11 +429,7 @@ describe('ZooKeeper semaphores', () => {
     // create, which then found no node).
     const first = await ns.locker().semaphore(key, { permits: 5 }).acquire();
     expect(await first.release()).toBe('released');
-    const deadline = performance.now() + 2 * ZK_CONTAINER_CHECK_MS + 10_000;
-    while (await exists(dir)) {
-      if (performance.now() > deadline) throw new Error(`${dir} was not deleted`);
-      await sleep(100);
-    }
+    await untilContainerDeleted(dir);
     const locker = ns.track(createLocker(backend, { ttlMs: 30_000 }));
     let deletedBeforeError: string[] = [];
     const refused = await locker
